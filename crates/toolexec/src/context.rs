@@ -1,0 +1,85 @@
+//! The handle a running tool gets: progress, streamed chunks, cancellation.
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::stream::StreamEvent;
+
+/// Passed to every backend call. Cheap to clone; a context with no stream
+/// and no cancellation token costs nothing to create.
+#[derive(Debug, Clone, Default)]
+pub struct ToolContext {
+    cancel: Option<CancellationToken>,
+    events: Option<EventTx>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct EventTx {
+    pub(crate) tx: mpsc::Sender<StreamEvent>,
+    pub(crate) step: Option<usize>,
+}
+
+impl ToolContext {
+    /// A context observing `cancel`.
+    pub fn with_cancel(cancel: CancellationToken) -> Self {
+        ToolContext {
+            cancel: Some(cancel),
+            events: None,
+        }
+    }
+
+    pub(crate) fn new(cancel: Option<CancellationToken>, events: Option<EventTx>) -> Self {
+        ToolContext { cancel, events }
+    }
+
+    /// True once the caller cancelled the call (or its deadline passed).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(|c| c.is_cancelled())
+    }
+
+    /// Resolves when the call is cancelled; never, if it cannot be.
+    pub async fn cancelled(&self) {
+        match &self.cancel {
+            Some(c) => c.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The cancellation token, for backends that relay cancellation (MCP).
+    pub fn cancellation_token(&self) -> Option<&CancellationToken> {
+        self.cancel.as_ref()
+    }
+
+    /// True when someone is listening for progress and chunks.
+    pub fn is_streaming(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// Reports progress. Lossy by design: when the listener is slow, stale
+    /// progress is dropped rather than slowing the tool.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        if let Some(ev) = &self.events {
+            let _ = ev.tx.try_send(StreamEvent::Progress {
+                step: ev.step,
+                progress,
+                total,
+                message: message.map(str::to_owned),
+            });
+        }
+    }
+
+    /// Streams a partial result. Waits while the listener's buffer is full,
+    /// so chunks are never dropped.
+    pub async fn chunk(&self, data: Value) {
+        if let Some(ev) = &self.events {
+            let _ = ev
+                .tx
+                .send(StreamEvent::Chunk {
+                    step: ev.step,
+                    data,
+                })
+                .await;
+        }
+    }
+}

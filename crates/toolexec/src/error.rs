@@ -1,0 +1,362 @@
+//! Typed errors with a stable, machine-readable code per class.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::schema::Violation;
+
+/// Stable machine-readable class of an [`Error`]. The `snake_case` string of
+/// each variant ([`ErrorCode::as_str`]) is part of the public contract: the
+/// CLI prints it, the MCP gateway returns it, and callers match on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// No tool with that id is registered.
+    ToolNotFound,
+    /// The id is not of the form `namespace:name[:version]`.
+    InvalidToolId,
+    /// Arguments break the tool's input schema (or are not a JSON object).
+    ValidationInput,
+    /// The tool's result breaks its output schema.
+    ValidationOutput,
+    /// The tool reported a failure, or its handler panicked.
+    ExecutionFailed,
+    /// The call did not finish within its deadline.
+    Timeout,
+    /// The caller cancelled the call.
+    Cancelled,
+    /// The backend cannot serve calls right now (not running, not installed, crashed).
+    BackendUnavailable,
+    /// A configured limit (size, depth, steps, ...) was exceeded.
+    LimitExceeded,
+    /// A tool definition was rejected at registration (bad name, schema, ...).
+    InvalidDefinition,
+    /// A tool with the same id is already registered.
+    AlreadyExists,
+    /// A request (chain, paging cursor, options) is malformed.
+    InvalidRequest,
+}
+
+impl ErrorCode {
+    /// The stable `snake_case` code string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ToolNotFound => "tool_not_found",
+            ErrorCode::InvalidToolId => "invalid_tool_id",
+            ErrorCode::ValidationInput => "validation_input",
+            ErrorCode::ValidationOutput => "validation_output",
+            ErrorCode::ExecutionFailed => "execution_failed",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Cancelled => "cancelled",
+            ErrorCode::BackendUnavailable => "backend_unavailable",
+            ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::InvalidDefinition => "invalid_definition",
+            ErrorCode::AlreadyExists => "already_exists",
+            ErrorCode::InvalidRequest => "invalid_request",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The schema violations that made a value invalid.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ValidationFailure {
+    /// The tool whose schema was violated.
+    pub tool: String,
+    /// Every violation found, up to the configured cap.
+    pub violations: Vec<Violation>,
+    /// True when more violations existed than were kept.
+    pub truncated: bool,
+}
+
+impl fmt::Display for ValidationFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.violations.len();
+        write!(
+            f,
+            "tool {}: {n}{} violation{}",
+            self.tool,
+            if self.truncated { "+" } else { "" },
+            if n == 1 { "" } else { "s" }
+        )?;
+        for (i, v) in self.violations.iter().enumerate() {
+            f.write_str(if i == 0 { ": " } else { "; " })?;
+            write!(f, "{v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Which limit an [`Error::LimitExceeded`] refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// Serialized size of the arguments.
+    InputBytes,
+    /// Nesting depth of the arguments.
+    InputDepth,
+    /// Serialized size of the result.
+    OutputBytes,
+    /// Nesting depth of the result.
+    OutputDepth,
+    /// Number of steps in a chain.
+    ChainSteps,
+}
+
+impl LimitKind {
+    /// Stable name of the limit.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::InputBytes => "input_bytes",
+            LimitKind::InputDepth => "input_depth",
+            LimitKind::OutputBytes => "output_bytes",
+            LimitKind::OutputDepth => "output_depth",
+            LimitKind::ChainSteps => "chain_steps",
+        }
+    }
+}
+
+/// Every failure toolexec reports. Each variant maps to one [`ErrorCode`];
+/// `Display` always starts with that code.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// See [`ErrorCode::InvalidToolId`].
+    #[error("invalid_tool_id: {id:?}: {reason}")]
+    InvalidToolId {
+        /// The offending id (truncated if huge).
+        id: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// See [`ErrorCode::ToolNotFound`].
+    #[error("tool_not_found: no tool {id:?} is registered")]
+    ToolNotFound {
+        /// The id that was asked for.
+        id: String,
+    },
+    /// See [`ErrorCode::ValidationInput`].
+    #[error("validation_input: {0}")]
+    ValidationInput(Box<ValidationFailure>),
+    /// See [`ErrorCode::ValidationOutput`].
+    #[error("validation_output: {0}")]
+    ValidationOutput(Box<ValidationFailure>),
+    /// See [`ErrorCode::ExecutionFailed`].
+    #[error("execution_failed: tool {tool}: {message}")]
+    ExecutionFailed {
+        /// The tool that failed.
+        tool: String,
+        /// The tool's own message.
+        message: String,
+        /// Optional structured detail the tool attached.
+        data: Option<Value>,
+        /// True when the handler panicked rather than returning an error.
+        panicked: bool,
+    },
+    /// See [`ErrorCode::Timeout`].
+    #[error("timeout: tool {tool} did not finish within {}ms", after.as_millis())]
+    Timeout {
+        /// The tool that timed out.
+        tool: String,
+        /// The deadline that passed.
+        after: Duration,
+    },
+    /// See [`ErrorCode::Cancelled`].
+    #[error("cancelled: call to {tool} was cancelled")]
+    Cancelled {
+        /// The tool whose call was cancelled.
+        tool: String,
+    },
+    /// See [`ErrorCode::BackendUnavailable`].
+    #[error("backend_unavailable: {backend}: {message}")]
+    BackendUnavailable {
+        /// The backend's name.
+        backend: String,
+        /// Why it is unavailable.
+        message: String,
+    },
+    /// See [`ErrorCode::LimitExceeded`].
+    #[error("limit_exceeded: {} {message}", limit.as_str())]
+    LimitExceeded {
+        /// Which limit.
+        limit: LimitKind,
+        /// Human detail (value and maximum).
+        message: String,
+    },
+    /// See [`ErrorCode::InvalidDefinition`].
+    #[error("invalid_definition: {tool}: {field}: {message}")]
+    InvalidDefinition {
+        /// The tool being registered.
+        tool: String,
+        /// The offending field (`name`, `input_schema`, `tags[2]`, ...).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// See [`ErrorCode::AlreadyExists`].
+    #[error("already_exists: tool {id} is already registered (use replace)")]
+    AlreadyExists {
+        /// The duplicate id.
+        id: String,
+    },
+    /// See [`ErrorCode::InvalidRequest`].
+    #[error("invalid_request: {field}: {message}")]
+    InvalidRequest {
+        /// The offending field or path (`steps[2].tool_id`, `cursor`, ...).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Error {
+    /// The stable class of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::InvalidToolId { .. } => ErrorCode::InvalidToolId,
+            Error::ToolNotFound { .. } => ErrorCode::ToolNotFound,
+            Error::ValidationInput(_) => ErrorCode::ValidationInput,
+            Error::ValidationOutput(_) => ErrorCode::ValidationOutput,
+            Error::ExecutionFailed { .. } => ErrorCode::ExecutionFailed,
+            Error::Timeout { .. } => ErrorCode::Timeout,
+            Error::Cancelled { .. } => ErrorCode::Cancelled,
+            Error::BackendUnavailable { .. } => ErrorCode::BackendUnavailable,
+            Error::LimitExceeded { .. } => ErrorCode::LimitExceeded,
+            Error::InvalidDefinition { .. } => ErrorCode::InvalidDefinition,
+            Error::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            Error::InvalidRequest { .. } => ErrorCode::InvalidRequest,
+        }
+    }
+
+    /// True when the tool itself reported the failure (as opposed to the
+    /// infrastructure: timeouts, unavailable backends, validation, ...).
+    pub fn is_tool_error(&self) -> bool {
+        matches!(
+            self,
+            Error::ExecutionFailed {
+                panicked: false,
+                ..
+            }
+        )
+    }
+
+    /// A tool-reported failure.
+    pub fn execution_failed(tool: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::ExecutionFailed {
+            tool: tool.into(),
+            message: message.into(),
+            data: None,
+            panicked: false,
+        }
+    }
+
+    /// A backend that cannot serve calls.
+    pub fn backend_unavailable(backend: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::BackendUnavailable {
+            backend: backend.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A malformed request field.
+    pub fn invalid_request(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidRequest {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Machine-readable form: `{"code", "message", ...details}`.
+    pub fn to_body(&self) -> ErrorBody {
+        let details = match self {
+            Error::ValidationInput(f) | Error::ValidationOutput(f) => {
+                serde_json::to_value(f.as_ref()).ok()
+            }
+            Error::ExecutionFailed {
+                tool,
+                data,
+                panicked,
+                ..
+            } => Some(serde_json::json!({"tool": tool, "data": data, "panicked": panicked})),
+            Error::LimitExceeded { limit, .. } => Some(serde_json::json!({"limit": limit})),
+            Error::Timeout { tool, after } => {
+                Some(serde_json::json!({"tool": tool, "after_ms": after.as_millis() as u64}))
+            }
+            _ => None,
+        };
+        ErrorBody {
+            code: self.code(),
+            message: self.to_string(),
+            details,
+        }
+    }
+}
+
+/// Serializable form of an [`Error`], as the CLI and the gateway print it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorBody {
+    /// Stable class.
+    pub code: ErrorCode,
+    /// Human message, starting with the code.
+    pub message: String,
+    /// Structured details (violations, limit, ...), when there are any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+/// Cuts `s` to at most `max` bytes on a char boundary, marking the cut.
+pub(crate) fn truncate_for_message(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_starts_with_code() {
+        let errors = [
+            Error::ToolNotFound { id: "a:b".into() },
+            Error::execution_failed("a:b", "boom"),
+            Error::backend_unavailable("mcp:x", "crashed"),
+            Error::invalid_request("steps[0]", "missing"),
+        ];
+        for e in errors {
+            assert!(
+                e.to_string().starts_with(e.code().as_str()),
+                "{e} should start with {}",
+                e.code()
+            );
+        }
+    }
+
+    #[test]
+    fn code_serializes_snake_case() {
+        let v = serde_json::to_value(ErrorCode::BackendUnavailable).unwrap();
+        assert_eq!(v, "backend_unavailable");
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        let s = "ééééé";
+        let t = truncate_for_message(s, 3);
+        assert_eq!(t, "é…");
+    }
+}

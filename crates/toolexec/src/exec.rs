@@ -1,0 +1,251 @@
+//! `Exec`: the facade that wires catalog, docs, search, backends and limits.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{Catalog, NamespaceInfo, SearchResult};
+use crate::chain::{ChainResult, ChainStep, run_chain};
+use crate::context::EventTx;
+use crate::docs::{DetailLevel, ToolDescription, describe};
+use crate::error::Error;
+use crate::limits::Limits;
+use crate::output::ToolOutput;
+use crate::run::{Pipeline, RunOptions};
+use crate::stream::{EventStream, RunResult, STREAM_BUFFER, StreamEvent};
+
+/// Runs tools from a catalog. Cheap to clone; share one per process.
+///
+/// ```
+/// # use schemars::JsonSchema; use serde::Deserialize; use serde_json::json;
+/// #[derive(Deserialize, JsonSchema)]
+/// struct AddArgs { a: f64, b: f64 }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let exec = toolexec::Exec::builder().build();
+/// exec.catalog().tool("math:add", "Adds two numbers", |a: AddArgs| async move {
+///     Ok::<_, toolexec::ToolError>(a.a + a.b)
+/// }).unwrap();
+/// let out = exec.run_tool("math:add", json!({"a": 1, "b": 2})).await.unwrap();
+/// assert_eq!(out.value, json!(3.0));
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Exec {
+    pipeline: Arc<Pipeline>,
+}
+
+/// Configures an [`Exec`].
+#[derive(Debug, Default)]
+#[must_use]
+pub struct ExecBuilder {
+    catalog: Option<Arc<Catalog>>,
+    limits: Limits,
+    skip_input_validation: bool,
+    skip_output_validation: bool,
+}
+
+impl ExecBuilder {
+    /// Uses an existing catalog (default: a new empty one).
+    pub fn catalog(mut self, catalog: Arc<Catalog>) -> Self {
+        self.catalog = Some(catalog);
+        self
+    }
+
+    /// Sets the limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Turns input validation on (default) or off.
+    pub fn validate_input(mut self, on: bool) -> Self {
+        self.skip_input_validation = !on;
+        self
+    }
+
+    /// Turns output validation on (default) or off.
+    pub fn validate_output(mut self, on: bool) -> Self {
+        self.skip_output_validation = !on;
+        self
+    }
+
+    /// Builds the executor.
+    pub fn build(self) -> Exec {
+        Exec {
+            pipeline: Arc::new(Pipeline {
+                catalog: self.catalog.unwrap_or_default(),
+                limits: self.limits,
+                validate_input: !self.skip_input_validation,
+                validate_output: !self.skip_output_validation,
+            }),
+        }
+    }
+}
+
+/// What to stream with [`Exec::run_stream`].
+#[derive(Debug, Clone)]
+pub enum StreamRequest {
+    /// One tool call.
+    Tool {
+        /// Tool id.
+        id: String,
+        /// Arguments.
+        args: Value,
+    },
+    /// A chain.
+    Chain(Vec<ChainStep>),
+}
+
+/// A search result for callers: id, summary and score.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolMatch {
+    /// Full id.
+    pub id: String,
+    /// Human title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// One line.
+    pub summary: String,
+    /// Tags.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Relevance; higher is better.
+    pub score: f32,
+}
+
+impl From<&SearchResult> for ToolMatch {
+    fn from(r: &SearchResult) -> Self {
+        let t = r.tool.tool();
+        ToolMatch {
+            id: t.id.to_string(),
+            title: t.title.clone(),
+            summary: t.summary().to_owned(),
+            tags: t.tags.clone(),
+            score: r.score,
+        }
+    }
+}
+
+impl Exec {
+    /// Starts configuring an executor.
+    pub fn builder() -> ExecBuilder {
+        ExecBuilder::default()
+    }
+
+    /// An executor over `catalog` with default limits.
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        Exec::builder().catalog(catalog).build()
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.pipeline.catalog
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.pipeline.limits
+    }
+
+    /// Runs one tool with the default deadline.
+    pub async fn run_tool(&self, id: &str, args: Value) -> Result<ToolOutput, Error> {
+        self.pipeline
+            .run(id, args, &RunOptions::default(), None)
+            .await
+    }
+
+    /// Runs one tool with explicit options.
+    pub async fn run_tool_with(
+        &self,
+        id: &str,
+        args: Value,
+        opts: &RunOptions,
+    ) -> Result<ToolOutput, Error> {
+        self.pipeline.run(id, args, opts, None).await
+    }
+
+    /// Runs a chain. `Err` only when the chain itself is invalid; step
+    /// failures are in the result.
+    pub async fn run_chain(&self, steps: &[ChainStep]) -> Result<ChainResult, Error> {
+        run_chain(&self.pipeline, steps, &RunOptions::default(), None).await
+    }
+
+    /// Runs a chain with options (the deadline applies to each step).
+    pub async fn run_chain_with(
+        &self,
+        steps: &[ChainStep],
+        opts: &RunOptions,
+    ) -> Result<ChainResult, Error> {
+        run_chain(&self.pipeline, steps, opts, None).await
+    }
+
+    /// Runs a tool or chain in a background task and streams its events.
+    /// Dropping the stream cancels the run. Needs a Tokio runtime.
+    pub fn run_stream(&self, request: StreamRequest, opts: RunOptions) -> EventStream {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let cancel = opts.cancel.clone().unwrap_or_default();
+        let guard = cancel.clone().drop_guard();
+        let opts = RunOptions {
+            timeout: opts.timeout,
+            cancel: Some(cancel),
+        };
+        let pipeline = self.pipeline.clone();
+        tokio::spawn(async move {
+            let last = match request {
+                StreamRequest::Tool { id, args } => {
+                    let ev = EventTx {
+                        tx: tx.clone(),
+                        step: None,
+                    };
+                    match pipeline.run(&id, args, &opts, Some(ev)).await {
+                        Ok(out) => StreamEvent::Done {
+                            result: Box::new(RunResult::Tool(out)),
+                        },
+                        Err(e) => StreamEvent::Error { error: e.to_body() },
+                    }
+                }
+                StreamRequest::Chain(steps) => {
+                    match run_chain(&pipeline, &steps, &opts, Some(&tx)).await {
+                        Ok(r) => StreamEvent::Done {
+                            result: Box::new(RunResult::Chain(r)),
+                        },
+                        Err(e) => StreamEvent::Error { error: e.to_body() },
+                    }
+                }
+            };
+            let _ = tx.send(last).await;
+        });
+        EventStream {
+            rx,
+            _cancel_on_drop: guard,
+        }
+    }
+
+    /// Ranked search; at most `limit` results.
+    pub fn search_tools(&self, query: &str, limit: usize) -> Vec<ToolMatch> {
+        self.catalog()
+            .search(query, limit, None)
+            .iter()
+            .map(ToolMatch::from)
+            .collect()
+    }
+
+    /// A tool's documentation at `level`.
+    pub fn describe_tool(&self, id: &str, level: DetailLevel) -> Result<ToolDescription, Error> {
+        let entry = self.catalog().get(id)?;
+        Ok(describe(entry.tool(), level))
+    }
+
+    /// Namespaces with their tool counts.
+    pub fn list_namespaces(&self) -> Vec<NamespaceInfo> {
+        self.catalog().namespaces()
+    }
+
+    /// A cancellation token for [`RunOptions::cancel`].
+    pub fn cancellation_token() -> CancellationToken {
+        CancellationToken::new()
+    }
+}

@@ -1,0 +1,66 @@
+//! # toolexec
+//!
+//! The execution layer between AI agents and the tools they call: a catalog
+//! of MCP-style tools with ranked search and docs, and a run pipeline that
+//! validates, executes (with deadlines, cancellation and panic isolation),
+//! normalizes and streams.
+//!
+//! ```
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//! use serde_json::json;
+//! use toolexec::{Exec, ToolError};
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct AddArgs { a: f64, b: f64 }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let exec = Exec::builder().build();
+//! exec.catalog()
+//!     .tool("math:add", "Adds two numbers", |a: AddArgs| async move {
+//!         Ok::<_, ToolError>(a.a + a.b)
+//!     })
+//!     .unwrap();
+//! let out = exec.run_tool("math:add", json!({"a": 2, "b": 3})).await.unwrap();
+//! assert_eq!(out.value, json!(5.0));
+//! let err = exec.run_tool("math:add", json!({"a": "two"})).await.unwrap_err();
+//! assert_eq!(err.code().as_str(), "validation_input");
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod catalog;
+pub mod chain;
+pub mod context;
+pub mod docs;
+pub mod error;
+pub mod exec;
+pub mod id;
+pub mod limits;
+pub mod local;
+pub mod output;
+mod run;
+pub mod schema;
+pub mod search;
+pub mod stream;
+pub mod tool;
+
+pub use backend::{Availability, Backend, BoxFuture, Call};
+pub use catalog::{
+    Catalog, CatalogEvent, ListRequest, NamespaceInfo, Page, RegisteredTool, SearchResult,
+};
+pub use chain::{ChainResult, ChainStep, StepResult, parse_chain};
+pub use context::ToolContext;
+pub use docs::{DetailLevel, ToolDescription, ToolDocs, ToolExample};
+pub use error::{Error, ErrorBody, ErrorCode, LimitKind, ValidationFailure};
+pub use exec::{Exec, ExecBuilder, StreamRequest, ToolMatch};
+pub use id::{ToolId, ToolIdRef};
+pub use limits::Limits;
+pub use local::{LocalTool, ToolError, raw_handler};
+pub use output::{Content, ToolOutput};
+pub use run::RunOptions;
+pub use schema::{CompiledSchema, Violation};
+pub use stream::{EventStream, RunResult, StreamEvent};
+pub use tool::{Tool, ToolAnnotations, ToolBuilder, normalize_tags};
+pub use tokio_util::sync::CancellationToken;

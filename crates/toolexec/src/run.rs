@@ -1,0 +1,243 @@
+//! The run pipeline: parse id → resolve → validate input → execute with a
+//! deadline, cancellation and panic isolation → normalize → validate output.
+
+use std::any::Any;
+use std::future::{Future, poll_fn};
+use std::panic::AssertUnwindSafe;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Call;
+use crate::catalog::{Catalog, RegisteredTool};
+use crate::context::{EventTx, ToolContext};
+use crate::error::{Error, ValidationFailure};
+use crate::id::ToolIdRef;
+use crate::limits::{Limits, Side, check_json};
+use crate::output::ToolOutput;
+use crate::schema::{CompiledSchema, Violation, json_kind};
+use crate::tool::Tool;
+
+/// Per-call options.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Deadline; the executor's default timeout when `None`.
+    pub timeout: Option<Duration>,
+    /// Cancels the call when triggered.
+    pub cancel: Option<CancellationToken>,
+}
+
+impl RunOptions {
+    /// Options with a deadline.
+    pub fn timeout(timeout: Duration) -> Self {
+        RunOptions {
+            timeout: Some(timeout),
+            cancel: None,
+        }
+    }
+}
+
+/// Everything the pipeline needs besides the call itself.
+#[derive(Debug)]
+pub(crate) struct Pipeline {
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) limits: Limits,
+    pub(crate) validate_input: bool,
+    pub(crate) validate_output: bool,
+}
+
+impl Pipeline {
+    pub(crate) async fn run(
+        &self,
+        id: &str,
+        args: Value,
+        opts: &RunOptions,
+        events: Option<EventTx>,
+    ) -> Result<ToolOutput, Error> {
+        let entry = self.catalog.resolve(&ToolIdRef::parse(id)?)?;
+        self.run_entry(&entry, args, opts, events).await
+    }
+
+    pub(crate) async fn run_entry(
+        &self,
+        entry: &RegisteredTool,
+        args: Value,
+        opts: &RunOptions,
+        events: Option<EventTx>,
+    ) -> Result<ToolOutput, Error> {
+        let tool = entry.tool();
+        let args = self.check_input(entry, args)?;
+        let timeout = opts.timeout.unwrap_or(self.limits.default_timeout);
+        let ctx = ToolContext::new(opts.cancel.clone(), events);
+        let mut out = execute(entry, args, ctx, timeout, opts.cancel.as_ref()).await?;
+        out.normalize();
+        check_json(
+            &out.value,
+            self.limits.max_output_bytes,
+            self.limits.max_output_depth,
+            Side::Output,
+        )?;
+        if self.validate_output
+            && let Some(schema) = &entry.output
+        {
+            validate(schema, &out.value, tool, self.limits.max_violations)
+                .map_err(Error::ValidationOutput)?;
+        }
+        Ok(out)
+    }
+
+    fn check_input(&self, entry: &RegisteredTool, args: Value) -> Result<Value, Error> {
+        let tool = entry.tool();
+        let args = match args {
+            // MCP lets a client omit arguments; treat that as `{}`.
+            Value::Null => Value::Object(serde_json::Map::new()),
+            Value::Object(_) => args,
+            other => {
+                return Err(Error::ValidationInput(Box::new(ValidationFailure {
+                    tool: tool.id.to_string(),
+                    violations: vec![Violation {
+                        instance_path: String::new(),
+                        schema_path: String::new(),
+                        keyword: "type".into(),
+                        message: format!(
+                            "arguments must be a JSON object, not {}",
+                            json_kind(&other)
+                        ),
+                    }],
+                    truncated: false,
+                })));
+            }
+        };
+        check_json(
+            &args,
+            self.limits.max_input_bytes,
+            self.limits.max_input_depth,
+            Side::Input,
+        )?;
+        if self.validate_input {
+            validate(&entry.input, &args, tool, self.limits.max_violations)
+                .map_err(Error::ValidationInput)?;
+        }
+        Ok(args)
+    }
+}
+
+fn validate(
+    schema: &CompiledSchema,
+    value: &Value,
+    tool: &Tool,
+    cap: usize,
+) -> Result<(), Box<ValidationFailure>> {
+    // The fast yes/no check first; collect details only on failure.
+    if schema.is_valid(value) {
+        return Ok(());
+    }
+    let (violations, truncated) = schema.violations(value, cap.max(1));
+    Err(Box::new(ValidationFailure {
+        tool: tool.id.to_string(),
+        violations,
+        truncated,
+    }))
+}
+
+enum Outcome<T> {
+    Done(T),
+    Panicked(Box<dyn Any + Send>),
+    TimedOut,
+    Cancelled,
+}
+
+/// Runs the backend call with panic isolation, a deadline and cancellation.
+///
+/// The first poll happens before any timer exists: a tool that completes
+/// synchronously (most local tools) never touches the timer wheel or the
+/// clock. The deadline timer is armed on the first `Pending`.
+async fn execute(
+    entry: &RegisteredTool,
+    args: Value,
+    ctx: ToolContext,
+    timeout: Duration,
+    cancel: Option<&CancellationToken>,
+) -> Result<ToolOutput, Error> {
+    let tool = entry.tool();
+    if cancel.is_some_and(CancellationToken::is_cancelled) {
+        return Err(Error::Cancelled {
+            tool: tool.id.to_string(),
+        });
+    }
+    let call = Call { tool, args, ctx };
+    // Building the future runs handler code too (argument decoding, the
+    // synchronous part of the closure): isolate panics there as well.
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| entry.backend().call(call))) {
+        Ok(f) => f,
+        Err(payload) => return Err(panicked(tool, payload)),
+    };
+    let mut fut = pin!(AssertUnwindSafe(fut).catch_unwind());
+    let mut deadline: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut cancelled: Option<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = None;
+    let mut no_timer = false;
+    let outcome = poll_fn(|cx| {
+        match fut.as_mut().poll(cx) {
+            Poll::Ready(Ok(r)) => return Poll::Ready(Outcome::Done(r)),
+            Poll::Ready(Err(p)) => return Poll::Ready(Outcome::Panicked(p)),
+            Poll::Pending => {}
+        }
+        if deadline.is_none() && !no_timer {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                deadline = Some(Box::pin(tokio::time::sleep(timeout)));
+            } else {
+                no_timer = true;
+            }
+        }
+        if no_timer {
+            return Poll::Ready(Outcome::Done(Err(Error::backend_unavailable(
+                entry.backend().kind(),
+                "asynchronous tools need a Tokio runtime (with the time driver) to enforce deadlines",
+            ))));
+        }
+        if let Some(d) = deadline.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Outcome::TimedOut);
+        }
+        if let Some(token) = cancel {
+            let c = cancelled.get_or_insert_with(|| Box::pin(token.cancelled()));
+            if c.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Outcome::Cancelled);
+            }
+        }
+        Poll::Pending
+    })
+    .await;
+    match outcome {
+        Outcome::Done(r) => r,
+        Outcome::Panicked(p) => Err(panicked(tool, p)),
+        Outcome::TimedOut => Err(Error::Timeout {
+            tool: tool.id.to_string(),
+            after: timeout,
+        }),
+        Outcome::Cancelled => Err(Error::Cancelled {
+            tool: tool.id.to_string(),
+        }),
+    }
+}
+
+fn panicked(tool: &Tool, payload: Box<dyn Any + Send>) -> Error {
+    let detail = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned());
+    tracing::error!(tool = %tool.id, panic = %detail, "tool handler panicked");
+    Error::ExecutionFailed {
+        tool: tool.id.to_string(),
+        message: format!("handler panicked: {detail}"),
+        data: None,
+        panicked: true,
+    }
+}
