@@ -1,0 +1,142 @@
+//! Command-line arguments (clap).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// toolexec: run AI-agent tools from a catalog — search, describe, run, chain.
+#[derive(Debug, Parser)]
+#[command(name = "toolexec", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Machine-readable JSON output instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Browse the catalog: list, search, describe, namespaces.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+    /// Run one tool: `toolexec run math:add '{"a":1,"b":2}'`.
+    Run(RunArgs),
+    /// Run a chain of steps from a JSON file (or `-` for stdin).
+    Chain(ChainArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// List tools, ordered by id, a page at a time.
+    List {
+        /// Only this namespace.
+        #[arg(long, short)]
+        namespace: Option<String>,
+        /// Page size (1-1000).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Continue after this cursor (printed at the end of the previous page).
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Ranked full-text search.
+    Search {
+        /// What the tool should do, in words.
+        query: String,
+        /// Most results.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// Only this namespace.
+        #[arg(long, short)]
+        namespace: Option<String>,
+    },
+    /// Show a tool's documentation.
+    Describe {
+        /// Tool id (`namespace:name[:version]`).
+        id: String,
+        /// How much to show.
+        #[arg(long, value_enum, default_value_t = Detail::Full)]
+        detail: Detail,
+    },
+    /// List namespaces with their tool counts.
+    Namespaces,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Detail {
+    Summary,
+    Schema,
+    Full,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Tool id (`namespace:name[:version]`).
+    pub id: String,
+    /// Arguments as a JSON object, or `-` to read them from stdin. Default `{}`.
+    pub args: Option<String>,
+    #[command(flatten)]
+    pub exec: ExecFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct ChainArgs {
+    /// JSON file holding an array of steps (or `{"steps": [...]}`); `-` for stdin.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub exec: ExecFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecFlags {
+    /// Deadline per tool call, e.g. `500ms`, `30s`, `2m`.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Print progress and chunks as they happen.
+    #[arg(long)]
+    pub stream: bool,
+}
+
+/// Parses `250ms`, `30s`, `2m`, `1h` (a bare number means seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("expected a duration like 500ms, 30s or 2m, got {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("unknown unit {unit:?}: use ms, s, m or h")),
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 7.0 {
+        return Err("duration must be positive and at most 7 days".into());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,312 @@
+//! Subcommands. Each returns the process exit code: 0 success, 1 tool or
+//! execution error, 2 usage or invalid input.
+
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use toolexec::{
+    DetailLevel, Error, ErrorBody, ErrorCode, Exec, ListRequest, RunOptions, StreamEvent,
+    StreamRequest, parse_chain,
+};
+
+use crate::args::{ChainArgs, Cli, Command, Detail, ExecFlags, RunArgs, ToolsCommand};
+use crate::render;
+
+/// Success.
+pub const EXIT_OK: u8 = 0;
+/// The tool or its execution failed.
+pub const EXIT_TOOL_ERROR: u8 = 1;
+/// Bad usage or invalid input.
+pub const EXIT_USAGE: u8 = 2;
+
+/// Largest JSON document read from a file or stdin.
+const MAX_INPUT_BYTES: u64 = 64 << 20;
+
+const TABLE_WIDTH: usize = 120;
+
+/// Exit code for an error: input problems are the caller's (2), the rest 1.
+pub fn exit_code(body: &ErrorBody) -> u8 {
+    match body.code {
+        ErrorCode::InvalidToolId
+        | ErrorCode::ToolNotFound
+        | ErrorCode::ValidationInput
+        | ErrorCode::InvalidRequest => EXIT_USAGE,
+        ErrorCode::LimitExceeded => {
+            let limit = body.details.as_ref().and_then(|d| d["limit"].as_str());
+            match limit {
+                Some("input_bytes" | "input_depth" | "chain_steps") => EXIT_USAGE,
+                _ => EXIT_TOOL_ERROR,
+            }
+        }
+        _ => EXIT_TOOL_ERROR,
+    }
+}
+
+pub async fn dispatch(cli: Cli) -> u8 {
+    let exec = Exec::builder()
+        .catalog(toolexec_builtins::catalog())
+        .build();
+    let json = cli.json;
+    let result = match cli.command {
+        Command::Tools(cmd) => tools(&exec, cmd, json),
+        Command::Run(args) => run(&exec, args, json).await,
+        Command::Chain(args) => chain(&exec, args, json).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure::Error(e)) => {
+            let body = e.to_body();
+            report(&body, json, exit_code(&body))
+        }
+        Err(Failure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(Failure::Io(e)) => {
+            eprintln!("error: {e}");
+            EXIT_TOOL_ERROR
+        }
+    }
+}
+
+enum Failure {
+    Error(Error),
+    Io(io::Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Error(e)
+    }
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
+
+fn report(body: &ErrorBody, json: bool, code: u8) -> u8 {
+    let mut err = io::stderr().lock();
+    let _ = if json {
+        render::json(&mut err, &json!({ "error": body }))
+    } else {
+        render::error(&mut err, body)
+    };
+    code
+}
+
+fn tools(exec: &Exec, cmd: ToolsCommand, json: bool) -> Result<u8, Failure> {
+    let mut out = io::stdout().lock();
+    match cmd {
+        ToolsCommand::List {
+            namespace,
+            limit,
+            cursor,
+        } => {
+            let page = exec.catalog().list(&ListRequest {
+                namespace,
+                cursor,
+                limit: Some(limit),
+            })?;
+            if json {
+                let tools: Vec<Value> = page
+                    .tools
+                    .iter()
+                    .map(|t| serde_json::to_value(t.tool()).unwrap_or(Value::Null))
+                    .collect();
+                render::json(&mut out, &json!({"tools": tools, "next_cursor": page.next_cursor}))?;
+            } else {
+                let rows: Vec<Vec<String>> = page
+                    .tools
+                    .iter()
+                    .map(|t| vec![t.tool().id.to_string(), t.tool().summary().to_owned()])
+                    .collect();
+                render::table(&mut out, &["ID", "SUMMARY"], &rows, TABLE_WIDTH)?;
+                if let Some(c) = page.next_cursor {
+                    writeln!(out, "\nmore: toolexec tools list --cursor {c}")?;
+                }
+            }
+        }
+        ToolsCommand::Search {
+            query,
+            limit,
+            namespace,
+        } => {
+            let limit = limit.clamp(1, 100);
+            let results: Vec<toolexec::ToolMatch> = exec
+                .catalog()
+                .search(&query, limit, namespace.as_deref())
+                .iter()
+                .map(toolexec::ToolMatch::from)
+                .collect();
+            if json {
+                render::json(&mut out, &json!({ "results": results }))?;
+            } else if results.is_empty() {
+                writeln!(out, "no tools match {query:?}")?;
+            } else {
+                let rows: Vec<Vec<String>> = results
+                    .iter()
+                    .map(|m| vec![m.id.clone(), format!("{:.2}", m.score), m.summary.clone()])
+                    .collect();
+                render::table(&mut out, &["ID", "SCORE", "SUMMARY"], &rows, TABLE_WIDTH)?;
+            }
+        }
+        ToolsCommand::Describe { id, detail } => {
+            let level = match detail {
+                Detail::Summary => DetailLevel::Summary,
+                Detail::Schema => DetailLevel::Schema,
+                Detail::Full => DetailLevel::Full,
+            };
+            let d = exec.describe_tool(&id, level)?;
+            if json {
+                render::json(&mut out, &d)?;
+            } else {
+                write!(out, "{}", d.to_markdown())?;
+            }
+        }
+        ToolsCommand::Namespaces => {
+            let ns = exec.list_namespaces();
+            if json {
+                render::json(&mut out, &json!({ "namespaces": ns }))?;
+            } else {
+                let rows: Vec<Vec<String>> = ns
+                    .iter()
+                    .map(|n| vec![n.name.clone(), n.tools.to_string()])
+                    .collect();
+                render::table(&mut out, &["NAMESPACE", "TOOLS"], &rows, TABLE_WIDTH)?;
+            }
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+async fn run(exec: &Exec, args: RunArgs, json: bool) -> Result<u8, Failure> {
+    let input = match args.args.as_deref() {
+        None => Value::Object(Default::default()),
+        Some("-") => parse_json("args", &read_stdin()?)?,
+        Some(text) => parse_json("args", text)?,
+    };
+    if !input.is_object() {
+        return Err(Error::invalid_request("args", "ARGS_JSON must be a JSON object").into());
+    }
+    let opts = options(&args.exec);
+    if args.exec.stream {
+        let request = StreamRequest::Tool { id: args.id, args: input };
+        return stream(exec, request, opts, json).await;
+    }
+    let output = exec.run_tool_with(&args.id, input, &opts).await?;
+    let mut out = io::stdout().lock();
+    if json {
+        render::json(&mut out, &output)?;
+    } else {
+        render::value(&mut out, &output.value)?;
+    }
+    Ok(EXIT_OK)
+}
+
+async fn chain(exec: &Exec, args: ChainArgs, json: bool) -> Result<u8, Failure> {
+    let text = if args.file == Path::new("-") {
+        read_stdin()?
+    } else {
+        read_file(&args.file)?
+    };
+    let steps = parse_chain(&parse_json("chain", &text)?)?;
+    let opts = options(&args.exec);
+    if args.exec.stream {
+        return stream(exec, StreamRequest::Chain(steps), opts, json).await;
+    }
+    let result = exec.run_chain_with(&steps, &opts).await?;
+    let mut out = io::stdout().lock();
+    if json {
+        render::json(&mut out, &result)?;
+    } else {
+        let rows: Vec<Vec<String>> = result
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let status = if s.skipped {
+                    "skipped".to_owned()
+                } else if let Some(e) = &s.error {
+                    e.message.clone()
+                } else {
+                    "ok".to_owned()
+                };
+                vec![i.to_string(), s.tool_id.clone(), format!("{:.2}ms", s.duration_ms), status]
+            })
+            .collect();
+        render::table(&mut out, &["STEP", "TOOL", "TIME", "STATUS"], &rows, TABLE_WIDTH)?;
+        if let Some(v) = &result.output {
+            writeln!(out)?;
+            render::value(&mut out, v)?;
+        }
+    }
+    Ok(if result.ok { EXIT_OK } else { chain_failure_code(&result) })
+}
+
+fn chain_failure_code(result: &toolexec::ChainResult) -> u8 {
+    result
+        .first_error()
+        .map(exit_code)
+        .unwrap_or(EXIT_TOOL_ERROR)
+}
+
+async fn stream(exec: &Exec, request: StreamRequest, opts: RunOptions, json: bool) -> Result<u8, Failure> {
+    let mut events = exec.run_stream(request, opts);
+    let mut code = EXIT_OK;
+    while let Some(ev) = events.next().await {
+        let mut out = io::stdout().lock();
+        if json {
+            serde_json::to_writer(&mut out, &ev).map_err(io::Error::other)?;
+            writeln!(out)?;
+        } else {
+            render::event(&mut out, &ev)?;
+        }
+        match &ev {
+            StreamEvent::Error { error } => code = exit_code(error),
+            StreamEvent::Done { result } => {
+                if let toolexec::RunResult::Chain(c) = result.as_ref()
+                    && !c.ok
+                {
+                    code = chain_failure_code(c);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(code)
+}
+
+fn options(flags: &ExecFlags) -> RunOptions {
+    RunOptions {
+        timeout: flags.timeout,
+        cancel: None,
+    }
+}
+
+fn parse_json(what: &str, text: &str) -> Result<Value, Error> {
+    serde_json::from_str(text).map_err(|e| Error::invalid_request(what, format!("invalid JSON: {e}")))
+}
+
+fn read_stdin() -> Result<String, Failure> {
+    read_capped(io::stdin().lock(), "stdin")
+}
+
+fn read_file(path: &Path) -> Result<String, Failure> {
+    let file = std::fs::File::open(path).map_err(|e| {
+        Error::invalid_request("file", format!("cannot open {}: {e}", path.display()))
+    })?;
+    read_capped(file, &path.display().to_string())
+}
+
+fn read_capped(reader: impl Read, what: &str) -> Result<String, Failure> {
+    let mut buf = String::new();
+    let n = reader
+        .take(MAX_INPUT_BYTES + 1)
+        .read_to_string(&mut buf)
+        .map_err(|e| Error::invalid_request(what, format!("cannot read: {e}")))?;
+    if n as u64 > MAX_INPUT_BYTES {
+        return Err(Error::invalid_request(what, format!("larger than {MAX_INPUT_BYTES} bytes")).into());
+    }
+    Ok(buf)
+}

@@ -1,0 +1,27 @@
+//! The `toolexec` command: a thin layer over the `toolexec` library.
+
+mod args;
+mod commands;
+mod render;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(commands::dispatch(cli));
+    // Tools that ignored cancellation must not keep the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    ExitCode::from(code)
+}
