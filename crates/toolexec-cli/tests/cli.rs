@@ -152,14 +152,15 @@ fn chains_run_from_files_and_stdin() {
         &file,
         r#"{"steps": [
             {"tool_id": "encoding:base64_encode", "args": {"text": "hi"}},
-            {"tool_id": "json:query", "args": {"filter": ".previous.base64"}, "use_previous": true}
+            {"tool_id": "encoding:base64_decode", "use_previous": true}
         ]}"#,
     )
     .unwrap();
     let out = toolexec(&["--json", "chain", file.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v = stdout_json(&out);
-    assert_eq!(v["output"]["results"], json!(["aGk="]), "{v}");
+    // The previous result `{"base64": "aGk="}` became the whole arguments.
+    assert_eq!(v["output"], json!({"text": "hi"}), "{v}");
     let missing = toolexec(&["chain", dir.join("missing.json").to_str().unwrap()], None);
     assert_eq!(missing.status.code(), Some(2));
     assert!(stderr(&missing).contains("invalid_request"));
