@@ -114,7 +114,10 @@ fn tools(exec: &Exec, cmd: ToolsCommand, json: bool) -> Result<u8, Failure> {
                     .iter()
                     .map(|t| serde_json::to_value(t.tool()).unwrap_or(Value::Null))
                     .collect();
-                render::json(&mut out, &json!({"tools": tools, "next_cursor": page.next_cursor}))?;
+                render::json(
+                    &mut out,
+                    &json!({"tools": tools, "next_cursor": page.next_cursor}),
+                )?;
             } else {
                 let rows: Vec<Vec<String>> = page
                     .tools
@@ -191,7 +194,10 @@ async fn run(exec: &Exec, args: RunArgs, json: bool) -> Result<u8, Failure> {
     }
     let opts = options(&args.exec);
     if args.exec.stream {
-        let request = StreamRequest::Tool { id: args.id, args: input };
+        let request = StreamRequest::Tool {
+            id: args.id,
+            args: input,
+        };
         return stream(exec, request, opts, json).await;
     }
     let output = exec.run_tool_with(&args.id, input, &opts).await?;
@@ -232,16 +238,30 @@ async fn chain(exec: &Exec, args: ChainArgs, json: bool) -> Result<u8, Failure> 
                 } else {
                     "ok".to_owned()
                 };
-                vec![i.to_string(), s.tool_id.clone(), format!("{:.2}ms", s.duration_ms), status]
+                vec![
+                    i.to_string(),
+                    s.tool_id.clone(),
+                    format!("{:.2}ms", s.duration_ms),
+                    status,
+                ]
             })
             .collect();
-        render::table(&mut out, &["STEP", "TOOL", "TIME", "STATUS"], &rows, TABLE_WIDTH)?;
+        render::table(
+            &mut out,
+            &["STEP", "TOOL", "TIME", "STATUS"],
+            &rows,
+            TABLE_WIDTH,
+        )?;
         if let Some(v) = &result.output {
             writeln!(out)?;
             render::value(&mut out, v)?;
         }
     }
-    Ok(if result.ok { EXIT_OK } else { chain_failure_code(&result) })
+    Ok(if result.ok {
+        EXIT_OK
+    } else {
+        chain_failure_code(&result)
+    })
 }
 
 fn chain_failure_code(result: &toolexec::ChainResult) -> u8 {
@@ -251,7 +271,12 @@ fn chain_failure_code(result: &toolexec::ChainResult) -> u8 {
         .unwrap_or(EXIT_TOOL_ERROR)
 }
 
-async fn stream(exec: &Exec, request: StreamRequest, opts: RunOptions, json: bool) -> Result<u8, Failure> {
+async fn stream(
+    exec: &Exec,
+    request: StreamRequest,
+    opts: RunOptions,
+    json: bool,
+) -> Result<u8, Failure> {
     let mut events = exec.run_stream(request, opts);
     let mut code = EXIT_OK;
     while let Some(ev) = events.next().await {
@@ -285,7 +310,8 @@ fn options(flags: &ExecFlags) -> RunOptions {
 }
 
 fn parse_json(what: &str, text: &str) -> Result<Value, Error> {
-    serde_json::from_str(text).map_err(|e| Error::invalid_request(what, format!("invalid JSON: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| Error::invalid_request(what, format!("invalid JSON: {e}")))
 }
 
 fn read_stdin() -> Result<String, Failure> {
@@ -306,7 +332,9 @@ fn read_capped(reader: impl Read, what: &str) -> Result<String, Failure> {
         .read_to_string(&mut buf)
         .map_err(|e| Error::invalid_request(what, format!("cannot read: {e}")))?;
     if n as u64 > MAX_INPUT_BYTES {
-        return Err(Error::invalid_request(what, format!("larger than {MAX_INPUT_BYTES} bytes")).into());
+        return Err(
+            Error::invalid_request(what, format!("larger than {MAX_INPUT_BYTES} bytes")).into(),
+        );
     }
     Ok(buf)
 }

@@ -14,7 +14,12 @@ pub fn json<T: Serialize>(out: &mut impl Write, value: &T) -> io::Result<()> {
 
 /// Prints a table: a header row, then rows, columns padded; the last column
 /// is cut to keep lines under `width` characters.
-pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>], width: usize) -> io::Result<()> {
+pub fn table(
+    out: &mut impl Write,
+    header: &[&str],
+    rows: &[Vec<String>],
+    width: usize,
+) -> io::Result<()> {
     let cols = header.len();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {

@@ -46,7 +46,10 @@ fn run_prints_the_value_and_exits_zero() {
 
 #[test]
 fn run_reads_arguments_from_stdin() {
-    let out = toolexec(&["run", "hash:sha256", "-", "--json"], Some(r#"{"text": "abc"}"#));
+    let out = toolexec(
+        &["run", "hash:sha256", "-", "--json"],
+        Some(r#"{"text": "abc"}"#),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         stdout_json(&out)["value"]["hex"],
@@ -59,7 +62,10 @@ fn usage_and_input_errors_exit_two_with_the_code_in_the_message() {
     for (args, code) in [
         (vec!["run", "nonsense"], "invalid_tool_id"),
         (vec!["run", "math:nope"], "tool_not_found"),
-        (vec!["run", "math:add", r#"{"a": "x", "b": 1}"#], "validation_input"),
+        (
+            vec!["run", "math:add", r#"{"a": "x", "b": 1}"#],
+            "validation_input",
+        ),
         (vec!["run", "math:add", "[1, 2]"], "invalid_request"),
         (vec!["run", "math:add", "{not json"], "invalid_request"),
         (vec!["tools", "describe", "math"], "invalid_tool_id"),
@@ -74,14 +80,23 @@ fn usage_and_input_errors_exit_two_with_the_code_in_the_message() {
 
 #[test]
 fn tool_errors_exit_one_and_json_errors_are_structured() {
-    let out = toolexec(&["--json", "run", "math:divide", r#"{"a": 1, "b": 0}"#], None);
+    let out = toolexec(
+        &["--json", "run", "math:divide", r#"{"a": 1, "b": 0}"#],
+        None,
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err: Value = serde_json::from_slice(&out.stderr).unwrap();
     assert_eq!(err["error"]["code"], "execution_failed");
     let out = toolexec(&["--json", "run", "math:add", r#"{"a": "x"}"#], None);
     let err: Value = serde_json::from_slice(&out.stderr).unwrap();
     assert_eq!(err["error"]["code"], "validation_input");
-    assert!(err["error"]["details"]["violations"].as_array().unwrap().len() >= 2);
+    assert!(
+        err["error"]["details"]["violations"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 2
+    );
 }
 
 #[test]
@@ -91,20 +106,47 @@ fn tools_list_search_describe_and_namespaces() {
     assert!(text.starts_with("ID"), "{text}");
     assert!(text.contains("math:add"), "{text}");
 
-    let v = stdout_json(&toolexec(&["--json", "tools", "list", "--namespace", "time"], None));
-    let ids: Vec<&str> = v["tools"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
-    assert!(ids.contains(&"time:now") && ids.iter().all(|i| i.starts_with("time:")), "{ids:?}");
+    let v = stdout_json(&toolexec(
+        &["--json", "tools", "list", "--namespace", "time"],
+        None,
+    ));
+    let ids: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"time:now") && ids.iter().all(|i| i.starts_with("time:")),
+        "{ids:?}"
+    );
 
-    let v = stdout_json(&toolexec(&["--json", "tools", "search", "sha256 hash of text"], None));
+    let v = stdout_json(&toolexec(
+        &["--json", "tools", "search", "sha256 hash of text"],
+        None,
+    ));
     assert_eq!(v["results"][0]["id"], "hash:sha256", "{v}");
 
-    let v = stdout_json(&toolexec(&["--json", "tools", "describe", "math:add", "--detail", "full"], None));
-    assert!(v["input_schema"].is_object() && !v["examples"].as_array().unwrap().is_empty(), "{v}");
+    let v = stdout_json(&toolexec(
+        &[
+            "--json", "tools", "describe", "math:add", "--detail", "full",
+        ],
+        None,
+    ));
+    assert!(
+        v["input_schema"].is_object() && !v["examples"].as_array().unwrap().is_empty(),
+        "{v}"
+    );
     let md = toolexec(&["tools", "describe", "math:add"], None);
     assert!(String::from_utf8_lossy(&md.stdout).contains("## Input schema"));
 
     let v = stdout_json(&toolexec(&["--json", "tools", "namespaces"], None));
-    let names: Vec<&str> = v["namespaces"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = v["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
     for ns in ["encoding", "hash", "json", "math", "text", "time"] {
         assert!(names.contains(&ns), "{names:?}");
     }
@@ -112,7 +154,10 @@ fn tools_list_search_describe_and_namespaces() {
 
 #[test]
 fn paging_through_the_cli_visits_every_tool_once() {
-    let all = stdout_json(&toolexec(&["--json", "tools", "list", "--limit", "1000"], None));
+    let all = stdout_json(&toolexec(
+        &["--json", "tools", "list", "--limit", "1000"],
+        None,
+    ));
     let total = all["tools"].as_array().unwrap().len();
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
@@ -122,7 +167,13 @@ fn paging_through_the_cli_visits_every_tool_once() {
             args.extend(["--cursor", c.as_str()]);
         }
         let v = stdout_json(&toolexec(&args, None));
-        seen.extend(v["tools"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()));
+        seen.extend(
+            v["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_owned()),
+        );
         match v["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
             None => break,
@@ -139,7 +190,12 @@ fn chains_run_from_files_and_stdin() {
         {"tool_id": "text:case", "args": {"text": "Done Now", "to": "upper"}}
     ]"#;
     let out = toolexec(&["--json", "chain", "-"], Some(chain));
-    assert_eq!(out.status.code(), Some(2), "multiply lacks b: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "multiply lacks b: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let v = stdout_json(&out);
     assert_eq!(v["ok"], false);
     assert_eq!(v["steps"][1]["error"]["code"], "validation_input");
@@ -169,7 +225,16 @@ fn chains_run_from_files_and_stdin() {
 
 #[test]
 fn streaming_prints_json_lines_ending_in_done() {
-    let out = toolexec(&["--json", "run", "math:add", r#"{"a": 1, "b": 1}"#, "--stream"], None);
+    let out = toolexec(
+        &[
+            "--json",
+            "run",
+            "math:add",
+            r#"{"a": 1, "b": 1}"#,
+            "--stream",
+        ],
+        None,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -178,15 +243,28 @@ fn streaming_prints_json_lines_ending_in_done() {
     assert_eq!(lines.last().unwrap()["type"], "done");
     let out = toolexec(&["--json", "run", "math:nope", "--stream"], None);
     assert_eq!(out.status.code(), Some(2));
-    let last: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    let last: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(last["type"], "error");
 }
 
 #[test]
 fn timeouts_are_flags() {
-    let out = toolexec(&["run", "math:add", r#"{"a": 1, "b": 1}"#, "--timeout", "5 parsecs"], None);
+    let out = toolexec(
+        &[
+            "run",
+            "math:add",
+            r#"{"a": 1, "b": 1}"#,
+            "--timeout",
+            "5 parsecs",
+        ],
+        None,
+    );
     assert_eq!(out.status.code(), Some(2));
-    let out = toolexec(&["run", "math:add", r#"{"a": 1, "b": 1}"#, "--timeout", "2s"], None);
+    let out = toolexec(
+        &["run", "math:add", r#"{"a": 1, "b": 1}"#, "--timeout", "2s"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(0));
 }
 

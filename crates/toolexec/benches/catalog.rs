@@ -8,20 +8,98 @@ use serde_json::{Value, json};
 use toolexec::{Backend, BoxFuture, Call, Catalog, Tool, ToolOutput};
 
 const VERBS: &[&str] = &[
-    "get", "list", "create", "update", "delete", "search", "send", "fetch", "convert", "resize",
-    "translate", "summarize", "schedule", "cancel", "export", "import", "validate", "analyze",
+    "get",
+    "list",
+    "create",
+    "update",
+    "delete",
+    "search",
+    "send",
+    "fetch",
+    "convert",
+    "resize",
+    "translate",
+    "summarize",
+    "schedule",
+    "cancel",
+    "export",
+    "import",
+    "validate",
+    "analyze",
 ];
 const NOUNS: &[&str] = &[
-    "user", "order", "invoice", "email", "file", "image", "calendar_event", "ticket", "repository",
-    "weather", "stock_price", "payment", "contact", "document", "video", "playlist", "flight",
-    "hotel", "recipe", "news_article", "currency", "timezone", "message", "report",
+    "user",
+    "order",
+    "invoice",
+    "email",
+    "file",
+    "image",
+    "calendar_event",
+    "ticket",
+    "repository",
+    "weather",
+    "stock_price",
+    "payment",
+    "contact",
+    "document",
+    "video",
+    "playlist",
+    "flight",
+    "hotel",
+    "recipe",
+    "news_article",
+    "currency",
+    "timezone",
+    "message",
+    "report",
 ];
 const WORDS: &[&str] = &[
-    "returns", "the", "current", "details", "for", "a", "given", "identifier", "with", "optional",
-    "filters", "including", "status", "date", "range", "owner", "pagination", "results", "sorted",
-    "by", "relevance", "from", "external", "service", "account", "records", "matching", "query",
-    "fields", "metadata", "format", "json", "limit", "offset", "language", "region", "price",
-    "amount", "city", "country", "name", "address", "phone", "webhook", "notification", "secure",
+    "returns",
+    "the",
+    "current",
+    "details",
+    "for",
+    "a",
+    "given",
+    "identifier",
+    "with",
+    "optional",
+    "filters",
+    "including",
+    "status",
+    "date",
+    "range",
+    "owner",
+    "pagination",
+    "results",
+    "sorted",
+    "by",
+    "relevance",
+    "from",
+    "external",
+    "service",
+    "account",
+    "records",
+    "matching",
+    "query",
+    "fields",
+    "metadata",
+    "format",
+    "json",
+    "limit",
+    "offset",
+    "language",
+    "region",
+    "price",
+    "amount",
+    "city",
+    "country",
+    "name",
+    "address",
+    "phone",
+    "webhook",
+    "notification",
+    "secure",
 ];
 
 /// Deterministic pseudo-random generator (xorshift), so runs compare.
@@ -117,14 +195,23 @@ fn bench_register(c: &mut Criterion) {
 
 fn bench_search(c: &mut Criterion) {
     let catalog = Catalog::new();
-    catalog.register_many(synthetic_tools(10_000), false).unwrap();
+    catalog
+        .register_many(synthetic_tools(10_000), false)
+        .unwrap();
     let mut group = c.benchmark_group("catalog_search_10k");
-    for q in ["send email", "get the current weather for a city", "convert currency price amount", "delete_user"] {
+    for q in [
+        "send email",
+        "get the current weather for a city",
+        "convert currency price amount",
+        "delete_user",
+    ] {
         group.bench_function(q, |b| b.iter(|| catalog.search(q, 10, None)));
     }
     group.finish();
     let mut group = c.benchmark_group("catalog_get_10k");
-    group.bench_function("get", |b| b.iter(|| catalog.get("ns7:send_email_7").is_ok()));
+    group.bench_function("get", |b| {
+        b.iter(|| catalog.get("ns7:send_email_7").is_ok())
+    });
     group.finish();
 }
 

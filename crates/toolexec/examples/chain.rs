@@ -17,12 +17,16 @@ struct Mul {
 /// Runs the example; returns what it printed.
 pub async fn run() -> Result<Vec<String>, toolexec::Error> {
     let exec = Exec::builder().build();
-    exec.catalog().tool("math:mul", "Multiplies previous by `by`", |m: Mul| async move {
-        Ok::<_, ToolError>(m.previous * m.by)
-    })?;
-    exec.catalog().tool("math:const", "Returns `value`", |v: serde_json::Value| async move {
-        Ok::<_, ToolError>(v["value"].clone())
-    })?;
+    exec.catalog().tool(
+        "math:mul",
+        "Multiplies previous by `by`",
+        |m: Mul| async move { Ok::<_, ToolError>(m.previous * m.by) },
+    )?;
+    exec.catalog().tool(
+        "math:const",
+        "Returns `value`",
+        |v: serde_json::Value| async move { Ok::<_, ToolError>(v["value"].clone()) },
+    )?;
     // The same JSON shape the CLI (`toolexec chain FILE`) and the gateway take.
     let steps = parse_chain(&json!([
         {"tool_id": "math:const", "args": {"value": 3}},
@@ -32,10 +36,21 @@ pub async fn run() -> Result<Vec<String>, toolexec::Error> {
     let result = exec.run_chain(&steps).await?;
     let mut lines = Vec::new();
     for (i, step) in result.steps.iter().enumerate() {
-        let value = step.output.as_ref().map(|o| o.value.to_string()).unwrap_or_default();
-        lines.push(format!("step {i} {} → {value} ({:.3} ms)", step.tool_id, step.duration_ms));
+        let value = step
+            .output
+            .as_ref()
+            .map(|o| o.value.to_string())
+            .unwrap_or_default();
+        lines.push(format!(
+            "step {i} {} → {value} ({:.3} ms)",
+            step.tool_id, step.duration_ms
+        ));
     }
-    lines.push(format!("ok={} output={}", result.ok, result.output.unwrap_or_default()));
+    lines.push(format!(
+        "ok={} output={}",
+        result.ok,
+        result.output.unwrap_or_default()
+    ));
     Ok(lines)
 }
 

@@ -7,8 +7,14 @@ use toolexec::{DetailLevel, Exec, LocalTool, ToolDocs, ToolError, ToolExample};
 pub async fn run() -> Result<Vec<String>, toolexec::Error> {
     let exec = Exec::builder().build();
     let tools = [
-        ("weather:forecast", "Get the weather forecast for a city for the next days"),
-        ("weather:current", "Get current weather conditions for a city"),
+        (
+            "weather:forecast",
+            "Get the weather forecast for a city for the next days",
+        ),
+        (
+            "weather:current",
+            "Get current weather conditions for a city",
+        ),
         ("mail:send", "Send an email message to a recipient"),
         ("files:read", "Read a text file from the workspace"),
     ];

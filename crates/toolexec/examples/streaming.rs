@@ -23,14 +23,21 @@ pub async fn run() -> Result<Vec<String>, toolexec::Error> {
                 if ctx.is_cancelled() {
                     return Err(ToolError::new("cancelled"));
                 }
-                ctx.progress(f64::from(part), Some(f64::from(d.parts)), Some("downloading"));
+                ctx.progress(
+                    f64::from(part),
+                    Some(f64::from(d.parts)),
+                    Some("downloading"),
+                );
                 ctx.chunk(json!({"part": part, "bytes": 1024})).await;
             }
             Ok::<_, ToolError>(json!({"parts": d.parts, "bytes": 1024 * d.parts}))
         },
     )?;
     let mut stream = exec.run_stream(
-        StreamRequest::Tool { id: "demo:download".into(), args: json!({"parts": 3}) },
+        StreamRequest::Tool {
+            id: "demo:download".into(),
+            args: json!({"parts": 3}),
+        },
         RunOptions::default(),
     );
     let mut lines = Vec::new();

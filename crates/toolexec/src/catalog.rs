@@ -52,8 +52,8 @@ impl RegisteredTool {
             field: field.to_owned(),
             message,
         };
-        let input = CompiledSchema::compile(&tool.input_schema)
-            .map_err(|m| invalid("input_schema", m))?;
+        let input =
+            CompiledSchema::compile(&tool.input_schema).map_err(|m| invalid("input_schema", m))?;
         let output = match &tool.output_schema {
             Some(s) => Some(CompiledSchema::compile(s).map_err(|m| invalid("output_schema", m))?),
             None => None,
@@ -374,7 +374,9 @@ impl Catalog {
             return Err(Error::ToolNotFound { id: id.to_owned() });
         };
         self.index.write().remove(id);
-        let _ = self.events.send(CatalogEvent::Unregistered { id: id.to_owned() });
+        let _ = self
+            .events
+            .send(CatalogEvent::Unregistered { id: id.to_owned() });
         Ok(entry)
     }
 
@@ -385,10 +387,13 @@ impl Catalog {
 
     pub(crate) fn resolve(&self, id: &ToolIdRef<'_>) -> Result<Arc<RegisteredTool>, Error> {
         let state = self.state.read();
-        let found = state.by_key.get(id.key).and_then(|versions| match id.version {
-            None => versions.last(),
-            Some(v) => versions.iter().find(|e| e.tool.id.version() == Some(v)),
-        });
+        let found = state
+            .by_key
+            .get(id.key)
+            .and_then(|versions| match id.version {
+                None => versions.last(),
+                Some(v) => versions.iter().find(|e| e.tool.id.version() == Some(v)),
+            });
         match found {
             Some(e) => Ok(e.clone()),
             None => Err(Error::ToolNotFound {
@@ -533,7 +538,10 @@ fn prepare_parallel(tools: Vec<(Tool, Arc<dyn Backend>)>) -> Result<Vec<Register
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    Err(Error::invalid_request("tools", "schema compilation panicked"))
+                    Err(Error::invalid_request(
+                        "tools",
+                        "schema compilation panicked",
+                    ))
                 })
             })
             .collect()

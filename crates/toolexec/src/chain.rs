@@ -99,7 +99,8 @@ pub fn parse_chain(value: &Value) -> Result<Vec<ChainStep>, Error> {
         .iter()
         .enumerate()
         .map(|(i, item)| {
-            ChainStep::deserialize(item).map_err(|e| Error::invalid_request(format!("steps[{i}]"), e.to_string()))
+            ChainStep::deserialize(item)
+                .map_err(|e| Error::invalid_request(format!("steps[{i}]"), e.to_string()))
         })
         .collect()
 }
@@ -148,7 +149,10 @@ pub(crate) async fn run_chain(
     events: Option<&tokio::sync::mpsc::Sender<StreamEvent>>,
 ) -> Result<ChainResult, Error> {
     if steps.is_empty() {
-        return Err(Error::invalid_request("steps", "a chain needs at least one step"));
+        return Err(Error::invalid_request(
+            "steps",
+            "a chain needs at least one step",
+        ));
     }
     if steps.len() > pipeline.limits.max_chain_steps {
         return Err(Error::LimitExceeded {

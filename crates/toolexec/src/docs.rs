@@ -152,11 +152,7 @@ pub fn describe(tool: &Tool, level: DetailLevel) -> ToolDescription {
         } else {
             None
         },
-        annotations: if full {
-            tool.annotations.clone()
-        } else {
-            None
-        },
+        annotations: if full { tool.annotations.clone() } else { None },
         notes: if full {
             tool.docs.notes.clone()
         } else {

@@ -62,5 +62,5 @@ pub use output::{Content, ToolOutput};
 pub use run::RunOptions;
 pub use schema::{CompiledSchema, Violation};
 pub use stream::{EventStream, RunResult, StreamEvent};
-pub use tool::{Tool, ToolAnnotations, ToolBuilder, normalize_tags};
 pub use tokio_util::sync::CancellationToken;
+pub use tool::{Tool, ToolAnnotations, ToolBuilder, normalize_tags};

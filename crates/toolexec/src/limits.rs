@@ -49,7 +49,12 @@ pub(crate) enum Side {
 
 /// Checks size and depth in one walk that stops as soon as either limit
 /// is passed, so a hostile 1 GB value costs no more than the limit.
-pub(crate) fn check_json(value: &Value, max_bytes: usize, max_depth: usize, side: Side) -> Result<(), Error> {
+pub(crate) fn check_json(
+    value: &Value,
+    max_bytes: usize,
+    max_depth: usize,
+    side: Side,
+) -> Result<(), Error> {
     let mut budget = Budget {
         bytes: 0,
         max_bytes,

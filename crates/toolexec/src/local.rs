@@ -401,9 +401,12 @@ mod tests {
 
     #[test]
     fn schemas_are_derived_from_types() {
-        let (tool, _) = LocalTool::new("m:add", |a: Add| async move { Ok::<_, ToolError>(a.a + a.b) })
-            .build()
-            .unwrap();
+        let (tool, _) = LocalTool::new(
+            "m:add",
+            |a: Add| async move { Ok::<_, ToolError>(a.a + a.b) },
+        )
+        .build()
+        .unwrap();
         assert_eq!(tool.input_schema["type"], "object");
         assert_eq!(tool.input_schema["required"], json!(["a", "b"]));
         assert_eq!(tool.output_schema.as_ref().unwrap()["type"], "number");

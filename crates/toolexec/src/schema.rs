@@ -176,7 +176,10 @@ mod tests {
             .map(|v| (v.instance_path.as_str(), v.keyword.as_str()))
             .collect();
         keys.sort();
-        assert_eq!(keys, [("", "required"), ("/a", "type"), ("/b", "minLength")]);
+        assert_eq!(
+            keys,
+            [("", "required"), ("/a", "type"), ("/b", "minLength")]
+        );
         let (v, truncated) = s.violations(&json!({"a": "x", "b": "y"}), 2);
         assert_eq!(v.len(), 2);
         assert!(truncated);
@@ -210,7 +213,10 @@ mod tests {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "items": [{"type": "string"}]
         }));
-        assert!(d2020_items.is_err(), "array-form items is invalid in 2020-12");
+        assert!(
+            d2020_items.is_err(),
+            "array-form items is invalid in 2020-12"
+        );
     }
 
     #[test]

@@ -211,7 +211,9 @@ impl ToolBuilder {
         {
             return Err(invalid(
                 "input_schema.type",
-                format!("tool arguments are a JSON object, so the type must be \"object\", not {t}"),
+                format!(
+                    "tool arguments are a JSON object, so the type must be \"object\", not {t}"
+                ),
             ));
         }
         if let Some(out) = &self.output_schema
@@ -223,7 +225,8 @@ impl ToolBuilder {
                 "must be a JSON object or boolean schema".into(),
             ));
         }
-        let tags = normalize_tags(&self.tags).map_err(|(i, m)| invalid(&format!("tags[{i}]"), m))?;
+        let tags =
+            normalize_tags(&self.tags).map_err(|(i, m)| invalid(&format!("tags[{i}]"), m))?;
         Ok(Tool {
             id,
             title: self.title,
@@ -304,7 +307,10 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(err.to_string().contains("input_schema.type"), "{err}");
-        let err = Tool::builder("a:b").input_schema(json!([])).build().unwrap_err();
+        let err = Tool::builder("a:b")
+            .input_schema(json!([]))
+            .build()
+            .unwrap_err();
         assert!(err.to_string().contains("input_schema"), "{err}");
     }
 

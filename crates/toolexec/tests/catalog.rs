@@ -32,7 +32,10 @@ fn duplicates_are_refused_and_replace_replaces() {
     assert_eq!(c.get("a:x").unwrap().tool().description, "second");
     assert_eq!(c.len(), 1);
     assert_eq!(c.search("second", 5, None).len(), 1);
-    assert!(c.search("echo", 5, None).is_empty(), "old text left the index");
+    assert!(
+        c.search("echo", 5, None).is_empty(),
+        "old text left the index"
+    );
 }
 
 #[test]
@@ -47,7 +50,9 @@ fn invalid_definitions_are_rejected_at_registration() {
     assert!(err.to_string().contains("input_schema"), "{err}");
 
     let remote = Tool::builder("a:remote")
-        .input_schema(json!({"type": "object", "properties": {"n": {"$ref": "http://127.0.0.1:9/s.json"}}}))
+        .input_schema(
+            json!({"type": "object", "properties": {"n": {"$ref": "http://127.0.0.1:9/s.json"}}}),
+        )
         .build()
         .unwrap();
     let err = c.register(remote, Arc::new(Noop)).unwrap_err();
@@ -86,7 +91,12 @@ fn register_many_is_all_or_nothing() {
     echo(&c, "b:exists");
     let batch: Vec<_> = ["b:one", "b:two", "b:exists"]
         .iter()
-        .map(|id| (Tool::builder(id).build().unwrap(), Arc::new(Noop) as Arc<dyn toolexec::Backend>))
+        .map(|id| {
+            (
+                Tool::builder(id).build().unwrap(),
+                Arc::new(Noop) as Arc<dyn toolexec::Backend>,
+            )
+        })
         .collect();
     let err = c.register_many(batch, false).unwrap_err();
     assert_eq!(err.code(), ErrorCode::AlreadyExists);
@@ -94,7 +104,9 @@ fn register_many_is_all_or_nothing() {
     let batch: Vec<_> = (0..300)
         .map(|i| {
             let tool = Tool::builder(&format!("bulk:t{i:03}"))
-                .input_schema(json!({"type": "object", "properties": {format!("p{i}"): {"type": "string"}}}))
+                .input_schema(
+                    json!({"type": "object", "properties": {format!("p{i}"): {"type": "string"}}}),
+                )
                 .build()
                 .unwrap();
             (tool, Arc::new(Noop) as Arc<dyn toolexec::Backend>)
@@ -102,7 +114,10 @@ fn register_many_is_all_or_nothing() {
         .collect();
     assert_eq!(c.register_many(batch, false).unwrap(), 300);
     assert_eq!(c.len(), 301);
-    assert_eq!(c.search("p250", 1, None)[0].tool.tool().id.to_string(), "bulk:t250");
+    assert_eq!(
+        c.search("p250", 1, None)[0].tool.tool().id.to_string(),
+        "bulk:t250"
+    );
 }
 
 #[test]
@@ -117,7 +132,11 @@ fn paging_is_stable_and_complete() {
     let mut cursor = None;
     loop {
         let page = c
-            .list(&ListRequest { namespace: None, cursor: cursor.clone(), limit: Some(7) })
+            .list(&ListRequest {
+                namespace: None,
+                cursor: cursor.clone(),
+                limit: Some(7),
+            })
             .unwrap();
         seen.extend(page.tools.iter().map(|t| t.tool().id.to_string()));
         // Registering ahead of the cursor never shifts later pages.
@@ -135,17 +154,30 @@ fn paging_is_stable_and_complete() {
     assert_eq!(seen, sorted);
 
     let beta = c
-        .list(&ListRequest { namespace: Some("beta".into()), cursor: None, limit: Some(1000) })
+        .list(&ListRequest {
+            namespace: Some("beta".into()),
+            cursor: None,
+            limit: Some(1000),
+        })
         .unwrap();
     assert_eq!(beta.tools.len(), 25);
     assert!(beta.next_cursor.is_none());
     assert!(beta.tools.iter().all(|t| t.tool().namespace() == "beta"));
 
     let err = c
-        .list(&ListRequest { namespace: None, cursor: Some("::garbage".into()), limit: None })
+        .list(&ListRequest {
+            namespace: None,
+            cursor: Some("::garbage".into()),
+            limit: None,
+        })
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidRequest);
-    let err = c.list(&ListRequest { limit: Some(0), ..Default::default() }).unwrap_err();
+    let err = c
+        .list(&ListRequest {
+            limit: Some(0),
+            ..Default::default()
+        })
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidRequest);
 }
 
@@ -156,11 +188,18 @@ fn namespaces_are_counted_and_cleaned_up() {
     echo(&c, "x:b:1");
     echo(&c, "x:b:2");
     echo(&c, "y:a");
-    let ns: Vec<(String, usize)> = c.namespaces().into_iter().map(|n| (n.name, n.tools)).collect();
+    let ns: Vec<(String, usize)> = c
+        .namespaces()
+        .into_iter()
+        .map(|n| (n.name, n.tools))
+        .collect();
     assert_eq!(ns, [("x".to_owned(), 3), ("y".to_owned(), 1)]);
     c.unregister("y:a").unwrap();
     assert_eq!(c.namespaces().len(), 1);
-    assert_eq!(c.unregister("y:a").unwrap_err().code(), ErrorCode::ToolNotFound);
+    assert_eq!(
+        c.unregister("y:a").unwrap_err().code(),
+        ErrorCode::ToolNotFound
+    );
     assert!(c.search("y", 10, Some("y")).is_empty());
 }
 
@@ -174,9 +213,18 @@ async fn subscribers_see_every_change() {
         .unwrap();
     c.replace(tool, backend).unwrap();
     c.unregister("e:one").unwrap();
-    assert_eq!(rx.recv().await.unwrap(), CatalogEvent::Registered { id: "e:one".into() });
-    assert_eq!(rx.recv().await.unwrap(), CatalogEvent::Replaced { id: "e:one".into() });
-    assert_eq!(rx.recv().await.unwrap(), CatalogEvent::Unregistered { id: "e:one".into() });
+    assert_eq!(
+        rx.recv().await.unwrap(),
+        CatalogEvent::Registered { id: "e:one".into() }
+    );
+    assert_eq!(
+        rx.recv().await.unwrap(),
+        CatalogEvent::Replaced { id: "e:one".into() }
+    );
+    assert_eq!(
+        rx.recv().await.unwrap(),
+        CatalogEvent::Unregistered { id: "e:one".into() }
+    );
 }
 
 #[test]
@@ -204,7 +252,10 @@ fn reads_stay_consistent_while_another_thread_registers() {
         assert!(c.get("stable:tool").is_ok());
         for hit in c.search("echo tool", 5, None) {
             // Every hit resolves to a registered tool.
-            assert!(c.get(&hit.tool.tool().id.to_string()).is_ok() || hit.tool.tool().namespace() == "churn");
+            assert!(
+                c.get(&hit.tool.tool().id.to_string()).is_ok()
+                    || hit.tool.tool().namespace() == "churn"
+            );
         }
         reads += 1;
     }
@@ -212,6 +263,12 @@ fn reads_stay_consistent_while_another_thread_registers() {
     let written = writer.join().unwrap();
     assert!(reads > 0);
     assert_eq!(c.len(), 1 + written / 2);
-    let listed = c.list(&ListRequest { namespace: Some("churn".into()), limit: Some(1000), ..Default::default() }).unwrap();
+    let listed = c
+        .list(&ListRequest {
+            namespace: Some("churn".into()),
+            limit: Some(1000),
+            ..Default::default()
+        })
+        .unwrap();
     assert_eq!(listed.tools.len(), written / 2);
 }

@@ -26,29 +26,43 @@ struct Count {
 fn exec() -> Exec {
     let exec = Exec::builder().build();
     let c = exec.catalog();
-    c.tool("m:double", "Doubles n (plus previous)", |a: Num| async move {
-        Ok::<_, ToolError>(2.0 * a.n + a.previous.unwrap_or(0.0))
-    })
+    c.tool(
+        "m:double",
+        "Doubles n (plus previous)",
+        |a: Num| async move { Ok::<_, ToolError>(2.0 * a.n + a.previous.unwrap_or(0.0)) },
+    )
     .unwrap();
     c.tool("m:fail", "Always fails", |_: Value| async move {
         Err::<Value, _>(ToolError::new("nope"))
     })
     .unwrap();
-    c.tool("m:identity", "Returns its arguments", |v: Value| async move { Ok::<_, ToolError>(v) })
-        .unwrap();
-    c.tool("m:count", "Counts with progress and chunks", |a: Count, ctx: ToolContext| async move {
-        for i in 1..=a.to {
-            ctx.progress(f64::from(i), Some(f64::from(a.to)), Some("counting"));
-            ctx.chunk(json!({"i": i})).await;
-            tokio::task::yield_now().await;
-        }
-        Ok::<_, ToolError>(a.to)
-    })
+    c.tool(
+        "m:identity",
+        "Returns its arguments",
+        |v: Value| async move { Ok::<_, ToolError>(v) },
+    )
     .unwrap();
-    c.tool("m:slow", "Sleeps until cancelled", |_: Value, ctx: ToolContext| async move {
-        ctx.cancelled().await;
-        Ok::<_, ToolError>("cancelled")
-    })
+    c.tool(
+        "m:count",
+        "Counts with progress and chunks",
+        |a: Count, ctx: ToolContext| async move {
+            for i in 1..=a.to {
+                ctx.progress(f64::from(i), Some(f64::from(a.to)), Some("counting"));
+                ctx.chunk(json!({"i": i})).await;
+                tokio::task::yield_now().await;
+            }
+            Ok::<_, ToolError>(a.to)
+        },
+    )
+    .unwrap();
+    c.tool(
+        "m:slow",
+        "Sleeps until cancelled",
+        |_: Value, ctx: ToolContext| async move {
+            ctx.cancelled().await;
+            Ok::<_, ToolError>("cancelled")
+        },
+    )
     .unwrap();
     exec
 }
@@ -66,7 +80,10 @@ async fn use_previous_injects_or_replaces_arguments() {
     // No args: the previous result *is* the arguments; a number is not an
     // object, so the third step fails validation, with the reason.
     assert!(!r.ok);
-    assert_eq!(r.steps[2].error.as_ref().unwrap().code, ErrorCode::ValidationInput);
+    assert_eq!(
+        r.steps[2].error.as_ref().unwrap().code,
+        ErrorCode::ValidationInput
+    );
     let steps = parse_chain(&json!([
         {"tool_id": "m:identity", "args": {"k": 1}},
         {"tool_id": "m:identity", "use_previous": true}
@@ -111,14 +128,21 @@ async fn use_previous_after_a_failed_step_is_a_clear_error() {
     let r = exec().run_chain(&steps).await.unwrap();
     let e = r.steps[1].error.as_ref().unwrap();
     assert_eq!(e.code, ErrorCode::ValidationInput);
-    assert!(e.message.contains("step 0 produced no result"), "{}", e.message);
+    assert!(
+        e.message.contains("step 0 produced no result"),
+        "{}",
+        e.message
+    );
 }
 
 #[tokio::test]
 async fn malformed_chains_name_the_step_and_field() {
     for (chain, needle) in [
         (json!({"nope": 1}), "steps"),
-        (json!([{"tool_id": "m:double", "args": {}, "extra": 1}]), "steps[0]"),
+        (
+            json!([{"tool_id": "m:double", "args": {}, "extra": 1}]),
+            "steps[0]",
+        ),
         (json!([{"tool_id": "m:double"}, {"tool_id": 5}]), "steps[1]"),
     ] {
         let err = parse_chain(&chain).unwrap_err();
@@ -127,7 +151,9 @@ async fn malformed_chains_name_the_step_and_field() {
     }
     let err = exec().run_chain(&[]).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidRequest);
-    let long: Vec<ChainStep> = (0..101).map(|_| ChainStep::new("m:identity", json!({}))).collect();
+    let long: Vec<ChainStep> = (0..101)
+        .map(|_| ChainStep::new("m:identity", json!({})))
+        .collect();
     let err = exec().run_chain(&long).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::LimitExceeded);
 }
@@ -136,7 +162,10 @@ async fn malformed_chains_name_the_step_and_field() {
 async fn a_tool_streams_progress_and_chunks_then_done() {
     let events: Vec<StreamEvent> = exec()
         .run_stream(
-            StreamRequest::Tool { id: "m:count".into(), args: json!({"to": 3}) },
+            StreamRequest::Tool {
+                id: "m:count".into(),
+                args: json!({"to": 3}),
+            },
             RunOptions::default(),
         )
         .collect()
@@ -148,8 +177,15 @@ async fn a_tool_streams_progress_and_chunks_then_done() {
             _ => None,
         })
         .collect();
-    assert_eq!(chunks, [&json!({"i": 1}), &json!({"i": 2}), &json!({"i": 3})]);
-    assert!(events.iter().any(|e| matches!(e, StreamEvent::Progress { total: Some(t), .. } if *t == 3.0)));
+    assert_eq!(
+        chunks,
+        [&json!({"i": 1}), &json!({"i": 2}), &json!({"i": 3})]
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, StreamEvent::Progress { total: Some(t), .. } if *t == 3.0))
+    );
     match events.last().unwrap() {
         StreamEvent::Done { result } => {
             assert!(matches!(result.as_ref(), RunResult::Tool(o) if o.value == json!(3)))
@@ -163,11 +199,19 @@ async fn a_tool_streams_progress_and_chunks_then_done() {
 #[tokio::test]
 async fn a_failing_stream_ends_with_error() {
     let events: Vec<StreamEvent> = exec()
-        .run_stream(StreamRequest::Tool { id: "m:nope".into(), args: json!({}) }, RunOptions::default())
+        .run_stream(
+            StreamRequest::Tool {
+                id: "m:nope".into(),
+                args: json!({}),
+            },
+            RunOptions::default(),
+        )
         .collect()
         .await;
     assert_eq!(events.len(), 1);
-    assert!(matches!(&events[0], StreamEvent::Error { error } if error.code == ErrorCode::ToolNotFound));
+    assert!(
+        matches!(&events[0], StreamEvent::Error { error } if error.code == ErrorCode::ToolNotFound)
+    );
 }
 
 #[tokio::test]
@@ -176,21 +220,38 @@ async fn a_chain_streams_step_events() {
         ChainStep::new("m:count", json!({"to": 2})),
         ChainStep::new("m:double", json!({"n": 1})),
     ];
-    let events: Vec<StreamEvent> =
-        exec().run_stream(StreamRequest::Chain(steps), RunOptions::default()).collect().await;
-    assert!(events.iter().any(|e| matches!(e, StreamEvent::Chunk { step: Some(0), .. })));
+    let events: Vec<StreamEvent> = exec()
+        .run_stream(StreamRequest::Chain(steps), RunOptions::default())
+        .collect()
+        .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, StreamEvent::Chunk { step: Some(0), .. }))
+    );
     assert!(events.iter().any(
         |e| matches!(e, StreamEvent::Progress { step: Some(1), progress, total: Some(t), .. } if *progress == 2.0 && *t == 2.0)
     ));
-    assert!(matches!(events.last().unwrap(), StreamEvent::Done { result } if matches!(result.as_ref(), RunResult::Chain(c) if c.ok)));
+    assert!(
+        matches!(events.last().unwrap(), StreamEvent::Done { result } if matches!(result.as_ref(), RunResult::Chain(c) if c.ok))
+    );
 }
 
 #[tokio::test]
 async fn dropping_a_stream_cancels_the_run() {
     let exec = exec();
     let token = toolexec::CancellationToken::new();
-    let opts = RunOptions { timeout: Some(Duration::from_secs(30)), cancel: Some(token.clone()) };
-    let stream = exec.run_stream(StreamRequest::Tool { id: "m:slow".into(), args: json!({}) }, opts);
+    let opts = RunOptions {
+        timeout: Some(Duration::from_secs(30)),
+        cancel: Some(token.clone()),
+    };
+    let stream = exec.run_stream(
+        StreamRequest::Tool {
+            id: "m:slow".into(),
+            args: json!({}),
+        },
+        opts,
+    );
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(!token.is_cancelled());
     drop(stream);

@@ -13,7 +13,11 @@ mod streaming;
 async fn basic_example() {
     let lines = basic::run().await.unwrap();
     assert_eq!(lines[0], "math:add → {\"sum\":42.0}");
-    assert!(lines[1].starts_with("validation_input → validation_input: tool math:add"), "{}", lines[1]);
+    assert!(
+        lines[1].starts_with("validation_input → validation_input: tool math:add"),
+        "{}",
+        lines[1]
+    );
 }
 
 #[tokio::test]
@@ -26,16 +30,31 @@ async fn chain_example() {
 #[tokio::test]
 async fn discovery_example() {
     let lines = discovery::run().await.unwrap();
-    assert!(lines.contains(&"namespace weather (2 tools)".to_owned()), "{lines:?}");
+    assert!(
+        lines.contains(&"namespace weather (2 tools)".to_owned()),
+        "{lines:?}"
+    );
     let first_hit = lines.iter().find(|l| l.starts_with("search → ")).unwrap();
     assert!(first_hit.starts_with("search → weather:"), "{lines:?}");
-    assert!(lines.contains(&"describe(full) → 1 examples".to_owned()), "{lines:?}");
+    assert!(
+        lines.contains(&"describe(full) → 1 examples".to_owned()),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test]
 async fn streaming_example() {
     let lines = streaming::run().await.unwrap();
-    assert_eq!(lines.iter().filter(|l| l.contains("\"type\":\"chunk\"")).count(), 3);
-    assert!(lines.last().unwrap().contains("\"type\":\"done\""), "{lines:?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("\"type\":\"chunk\""))
+            .count(),
+        3
+    );
+    assert!(
+        lines.last().unwrap().contains("\"type\":\"done\""),
+        "{lines:?}"
+    );
     assert!(lines.last().unwrap().contains("3072"), "{lines:?}");
 }

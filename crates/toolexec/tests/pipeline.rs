@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolexec::{
-    Availability, Backend, BoxFuture, Call, Catalog, CancellationToken, Content, ErrorCode, Exec,
+    Availability, Backend, BoxFuture, Call, CancellationToken, Catalog, Content, ErrorCode, Exec,
     Limits, LocalTool, RunOptions, Tool, ToolContext, ToolError, ToolOutput, raw_handler,
 };
 
@@ -50,23 +50,32 @@ fn exec() -> Exec {
         Ok::<_, ToolError>(1)
     })
     .unwrap();
-    c.tool("test:sleep", "Sleeps", |s: Sleep, ctx: ToolContext| async move {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(s.ms)) => Ok::<_, ToolError>("slept"),
-            _ = ctx.cancelled() => Err(ToolError::new("saw cancellation")),
-        }
-    })
+    c.tool(
+        "test:sleep",
+        "Sleeps",
+        |s: Sleep, ctx: ToolContext| async move {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(s.ms)) => Ok::<_, ToolError>("slept"),
+                _ = ctx.cancelled() => Err(ToolError::new("saw cancellation")),
+            }
+        },
+    )
     .unwrap();
-    LocalTool::new("test:liar", |_: Value| async move { Ok::<_, ToolError>(json!({"n": "not a number"})) })
-        .output_schema(json!({"type": "object", "properties": {"n": {"type": "number"}}}))
-        .register(c)
-        .unwrap();
+    LocalTool::new("test:liar", |_: Value| async move {
+        Ok::<_, ToolError>(json!({"n": "not a number"}))
+    })
+    .output_schema(json!({"type": "object", "properties": {"n": {"type": "number"}}}))
+    .register(c)
+    .unwrap();
     exec
 }
 
 #[tokio::test]
 async fn typed_tool_runs_and_returns_structured_value() {
-    let out = exec().run_tool("math:add", json!({"a": 1.5, "b": 2})).await.unwrap();
+    let out = exec()
+        .run_tool("math:add", json!({"a": 1.5, "b": 2}))
+        .await
+        .unwrap();
     assert_eq!(out.value, json!({"sum": 3.5}));
     assert!(out.content.is_empty());
 }
@@ -78,7 +87,9 @@ async fn invalid_input_lists_every_violation_with_paths() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::ValidationInput);
-    let toolexec::Error::ValidationInput(f) = &err else { panic!("{err}") };
+    let toolexec::Error::ValidationInput(f) = &err else {
+        panic!("{err}")
+    };
     assert_eq!(f.tool, "math:add");
     let mut got: Vec<(String, String)> = f
         .violations
@@ -95,19 +106,32 @@ async fn invalid_input_lists_every_violation_with_paths() {
         ]
     );
     let msg = err.to_string();
-    assert!(msg.starts_with("validation_input: tool math:add: 3 violations"), "{msg}");
+    assert!(
+        msg.starts_with("validation_input: tool math:add: 3 violations"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]
 async fn violations_are_capped() {
     let exec = Exec::builder()
-        .limits(Limits { max_violations: 1, ..Limits::default() })
+        .limits(Limits {
+            max_violations: 1,
+            ..Limits::default()
+        })
         .build();
     exec.catalog()
-        .tool("math:add", "Adds", |a: AddArgs| async move { Ok::<_, ToolError>(a.a + a.b) })
+        .tool("math:add", "Adds", |a: AddArgs| async move {
+            Ok::<_, ToolError>(a.a + a.b)
+        })
         .unwrap();
-    let err = exec.run_tool("math:add", json!({"a": "x", "b": "y"})).await.unwrap_err();
-    let toolexec::Error::ValidationInput(f) = err else { panic!() };
+    let err = exec
+        .run_tool("math:add", json!({"a": "x", "b": "y"}))
+        .await
+        .unwrap_err();
+    let toolexec::Error::ValidationInput(f) = err else {
+        panic!()
+    };
     assert_eq!(f.violations.len(), 1);
     assert!(f.truncated);
 }
@@ -147,7 +171,9 @@ async fn huge_and_deep_arguments_hit_limits() {
         })
         .build();
     exec.catalog()
-        .tool("t:echo", "Echoes", |v: Value| async move { Ok::<_, ToolError>(v) })
+        .tool("t:echo", "Echoes", |v: Value| async move {
+            Ok::<_, ToolError>(v)
+        })
         .unwrap();
     let big = json!({"s": "x".repeat(2000)});
     let err = exec.run_tool("t:echo", big).await.unwrap_err();
@@ -164,10 +190,15 @@ async fn huge_and_deep_arguments_hit_limits() {
 #[tokio::test]
 async fn output_limits_apply_too() {
     let exec = Exec::builder()
-        .limits(Limits { max_output_bytes: 100, ..Limits::default() })
+        .limits(Limits {
+            max_output_bytes: 100,
+            ..Limits::default()
+        })
         .build();
     exec.catalog()
-        .tool("t:big", "Big", |_: Value| async move { Ok::<_, ToolError>("y".repeat(500)) })
+        .tool("t:big", "Big", |_: Value| async move {
+            Ok::<_, ToolError>("y".repeat(500))
+        })
         .unwrap();
     let err = exec.run_tool("t:big", json!({})).await.unwrap_err();
     assert!(err.to_string().contains("output_bytes"), "{err}");
@@ -175,7 +206,10 @@ async fn output_limits_apply_too() {
 
 #[tokio::test]
 async fn tool_failure_is_distinct_from_infrastructure_failure() {
-    let err = exec().run_tool("math:div", json!({"a": 1, "b": 0})).await.unwrap_err();
+    let err = exec()
+        .run_tool("math:div", json!({"a": 1, "b": 0}))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::ExecutionFailed);
     assert!(err.is_tool_error());
     assert!(err.to_string().contains("division by zero"));
@@ -190,7 +224,10 @@ async fn output_breaking_its_schema_is_validation_output() {
     assert!(err.to_string().contains("/n"), "{err}");
     // With output validation off the same call succeeds.
     let exec = exec();
-    let lax = Exec::builder().catalog(exec.catalog().clone()).validate_output(false).build();
+    let lax = Exec::builder()
+        .catalog(exec.catalog().clone())
+        .validate_output(false)
+        .build();
     assert!(lax.run_tool("test:liar", json!({})).await.is_ok());
 }
 
@@ -202,7 +239,10 @@ async fn a_panicking_handler_fails_one_call_and_the_process_keeps_serving() {
         assert_eq!(err.code(), ErrorCode::ExecutionFailed);
         assert!(!err.is_tool_error());
         assert!(err.to_string().contains("handler exploded"), "{err}");
-        let ok = exec.run_tool("math:add", json!({"a": 1, "b": 1})).await.unwrap();
+        let ok = exec
+            .run_tool("math:add", json!({"a": 1, "b": 1}))
+            .await
+            .unwrap();
         assert_eq!(ok.value, json!({"sum": 2.0}));
     }
 }
@@ -225,7 +265,11 @@ async fn a_panic_before_the_future_exists_is_caught_too() {
 async fn a_hanging_handler_times_out() {
     let exec = exec();
     let err = exec
-        .run_tool_with("test:sleep", json!({"ms": 60_000}), &RunOptions::timeout(Duration::from_millis(50)))
+        .run_tool_with(
+            "test:sleep",
+            json!({"ms": 60_000}),
+            &RunOptions::timeout(Duration::from_millis(50)),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Timeout);
@@ -236,7 +280,10 @@ async fn a_hanging_handler_times_out() {
 async fn cancellation_stops_the_call() {
     let exec = exec();
     let token = CancellationToken::new();
-    let opts = RunOptions { timeout: None, cancel: Some(token.clone()) };
+    let opts = RunOptions {
+        timeout: None,
+        cancel: Some(token.clone()),
+    };
     let canceller = {
         let token = token.clone();
         tokio::spawn(async move {
@@ -244,7 +291,10 @@ async fn cancellation_stops_the_call() {
             token.cancel();
         })
     };
-    let err = exec.run_tool_with("test:sleep", json!({"ms": 60_000}), &opts).await.unwrap_err();
+    let err = exec
+        .run_tool_with("test:sleep", json!({"ms": 60_000}), &opts)
+        .await
+        .unwrap_err();
     canceller.await.unwrap();
     // Either the pipeline noticed first (cancelled) or the handler did
     // (it returns a tool error saying so); both stop the call promptly.
@@ -253,7 +303,10 @@ async fn cancellation_stops_the_call() {
         "{err}"
     );
     // An already-cancelled token never reaches the backend.
-    let err = exec.run_tool_with("math:add", json!({"a": 1, "b": 2}), &opts).await.unwrap_err();
+    let err = exec
+        .run_tool_with("math:add", json!({"a": 1, "b": 2}), &opts)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Cancelled);
 }
 
@@ -264,23 +317,36 @@ impl Backend for Offline {
         "test"
     }
     fn call<'a>(&'a self, _call: Call<'a>) -> BoxFuture<'a, Result<ToolOutput, toolexec::Error>> {
-        Box::pin(async { Err(toolexec::Error::backend_unavailable("test", "server is down")) })
+        Box::pin(async {
+            Err(toolexec::Error::backend_unavailable(
+                "test",
+                "server is down",
+            ))
+        })
     }
     fn availability(&self) -> Availability {
-        Availability::Unavailable { reason: "server is down".into() }
+        Availability::Unavailable {
+            reason: "server is down".into(),
+        }
     }
 }
 
 #[tokio::test]
 async fn custom_backends_plug_in() {
     let exec = Exec::builder().build();
-    let tool = Tool::builder("remote:thing").description("Remote").build().unwrap();
+    let tool = Tool::builder("remote:thing")
+        .description("Remote")
+        .build()
+        .unwrap();
     exec.catalog().register(tool, Arc::new(Offline)).unwrap();
     let err = exec.run_tool("remote:thing", json!({})).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::BackendUnavailable);
     let entry = exec.catalog().get("remote:thing").unwrap();
     assert_eq!(entry.backend().kind(), "test");
-    assert!(matches!(entry.backend().availability(), Availability::Unavailable { .. }));
+    assert!(matches!(
+        entry.backend().availability(),
+        Availability::Unavailable { .. }
+    ));
 }
 
 #[tokio::test]
@@ -289,17 +355,25 @@ async fn raw_handlers_return_content_that_is_normalized() {
     LocalTool::new(
         "raw:json_text",
         raw_handler(|args: Value, _ctx| async move {
-            Ok(ToolOutput::from_content(vec![Content::text(format!("{{\"echo\": {args}}}"))]))
+            Ok(ToolOutput::from_content(vec![Content::text(format!(
+                "{{\"echo\": {args}}}"
+            ))]))
         }),
     )
     .input_schema(json!({"type": "object", "properties": {"x": {"type": "integer"}}}))
     .output_schema(json!({"type": "object", "required": ["echo"]}))
     .register(exec.catalog())
     .unwrap();
-    let out = exec.run_tool("raw:json_text", json!({"x": 1})).await.unwrap();
+    let out = exec
+        .run_tool("raw:json_text", json!({"x": 1}))
+        .await
+        .unwrap();
     assert_eq!(out.value, json!({"echo": {"x": 1}}));
     assert_eq!(out.content.len(), 1);
-    let err = exec.run_tool("raw:json_text", json!({"x": "1"})).await.unwrap_err();
+    let err = exec
+        .run_tool("raw:json_text", json!({"x": "1"}))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::ValidationInput);
 }
 
@@ -320,7 +394,10 @@ async fn versions_resolve_to_the_newest_unless_named() {
     let pinned = exec.run_tool("svc:ver:1.2", json!({})).await.unwrap();
     assert_eq!(pinned.value, json!("1.2"));
     exec.catalog().unregister("svc:ver:1.10").unwrap();
-    assert_eq!(exec.run_tool("svc:ver", json!({})).await.unwrap().value, json!("1.9"));
+    assert_eq!(
+        exec.run_tool("svc:ver", json!({})).await.unwrap().value,
+        json!("1.9")
+    );
 }
 
 #[tokio::test]
@@ -328,9 +405,14 @@ async fn typed_arguments_that_pass_a_loose_schema_still_fail_cleanly() {
     // Validation off: serde decoding is the last line of defence.
     let exec = Exec::builder().validate_input(false).build();
     exec.catalog()
-        .tool("math:add", "Adds", |a: AddArgs| async move { Ok::<_, ToolError>(a.a + a.b) })
+        .tool("math:add", "Adds", |a: AddArgs| async move {
+            Ok::<_, ToolError>(a.a + a.b)
+        })
         .unwrap();
-    let err = exec.run_tool("math:add", json!({"a": "x"})).await.unwrap_err();
+    let err = exec
+        .run_tool("math:add", json!({"a": "x"}))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::ValidationInput);
     assert!(err.to_string().contains("handler's type"), "{err}");
 }
@@ -344,7 +426,10 @@ async fn many_concurrent_calls_share_one_exec() {
         let exec = exec.clone();
         let done = done.clone();
         tasks.push(tokio::spawn(async move {
-            let out = exec.run_tool("math:add", json!({"a": i, "b": 1})).await.unwrap();
+            let out = exec
+                .run_tool("math:add", json!({"a": i, "b": 1}))
+                .await
+                .unwrap();
             assert_eq!(out.value["sum"], json!(f64::from(i) + 1.0));
             done.fetch_add(1, Ordering::Relaxed);
         }));
@@ -358,7 +443,8 @@ async fn many_concurrent_calls_share_one_exec() {
 #[test]
 fn synchronous_tools_run_without_a_tokio_runtime() {
     let exec = exec();
-    let out = futures::executor::block_on(exec.run_tool("math:add", json!({"a": 1, "b": 2}))).unwrap();
+    let out =
+        futures::executor::block_on(exec.run_tool("math:add", json!({"a": 1, "b": 2}))).unwrap();
     assert_eq!(out.value, json!({"sum": 3.0}));
     // An asynchronous tool cannot have its deadline enforced: clear error, no panic.
     exec.catalog()
@@ -375,6 +461,7 @@ fn synchronous_tools_run_without_a_tokio_runtime() {
 #[test]
 fn catalog_is_usable_without_exec() {
     let c = Catalog::new();
-    c.tool("a:b", "B", |v: Value| async move { Ok::<_, ToolError>(v) }).unwrap();
+    c.tool("a:b", "B", |v: Value| async move { Ok::<_, ToolError>(v) })
+        .unwrap();
     assert_eq!(c.len(), 1);
 }
