@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit, integration and doc tests,
-# and the search-quality evaluation. Everything it needs comes from
-# crates.io through cargo; later suites (MCP, sandboxes) install their own
-# packages here.
+# the search-quality evaluation, and the MCP suites against real servers and
+# clients. Everything comes from the package registries: crates through
+# cargo, the MCP reference server, Inspector, conformance suite and Node 22
+# from npm, the Python MCP SDK from PyPI (scripts/install-test-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need() { command -v "$1" >/dev/null 2>&1 || { echo "error: $1 is required ($2)" >&2; exit 2; }; }
 need cargo "the Rust toolchain, 1.95"
-need python3 "used by nothing yet; checked so later suites fail early"
+need python3 "the Python MCP SDK tests"
+need npm "the MCP reference server, Inspector and conformance suite"
+
+echo "== test dependencies"
+bash scripts/install-test-deps.sh
+# shellcheck disable=SC1091
+source "${TOOLEXEC_DEPS:-$HOME/.cache/toolexec/deps}/env.sh"
 
 echo "== toolchain: $(cargo --version), $(rustc --version)"
 rustup component list --installed 2>/dev/null | grep -qE '^(rustfmt|clippy)' || \

@@ -12,6 +12,10 @@ pub struct Cli {
     /// Machine-readable JSON output instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Configuration file (default: ./toolexec.toml when present, else the
+    /// built-in catalog alone).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -25,6 +29,31 @@ pub enum Command {
     Run(RunArgs),
     /// Run a chain of steps from a JSON file (or `-` for stdin).
     Chain(ChainArgs),
+    /// Serve the catalog to agents as an MCP server (stdio, or streamable HTTP with --http).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serve streamable HTTP at ADDR (`PORT` or `IP:PORT`; loopback when only a port), endpoint `/mcp`.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// File holding the bearer token HTTP clients must send (else $TOOLEXEC_TOKEN, else the config's gateway.token).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// Serve HTTP without authentication (only for local experiments).
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// What to publish: meta-tools only, every catalog tool, or both.
+    #[arg(long, value_enum)]
+    pub expose: Option<ExposeArg>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExposeArg {
+    Meta,
+    All,
+    Both,
 }
 
 #[derive(Debug, Subcommand)]

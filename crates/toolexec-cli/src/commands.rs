@@ -11,7 +11,12 @@ use toolexec::{
     StreamRequest, parse_chain,
 };
 
+use std::sync::Arc;
+
+use toolexec_mcp::upstream::Upstream;
+
 use crate::args::{ChainArgs, Cli, Command, Detail, ExecFlags, RunArgs, ToolsCommand};
+use crate::config::Config;
 use crate::render;
 
 /// Success.
@@ -45,15 +50,37 @@ pub fn exit_code(body: &ErrorBody) -> u8 {
 }
 
 pub async fn dispatch(cli: Cli) -> u8 {
-    let exec = Exec::builder()
-        .catalog(toolexec_builtins::catalog())
-        .build();
     let json = cli.json;
+    let config = match Config::discover(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            let body = ErrorBody {
+                code: ErrorCode::InvalidRequest,
+                message: e.to_string(),
+                details: None,
+            };
+            return report(&body, json, EXIT_USAGE);
+        }
+    };
+    let (exec, upstreams) = match build_exec(&config).await {
+        Ok(x) => x,
+        Err(e) => {
+            let body = e.to_body();
+            return report(&body, json, exit_code(&body));
+        }
+    };
     let result = match cli.command {
         Command::Tools(cmd) => tools(&exec, cmd, json),
         Command::Run(args) => run(&exec, args, json).await,
         Command::Chain(args) => chain(&exec, args, json).await,
+        Command::Serve(args) => crate::serve::serve(exec, &config, args)
+            .await
+            .map(|()| EXIT_OK)
+            .map_err(Failure::Error),
     };
+    for upstream in upstreams {
+        upstream.shutdown().await;
+    }
     match result {
         Ok(code) => code,
         Err(Failure::Error(e)) => {
@@ -83,6 +110,22 @@ impl From<io::Error> for Failure {
     fn from(e: io::Error) -> Self {
         Failure::Io(e)
     }
+}
+
+/// The catalog the configuration describes: enabled built-ins plus every
+/// upstream server's tools (connected before returning, unless `lazy`).
+async fn build_exec(config: &Config) -> Result<(Exec, Vec<Upstream>), Error> {
+    let catalog = Arc::new(toolexec::Catalog::new());
+    toolexec_builtins::register(&catalog, &config.builtins)?;
+    let mut upstreams = Vec::with_capacity(config.servers.len());
+    for server in &config.servers {
+        upstreams.push(Upstream::connect(server.clone(), catalog.clone()).await?);
+    }
+    let exec = Exec::builder()
+        .catalog(catalog)
+        .limits(config.limits.clone())
+        .build();
+    Ok((exec, upstreams))
 }
 
 fn report(body: &ErrorBody, json: bool, code: u8) -> u8 {

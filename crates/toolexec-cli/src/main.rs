@@ -2,7 +2,9 @@
 
 mod args;
 mod commands;
+mod config;
 mod render;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -10,6 +12,14 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
+    // Logs go to stderr: stdout carries results (and, for `serve`, the protocol).
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TOOLEXEC_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

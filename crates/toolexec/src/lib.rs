@@ -43,6 +43,7 @@ pub mod output;
 mod run;
 pub mod schema;
 pub mod search;
+pub mod secret;
 pub mod stream;
 pub mod tool;
 
@@ -61,6 +62,7 @@ pub use local::{LocalTool, ToolError, raw_handler};
 pub use output::{Content, ToolOutput};
 pub use run::RunOptions;
 pub use schema::{CompiledSchema, Violation};
+pub use secret::Secret;
 pub use stream::{EventStream, RunResult, StreamEvent};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{Tool, ToolAnnotations, ToolBuilder, normalize_tags};

@@ -1,0 +1,109 @@
+//! `toolexec serve`: the MCP gateway over stdio or streamable HTTP.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use tokio_util::sync::CancellationToken;
+use toolexec::{Error, Exec, Secret};
+use toolexec_mcp::gateway::{self, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions};
+
+use crate::args::{ExposeArg, ServeArgs};
+use crate::config::Config;
+
+/// Environment variable holding the HTTP bearer token.
+pub const TOKEN_ENV: &str = "TOOLEXEC_TOKEN";
+
+pub async fn serve(exec: Exec, config: &Config, args: ServeArgs) -> Result<(), Error> {
+    let expose = match args.expose {
+        Some(ExposeArg::Meta) => Expose::Meta,
+        Some(ExposeArg::All) => Expose::All,
+        Some(ExposeArg::Both) => Expose::Both,
+        None => config.gateway.expose.unwrap_or(Expose::Meta),
+    };
+    let gateway = Gateway::new(
+        exec,
+        GatewayOptions {
+            expose,
+            server_name: "toolexec".into(),
+            instructions: None,
+        },
+    );
+    let Some(http) = args.http.as_deref() else {
+        return gateway::serve_stdio(gateway).await;
+    };
+    let bind = parse_bind(http)?;
+    let auth = if args.insecure_no_auth {
+        HttpAuth::InsecureNoAuth
+    } else {
+        HttpAuth::Bearer(token(&args, config)?)
+    };
+    let shutdown = CancellationToken::new();
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            shutdown.cancel();
+        });
+    }
+    let options = HttpOptions {
+        bind,
+        auth,
+        allowed_origins: config.gateway.allowed_origins.clone(),
+    };
+    gateway::serve_http(gateway, options, shutdown)
+        .await
+        .map(|_| ())
+}
+
+fn token(args: &ServeArgs, config: &Config) -> Result<Secret, Error> {
+    let missing = || {
+        Error::invalid_request(
+            "token",
+            format!(
+                "HTTP mode needs a bearer token: --token-file PATH, ${TOKEN_ENV}, or gateway.token in the config (or --insecure-no-auth)"
+            ),
+        )
+    };
+    let token = if let Some(path) = &args.token_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::invalid_request(
+                "token_file",
+                format!("cannot read {}: {}", path.display(), e.kind()),
+            )
+        })?;
+        Secret::new(text.trim_end_matches(['\n', '\r']).to_owned())
+    } else if let Ok(t) = std::env::var(TOKEN_ENV) {
+        Secret::new(t)
+    } else if let Some(t) = &config.gateway.token {
+        t.clone()
+    } else {
+        return Err(missing());
+    };
+    if token.is_empty() {
+        return Err(missing());
+    }
+    Ok(token)
+}
+
+/// `8080` binds 127.0.0.1:8080; `IP:PORT` binds as given.
+pub fn parse_bind(s: &str) -> Result<SocketAddr, Error> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    s.parse::<SocketAddr>()
+        .map_err(|_| Error::invalid_request("http", format!("expected PORT or IP:PORT, got {s:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_defaults_to_loopback() {
+        assert_eq!(
+            parse_bind("8080").unwrap(),
+            "127.0.0.1:8080".parse().unwrap()
+        );
+        assert_eq!(parse_bind("[::1]:9").unwrap(), "[::1]:9".parse().unwrap());
+        assert!(parse_bind("localhost").is_err());
+    }
+}

@@ -1,0 +1,343 @@
+//! Streamable HTTP hosting: rmcp's `StreamableHttpService` at `/mcp` in
+//! axum, behind bearer-token auth and `Origin` checks.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+use toolexec::{Error, Secret};
+
+use super::Gateway;
+
+/// The endpoint path.
+pub const MCP_PATH: &str = "/mcp";
+
+/// Origins allowed when [`HttpOptions::allowed_origins`] is empty.
+pub const DEFAULT_ALLOWED_ORIGINS: [&str; 3] =
+    ["http://localhost", "http://127.0.0.1", "http://[::1]"];
+
+/// How HTTP clients authenticate.
+#[derive(Debug, Clone)]
+pub enum HttpAuth {
+    /// Every request must carry `Authorization: Bearer <token>`; others get
+    /// `401` with `WWW-Authenticate: Bearer`. Compared in constant time.
+    Bearer(Secret),
+    /// No authentication (local experiments only).
+    InsecureNoAuth,
+}
+
+/// Where and how to serve streamable HTTP.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Address to listen on (port 0 picks a free port; see [`bind_http`]).
+    /// On a loopback address the `Host` header must also name a loopback
+    /// host (`localhost`, `127.0.0.1`, `[::1]`), against DNS rebinding.
+    pub bind: SocketAddr,
+    /// Authentication.
+    pub auth: HttpAuth,
+    /// Browser origins allowed to call. A request with an `Origin` header
+    /// not listed gets `403`; requests without one pass. Empty means
+    /// [`DEFAULT_ALLOWED_ORIGINS`]. An entry without a port (or with `:*`)
+    /// matches any port, one with a port only that port; `*` allows every
+    /// origin and `null` allows `Origin: null`.
+    pub allowed_origins: Vec<String>,
+}
+
+impl HttpOptions {
+    /// Options with the default allowed origins.
+    pub fn new(bind: SocketAddr, auth: HttpAuth) -> Self {
+        HttpOptions {
+            bind,
+            auth,
+            allowed_origins: Vec::new(),
+        }
+    }
+}
+
+/// Serves `gateway` over streamable HTTP at `http://{bind}/mcp` until
+/// `shutdown` is cancelled; returns the address it was bound to. Each client
+/// gets its own MCP session.
+pub async fn serve_http(
+    gateway: Gateway,
+    options: HttpOptions,
+    shutdown: CancellationToken,
+) -> Result<SocketAddr, Error> {
+    let (addr, server) = bind_http(gateway, options, shutdown).await?;
+    tracing::info!(%addr, "MCP gateway listening on http://{addr}{MCP_PATH}");
+    server.await?;
+    Ok(addr)
+}
+
+/// Binds the listener and returns the bound address (useful with port 0)
+/// and the future that serves until `shutdown` is cancelled.
+pub async fn bind_http(
+    gateway: Gateway,
+    options: HttpOptions,
+    shutdown: CancellationToken,
+) -> Result<
+    (
+        SocketAddr,
+        impl Future<Output = Result<(), Error>> + Send + 'static,
+    ),
+    Error,
+> {
+    if let HttpAuth::Bearer(token) = &options.auth
+        && token.is_empty()
+    {
+        return Err(Error::invalid_request("auth", "the bearer token is empty"));
+    }
+    let guard = Arc::new(Guard {
+        auth: options.auth,
+        origins: if options.allowed_origins.is_empty() {
+            DEFAULT_ALLOWED_ORIGINS
+                .iter()
+                .map(|o| OriginRule::parse(o))
+                .collect()
+        } else {
+            options
+                .allowed_origins
+                .iter()
+                .map(|o| OriginRule::parse(o))
+                .collect()
+        },
+    });
+    let listener = tokio::net::TcpListener::bind(options.bind)
+        .await
+        .map_err(|e| unavailable(format!("cannot listen on {}: {e}", options.bind)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| unavailable(format!("cannot read the bound address: {e}")))?;
+
+    let mut config =
+        StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
+    if !addr.ip().is_loopback() {
+        // Reachable under names we cannot know; auth and Origin checks apply.
+        config = config.disable_allowed_hosts();
+    }
+    let service = StreamableHttpService::new(
+        move || Ok(gateway.for_new_connection()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let router = Router::new()
+        .route_service(MCP_PATH, service)
+        .layer(middleware::from_fn_with_state(guard, check_request));
+    let server = async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
+            .map_err(|e| unavailable(format!("HTTP server failed: {e}")))
+    };
+    Ok((addr, server))
+}
+
+fn unavailable(message: String) -> Error {
+    Error::backend_unavailable("mcp-gateway", message)
+}
+
+struct Guard {
+    auth: HttpAuth,
+    origins: Vec<OriginRule>,
+}
+
+impl Guard {
+    fn origin_allowed(&self, origin: &str) -> bool {
+        let parsed = Origin::parse(origin);
+        self.origins
+            .iter()
+            .any(|r| r.matches(origin, parsed.as_ref()))
+    }
+
+    fn authorized(&self, value: Option<&HeaderValue>) -> bool {
+        let HttpAuth::Bearer(token) = &self.auth else {
+            return true;
+        };
+        let Some(v) = value.and_then(|v| v.to_str().ok()) else {
+            return false;
+        };
+        match v.trim().split_once(' ') {
+            Some((scheme, t)) if scheme.eq_ignore_ascii_case("bearer") => {
+                token.constant_time_eq(t.trim())
+            }
+            _ => false,
+        }
+    }
+}
+
+async fn check_request(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let allowed = origin.to_str().is_ok_and(|o| guard.origin_allowed(o));
+        if !allowed {
+            return (StatusCode::FORBIDDEN, "Forbidden: Origin not allowed\n").into_response();
+        }
+    }
+    if !guard.authorized(req.headers().get(header::AUTHORIZATION)) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "Unauthorized: send Authorization: Bearer <token>\n",
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
+/// A parsed `scheme://host[:port]`.
+#[derive(Debug, PartialEq, Eq)]
+struct Origin {
+    scheme: String,
+    host: String,
+    port: Option<u16>,
+}
+
+impl Origin {
+    fn parse(s: &str) -> Option<Origin> {
+        let (scheme, authority) = s.trim().split_once("://")?;
+        if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
+            return None;
+        }
+        let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+            let (h, after) = rest.split_once(']')?;
+            let port = match after {
+                "" => None,
+                p => Some(p.strip_prefix(':')?),
+            };
+            (format!("[{h}]"), port)
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h.to_owned(), Some(p)),
+                None => (authority.to_owned(), None),
+            }
+        };
+        let port = match port {
+            None => None,
+            Some(p) => Some(p.parse().ok()?),
+        };
+        Some(Origin {
+            scheme: scheme.to_ascii_lowercase(),
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
+/// One allowed-origin entry.
+#[derive(Debug)]
+enum OriginRule {
+    Any,
+    /// Literal match (`null`, or an entry that does not parse).
+    Exact(String),
+    /// Scheme and host, and a port unless any port goes.
+    Pattern {
+        scheme: String,
+        host: String,
+        port: Option<u16>,
+    },
+}
+
+impl OriginRule {
+    fn parse(s: &str) -> OriginRule {
+        let s = s.trim();
+        if s == "*" {
+            return OriginRule::Any;
+        }
+        let any_port = s.strip_suffix(":*");
+        match Origin::parse(any_port.unwrap_or(s)) {
+            Some(o) => OriginRule::Pattern {
+                scheme: o.scheme,
+                host: o.host,
+                port: if any_port.is_some() { None } else { o.port },
+            },
+            None => OriginRule::Exact(s.to_owned()),
+        }
+    }
+
+    fn matches(&self, raw: &str, origin: Option<&Origin>) -> bool {
+        match (self, origin) {
+            (OriginRule::Any, _) => true,
+            (OriginRule::Exact(e), _) => e == raw.trim(),
+            (OriginRule::Pattern { scheme, host, port }, Some(o)) => {
+                *scheme == o.scheme && *host == o.host && (port.is_none() || *port == o.port)
+            }
+            (OriginRule::Pattern { .. }, None) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(origins: &[&str]) -> Guard {
+        let list: Vec<&str> = if origins.is_empty() {
+            DEFAULT_ALLOWED_ORIGINS.to_vec()
+        } else {
+            origins.to_vec()
+        };
+        Guard {
+            auth: HttpAuth::Bearer(Secret::new("t0k")),
+            origins: list.iter().map(|o| OriginRule::parse(o)).collect(),
+        }
+    }
+
+    #[test]
+    fn default_origins_are_loopback_with_any_port() {
+        let g = guard(&[]);
+        for ok in [
+            "http://localhost",
+            "http://localhost:6274",
+            "http://127.0.0.1:9",
+            "http://[::1]:80",
+            "HTTP://LOCALHOST:1",
+        ] {
+            assert!(g.origin_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "http://evil.example.com",
+            "https://localhost",
+            "http://localhost.evil.com",
+            "http://127.0.0.1.nip.io",
+            "null",
+            "http://localhost:99999",
+            "garbage",
+        ] {
+            assert!(!g.origin_allowed(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn explicit_ports_and_wildcards() {
+        let g = guard(&["https://app.example.com:8443", "http://dev.local:*", "null"]);
+        assert!(g.origin_allowed("https://app.example.com:8443"));
+        assert!(!g.origin_allowed("https://app.example.com"));
+        assert!(g.origin_allowed("http://dev.local:3000"));
+        assert!(g.origin_allowed("null"));
+        assert!(!g.origin_allowed("http://localhost"));
+        assert!(guard(&["*"]).origin_allowed("http://anything"));
+    }
+
+    #[test]
+    fn bearer_tokens() {
+        let g = guard(&[]);
+        let h = |s: &str| HeaderValue::from_str(s).unwrap();
+        assert!(g.authorized(Some(&h("Bearer t0k"))));
+        assert!(g.authorized(Some(&h("bearer t0k"))));
+        assert!(!g.authorized(Some(&h("Bearer t0k2"))));
+        assert!(!g.authorized(Some(&h("Basic t0k"))));
+        assert!(!g.authorized(Some(&h("t0k"))));
+        assert!(!g.authorized(None));
+        let open = Guard {
+            auth: HttpAuth::InsecureNoAuth,
+            origins: Vec::new(),
+        };
+        assert!(open.authorized(None));
+    }
+}

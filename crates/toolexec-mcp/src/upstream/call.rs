@@ -1,0 +1,297 @@
+//! The backend of an upstream tool: relays calls as `tools/call`, with the
+//! per-server deadline and concurrency limit, progress relay, cancellation,
+//! and one transparent retry after an HTTP session loss.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
+    ProgressToken, RequestId, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpError;
+use rmcp::{Peer, RoleClient};
+use serde_json::{Map, Value, json};
+use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolOutput};
+
+use super::session::{Router, error_chain};
+use super::{Shared, UpstreamStatus, convert};
+
+/// Reason sent with `notifications/cancelled`.
+const ABANDONED: &str = "the toolexec caller abandoned the call (cancelled or timed out)";
+
+/// The backend of one imported tool.
+#[derive(Debug)]
+pub(crate) struct ToolBackend {
+    pub(crate) shared: Arc<Shared>,
+    /// The tool's name on the server.
+    pub(crate) remote_name: String,
+}
+
+impl Backend for ToolBackend {
+    fn kind(&self) -> &str {
+        "mcp"
+    }
+
+    fn call<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<ToolOutput, Error>> {
+        Box::pin(self.shared.call_tool(&self.remote_name, call))
+    }
+
+    fn availability(&self) -> Availability {
+        self.shared.availability()
+    }
+}
+
+/// Why one attempt failed.
+enum Failure {
+    /// The HTTP session is gone; re-initialize and retry once.
+    SessionLost(String),
+    Error(Error),
+}
+
+impl Shared {
+    async fn call_tool(&self, remote: &str, call: Call<'_>) -> Result<ToolOutput, Error> {
+        let tool = call.tool.id.to_string();
+        let ctx = call.ctx;
+        let args = match call.args {
+            Value::Object(m) => m,
+            Value::Null => Map::new(),
+            _ => return Err(Error::invalid_request("args", "must be a JSON object")),
+        };
+        let work = async {
+            let _slot = self
+                .slots
+                .acquire()
+                .await
+                .map_err(|_| self.unavailable("shut down"))?;
+            let mut retried = false;
+            loop {
+                let (peer, generation) = match self.connected_peer() {
+                    Ok(connected) => connected,
+                    // Another call found the HTTP session lost: wait for the
+                    // new one (once) instead of failing.
+                    Err((_, Some(replaced))) if !retried => {
+                        retried = true;
+                        self.wait_for_new_session(replaced).await?;
+                        continue;
+                    }
+                    Err((e, _)) => return Err(e),
+                };
+                match self
+                    .call_once(&peer, remote, &tool, args.clone(), &ctx)
+                    .await
+                {
+                    Ok(out) => return Ok(out),
+                    Err(Failure::Error(e)) => return Err(e),
+                    Err(Failure::SessionLost(why)) if !retried => {
+                        tracing::info!(server = %self.name, reason = %why, "HTTP session lost; re-initializing and retrying once");
+                        retried = true;
+                        let _ = self.reinit.send(generation);
+                        self.wait_for_new_session(generation).await?;
+                    }
+                    Err(Failure::SessionLost(why)) => {
+                        return Err(self.unavailable(&format!(
+                            "the HTTP session was lost again after re-initializing: {why}"
+                        )));
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            r = tokio::time::timeout(self.call_timeout, work) => r.unwrap_or_else(|_| {
+                Err(Error::Timeout { tool: tool.clone(), after: self.call_timeout })
+            }),
+            _ = ctx.cancelled() => Err(Error::Cancelled { tool: tool.clone() }),
+        }
+    }
+
+    fn unavailable(&self, message: &str) -> Error {
+        Error::backend_unavailable(self.name.to_string(), message)
+    }
+
+    /// The peer of the current session; otherwise why there is none, and the
+    /// generation being replaced when a lost HTTP session is re-initialized.
+    fn connected_peer(&self) -> Result<(Peer<RoleClient>, u64), (Error, Option<u64>)> {
+        let conn = self.conn.borrow();
+        match (&conn.peer, &conn.status) {
+            (Some(peer), UpstreamStatus::Connected { .. }) => Ok((peer.clone(), conn.generation)),
+            (_, status) => Err((
+                self.unavailable(
+                    &status
+                        .unavailable_reason()
+                        .unwrap_or_else(|| "not connected".to_owned()),
+                ),
+                conn.reinitializing.then_some(conn.generation),
+            )),
+        }
+    }
+
+    /// Waits until a session newer than `generation` is up (the caller's
+    /// deadline bounds the wait), or the reconnect failed.
+    async fn wait_for_new_session(&self, generation: u64) -> Result<(), Error> {
+        let mut rx = self.conn.subscribe();
+        let ready = rx
+            .wait_for(|c| {
+                c.generation > generation
+                    || matches!(c.status, UpstreamStatus::Failed { .. })
+                    || matches!(&c.status, UpstreamStatus::Restarting { attempt, .. } if *attempt > 1)
+            })
+            .await;
+        match ready {
+            Ok(c) if c.generation > generation => Ok(()),
+            Ok(c) => Err(self.unavailable(
+                &c.status
+                    .unavailable_reason()
+                    .unwrap_or_else(|| "re-initialization failed".to_owned()),
+            )),
+            Err(_) => Err(self.unavailable("shut down")),
+        }
+    }
+
+    async fn call_once(
+        &self,
+        peer: &Peer<RoleClient>,
+        remote: &str,
+        tool: &str,
+        args: Map<String, Value>,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, Failure> {
+        let params = CallToolRequestParams::new(remote.to_owned()).with_arguments(args);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| self.failure(tool, e))?;
+        // No await between sending and arming the guard: dropping the call
+        // from here on cancels the request on the server.
+        let mut guard = InFlight {
+            router: &self.router,
+            peer: peer.clone(),
+            id: Some(handle.id.clone()),
+            progress: handle.progress_token.clone(),
+        };
+        self.router
+            .watch_progress(guard.progress.clone(), ctx.clone());
+        let result = handle.await_response().await;
+        guard.id = None;
+        match result.map_err(|e| self.failure(tool, e))? {
+            ServerResult::CallToolResult(r) => {
+                convert::output_from_mcp(tool, r).map_err(Failure::Error)
+            }
+            ServerResult::InputRequiredResult(r) => Err(Failure::Error(Error::ExecutionFailed {
+                tool: tool.to_owned(),
+                message: "the server asked for client input (elicitation or sampling), which \
+                          toolexec cannot provide"
+                    .to_owned(),
+                data: serde_json::to_value(r).ok(),
+                panicked: false,
+            })),
+            ServerResult::CreateTaskResult(r) => Err(Failure::Error(Error::ExecutionFailed {
+                tool: tool.to_owned(),
+                message: "the server answered with a task, which toolexec does not poll".to_owned(),
+                data: serde_json::to_value(r).ok(),
+                panicked: false,
+            })),
+            other => Err(Failure::Error(Error::ExecutionFailed {
+                tool: tool.to_owned(),
+                message: "the server answered tools/call with an unexpected result".to_owned(),
+                data: serde_json::to_value(other).ok(),
+                panicked: false,
+            })),
+        }
+    }
+
+    /// Classifies an rmcp error.
+    fn failure(&self, tool: &str, e: ServiceError) -> Failure {
+        let http = self.endpoint.is_http();
+        match e {
+            // A correlated error answers this request: the server processed
+            // it, so it is never retried (a lost session is answered with
+            // HTTP 404/401, or an uncorrelated error; see `http_client`).
+            ServiceError::McpError(data) => Failure::Error(Error::ExecutionFailed {
+                tool: tool.to_owned(),
+                message: format!(
+                    "the server answered with JSON-RPC error {}: {}",
+                    data.code.0, data.message
+                ),
+                data: Some(json!({"code": data.code.0, "data": data.data})),
+                panicked: false,
+            }),
+            ServiceError::TransportSend(err) => {
+                let detail = error_chain(err.error.as_ref());
+                if http && session_lost_in_chain(err.error.as_ref()) {
+                    return Failure::SessionLost(detail);
+                }
+                Failure::Error(self.unavailable(&format!("sending the call failed: {detail}")))
+            }
+            ServiceError::TransportClosed => Failure::Error(self.unavailable(
+                "the connection to the server closed before the result arrived \
+                 (the server exited or the session ended)",
+            )),
+            ServiceError::Cancelled { .. } => Failure::Error(Error::Cancelled {
+                tool: tool.to_owned(),
+            }),
+            ServiceError::Timeout { timeout } => Failure::Error(Error::Timeout {
+                tool: tool.to_owned(),
+                after: timeout,
+            }),
+            other => Failure::Error(self.unavailable(&other.to_string())),
+        }
+    }
+}
+
+/// HTTP 404 (after rmcp's own re-initialization failed) or 401 on a request.
+fn session_lost_in_chain(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(http) = err.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            match http {
+                StreamableHttpError::SessionExpired | StreamableHttpError::AuthRequired(_) => {
+                    return true;
+                }
+                StreamableHttpError::UnexpectedServerResponse(msg)
+                    if msg.starts_with("HTTP 401") || msg.starts_with("HTTP 404") =>
+                {
+                    return true;
+                }
+                StreamableHttpError::Client(re)
+                    if re
+                        .status()
+                        .is_some_and(|s| s.as_u16() == 401 || s.as_u16() == 404) =>
+                {
+                    return true;
+                }
+                _ => {}
+            }
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// A request in flight. Dropped while armed (`id` set), it sends
+/// `notifications/cancelled` for the request. Always stops the progress relay.
+struct InFlight<'a> {
+    router: &'a Router,
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+    progress: ProgressToken,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.router.unwatch_progress(&self.progress);
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let param = CancelledNotificationParam::new(Some(id), Some(ABANDONED.to_owned()));
+                if let Err(e) = peer.notify_cancelled(param).await {
+                    tracing::debug!(error = %e, "could not send notifications/cancelled");
+                }
+            });
+        }
+    }
+}

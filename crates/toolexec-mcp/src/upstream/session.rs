@@ -1,0 +1,391 @@
+//! One MCP client session with an upstream server: the transport (a spawned
+//! child over stdio, or streamable HTTP), the rmcp client handler (progress
+//! routing, `tools/list_changed`), and tool listing.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListToolsRequest,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ServerResult,
+};
+use rmcp::service::{ClientInitializeError, NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::Notify;
+use toolexec::{Secret, ToolContext};
+
+use super::UpstreamTransport;
+
+/// Most `tools/list` pages followed before giving up on a server whose
+/// cursors never end.
+const MAX_LIST_PAGES: usize = 1000;
+
+/// The transport, validated and ready to connect with, secrets still wrapped.
+#[derive(Debug, Clone)]
+pub(crate) enum Endpoint {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: Vec<(String, Secret)>,
+        cwd: Option<std::path::PathBuf>,
+    },
+    Http {
+        url: String,
+        /// Header values are marked sensitive, so `Debug` redacts them.
+        headers: HashMap<http::HeaderName, http::HeaderValue>,
+        bearer_token: Option<Secret>,
+    },
+}
+
+impl Endpoint {
+    /// Validates the configured transport. Errors never quote secret values.
+    pub(crate) fn from_config(
+        server: &str,
+        transport: &UpstreamTransport,
+    ) -> Result<Self, toolexec::Error> {
+        match transport {
+            UpstreamTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                if command.trim().is_empty() {
+                    return Err(toolexec::Error::invalid_request(
+                        "transport.command",
+                        "is empty",
+                    ));
+                }
+                Ok(Endpoint::Stdio {
+                    command: command.clone(),
+                    args: args.clone(),
+                    env: env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    cwd: cwd.clone(),
+                })
+            }
+            UpstreamTransport::Http {
+                url,
+                headers,
+                bearer_token,
+            } => {
+                let lower = url.trim().to_ascii_lowercase();
+                if lower.starts_with("https://") {
+                    return Err(toolexec::Error::backend_unavailable(
+                        server,
+                        "https:// URLs need TLS, which this build of toolexec-mcp does not \
+                         include (rmcp and reqwest are compiled without TLS features); use \
+                         http:// (loopback or a trusted network) or a TLS-terminating proxy",
+                    ));
+                }
+                if !lower.starts_with("http://") {
+                    return Err(toolexec::Error::invalid_request(
+                        "transport.url",
+                        "must be an http:// URL",
+                    ));
+                }
+                let mut map = HashMap::with_capacity(headers.len());
+                for (name, value) in headers {
+                    let header_name =
+                        http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                            toolexec::Error::invalid_request(
+                                format!("transport.headers.{name}"),
+                                "not a valid HTTP header name",
+                            )
+                        })?;
+                    let mut header_value =
+                        http::HeaderValue::from_str(value.expose()).map_err(|_| {
+                            toolexec::Error::invalid_request(
+                                format!("transport.headers.{name}"),
+                                "the value is not a valid HTTP header value (value not shown)",
+                            )
+                        })?;
+                    header_value.set_sensitive(true);
+                    map.insert(header_name, header_value);
+                }
+                if let Some(token) = bearer_token
+                    && http::HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err()
+                {
+                    return Err(toolexec::Error::invalid_request(
+                        "transport.bearer_token",
+                        "not valid in an HTTP header (value not shown)",
+                    ));
+                }
+                Ok(Endpoint::Http {
+                    url: url.trim().to_owned(),
+                    headers: map,
+                    bearer_token: bearer_token.clone(),
+                })
+            }
+        }
+    }
+
+    pub(crate) fn is_http(&self) -> bool {
+        matches!(self, Endpoint::Http { .. })
+    }
+}
+
+/// Routes server notifications of every session of one upstream.
+#[derive(Debug, Default)]
+pub(crate) struct Router {
+    /// Progress token of each call in flight → its context.
+    progress: Mutex<HashMap<ProgressToken, ToolContext>>,
+    /// Signalled on `notifications/tools/list_changed`.
+    pub(crate) tools_changed: Notify,
+}
+
+impl Router {
+    pub(crate) fn watch_progress(&self, token: ProgressToken, ctx: ToolContext) {
+        if ctx.is_streaming() {
+            self.progress.lock().insert(token, ctx);
+        }
+    }
+
+    pub(crate) fn unwatch_progress(&self, token: &ProgressToken) {
+        self.progress.lock().remove(token);
+    }
+}
+
+/// The rmcp client handler of one session.
+#[derive(Debug, Clone)]
+pub(crate) struct Handler {
+    pub(crate) server: Arc<str>,
+    pub(crate) router: Arc<Router>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let ctx = self
+            .router
+            .progress
+            .lock()
+            .get(&params.progress_token)
+            .cloned();
+        if let Some(ctx) = ctx {
+            ctx.progress(params.progress, params.total, params.message.as_deref());
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::debug!(server = %self.server, "tools/list_changed");
+        self.router.tools_changed.notify_one();
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolexec", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+}
+
+/// A connected session.
+pub(crate) type Running = RunningService<RoleClient, Handler>;
+
+/// Why a connection attempt failed, and whether retrying can help.
+#[derive(Debug)]
+pub(crate) struct ConnectError {
+    pub(crate) message: String,
+    /// Retrying cannot help (authorization refused, no common protocol version).
+    pub(crate) permanent: bool,
+}
+
+impl ConnectError {
+    fn transient(message: impl Into<String>) -> Self {
+        ConnectError {
+            message: message.into(),
+            permanent: false,
+        }
+    }
+}
+
+/// Opens a session: spawns the child (stdio) or opens the HTTP session, and
+/// runs the MCP handshake. Returns the session and the child's pid.
+pub(crate) async fn open(
+    endpoint: &Endpoint,
+    handler: Handler,
+    max_concurrency: usize,
+) -> Result<(Running, Option<u32>), ConnectError> {
+    match endpoint {
+        Endpoint::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut cmd = tokio::process::Command::new(command);
+            // Never leave a server behind, even if the runtime goes away
+            // before the graceful shutdown ran.
+            cmd.args(args).kill_on_drop(true);
+            for (k, v) in env {
+                cmd.env(k, v.expose());
+            }
+            if let Some(dir) = cwd {
+                cmd.current_dir(dir);
+            }
+            let (child, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| ConnectError::transient(format!("cannot start {command:?}: {e}")))?;
+            let pid = child.id();
+            if let Some(stderr) = stderr {
+                forward_stderr(handler.server.clone(), stderr);
+            }
+            let running = handler
+                .serve(child)
+                .await
+                .map_err(|e| init_error(&e, false))?;
+            Ok((running, pid))
+        }
+        Endpoint::Http {
+            url,
+            headers,
+            bearer_token,
+        } => {
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(headers.clone())
+                .max_concurrent_requests(max_concurrency);
+            if let Some(token) = bearer_token {
+                config = config.auth_header(token.expose());
+            }
+            let client =
+                super::http_client::SessionAwareClient::new().map_err(ConnectError::transient)?;
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            let running = handler
+                .serve(transport)
+                .await
+                .map_err(|e| init_error(&e, true))?;
+            Ok((running, None))
+        }
+    }
+}
+
+fn init_error(e: &ClientInitializeError, http: bool) -> ConnectError {
+    let permanent = matches!(e, ClientInitializeError::NoCompatibleProtocolVersion { .. })
+        || (http && e.is_authorization_required())
+        || (http && error_chain_has_http_auth_failure(e));
+    let mut message = match e {
+        ClientInitializeError::TransportError { error, context } => {
+            format!(
+                "MCP handshake failed ({context}): {}",
+                error_chain(error.error.as_ref())
+            )
+        }
+        other => format!("MCP handshake failed: {}", error_chain(other)),
+    };
+    if permanent {
+        message.push_str(" (not retried)");
+    }
+    ConnectError { message, permanent }
+}
+
+/// An error and its sources, in one line (sources already quoted by an
+/// outer message are not repeated). Sees through rmcp's HTTP client errors,
+/// whose `Display` hides the cause (connection refused, ...).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    fn next<'a>(
+        e: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a (dyn std::error::Error + 'static)> {
+        if let Some(StreamableHttpError::<reqwest::Error>::Client(inner)) =
+            e.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return Some(inner);
+        }
+        e.source()
+    }
+    let mut out = e.to_string();
+    let mut cur = next(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = next(err);
+    }
+    out.replace('\n', " ")
+}
+
+fn error_chain_has_http_auth_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(
+            StreamableHttpError::<reqwest::Error>::AuthRequired(_)
+            | StreamableHttpError::<reqwest::Error>::InsufficientScope(_),
+        ) = err.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Copies the child's stderr to `tracing` (debug level, target
+/// `toolexec_mcp::upstream::stderr`). The server's own output is not filtered.
+fn forward_stderr(server: Arc<str>, stderr: tokio::process::ChildStderr) {
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(target: "toolexec_mcp::upstream::stderr", server = %server, "{line}");
+        }
+    });
+}
+
+/// Lists every tool, following `nextCursor`, as raw JSON objects (so one
+/// malformed tool does not fail the listing). Bypasses rmcp's response cache,
+/// which could otherwise return a listing from before `list_changed`.
+pub(crate) async fn list_all_tools(
+    peer: &Peer<RoleClient>,
+) -> Result<Vec<Map<String, Value>>, String> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen_cursors = std::collections::HashSet::new();
+    for _ in 0..MAX_LIST_PAGES {
+        let mut params = PaginatedRequestParams::default();
+        params.cursor = cursor.take();
+        let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
+        let result = peer
+            .send_request(request)
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        let page = match result {
+            ServerResult::ListToolsResult(r) => serde_json::to_value(r),
+            ServerResult::CustomResult(c) => Ok(c.0),
+            other => serde_json::to_value(other),
+        }
+        .map_err(|e| format!("tools/list: unreadable result: {e}"))?;
+        let Some(items) = page.get("tools").and_then(Value::as_array) else {
+            return Err("tools/list: the result has no tools array".to_owned());
+        };
+        for item in items {
+            match item {
+                Value::Object(m) => tools.push(m.clone()),
+                _ => tracing::warn!("tools/list: skipping an entry that is not an object"),
+            }
+        }
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if !next.is_empty() => {
+                if !seen_cursors.insert(next.to_owned()) {
+                    return Err(format!("tools/list: the server repeated cursor {next:?}"));
+                }
+                cursor = Some(next.to_owned());
+            }
+            _ => return Ok(tools),
+        }
+    }
+    Err(format!("tools/list: more than {MAX_LIST_PAGES} pages"))
+}

@@ -1,0 +1,193 @@
+//! Shared helpers for the gateway tests (and `examples/gateway_server.rs`):
+//! the demo catalog, the external test dependencies, the example server
+//! binary and an in-process HTTP gateway. Included with `#[path]`; it has no
+//! tests of its own.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolexec::{Exec, LocalTool, ToolContext, ToolError, ToolOutput, raw_handler};
+use toolexec_mcp::gateway::{self, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions};
+
+/// The built-in catalog plus `demo:progress` (reports progress and streams
+/// chunks) and `demo:sleep` (waits, honouring cancellation).
+pub fn demo_exec() -> Exec {
+    let catalog = toolexec_builtins::catalog();
+    register_demo_tools(&catalog);
+    Exec::new(catalog)
+}
+
+/// Registers the demo tools.
+pub fn register_demo_tools(catalog: &toolexec::Catalog) {
+    LocalTool::new(
+        "demo:progress",
+        raw_handler(|args: Value, ctx: ToolContext| async move {
+            let steps = args["steps"].as_u64().unwrap_or(3);
+            let delay = args["delay_ms"].as_u64().unwrap_or(20);
+            for i in 1..=steps {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                ctx.progress(i as f64, Some(steps as f64), Some(&format!("step {i}")));
+                ctx.chunk(json!({ "step": i })).await;
+            }
+            Ok::<_, ToolError>(ToolOutput::structured(json!({ "steps": steps })))
+        }),
+    )
+    .description(
+        "Counts to `steps`, reporting progress and streaming a chunk at each step. For tests.",
+    )
+    .input_schema(json!({
+        "type": "object",
+        "properties": {
+            "steps": {"type": "integer", "minimum": 1, "maximum": 100},
+            "delay_ms": {"type": "integer", "minimum": 0, "maximum": 10000}
+        },
+        "additionalProperties": false
+    }))
+    .output_schema(json!({
+        "type": "object",
+        "properties": {"steps": {"type": "integer"}},
+        "required": ["steps"]
+    }))
+    .register(catalog)
+    .expect("register demo:progress");
+    LocalTool::new(
+        "demo:sleep",
+        raw_handler(|args: Value, ctx: ToolContext| async move {
+            let ms = args["ms"].as_u64().unwrap_or(1000);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                _ = ctx.cancelled() => return Err(ToolError::new("cancelled while sleeping")),
+            }
+            Ok(ToolOutput::structured(json!({ "slept_ms": ms })))
+        }),
+    )
+    .description("Sleeps `ms` milliseconds, stopping early when cancelled. For tests.")
+    .input_schema(json!({
+        "type": "object",
+        "properties": {"ms": {"type": "integer", "minimum": 0}},
+        "additionalProperties": false
+    }))
+    .register(catalog)
+    .expect("register demo:sleep");
+}
+
+/// A gateway over [`demo_exec`].
+pub fn demo_gateway(expose: Expose) -> Gateway {
+    Gateway::new(
+        demo_exec(),
+        GatewayOptions {
+            expose,
+            ..GatewayOptions::default()
+        },
+    )
+}
+
+/// An HTTP gateway on 127.0.0.1 with a free port, served in the background
+/// until the returned token is cancelled.
+pub async fn start_http(gateway: Gateway, auth: HttpAuth) -> (SocketAddr, CancellationToken) {
+    let shutdown = CancellationToken::new();
+    let (addr, server) = gateway::bind_http(
+        gateway,
+        HttpOptions::new("127.0.0.1:0".parse().unwrap(), auth),
+        shutdown.clone(),
+    )
+    .await
+    .expect("bind the HTTP gateway");
+    tokio::spawn(server);
+    (addr, shutdown)
+}
+
+/// An external test dependency from the environment (as written by
+/// `scripts/install-test-deps.sh` into `env.sh`; when the variable is unset
+/// that file is read directly). Missing: fails under `CI`, else prints
+/// `SKIPPED: <test>: <why>` and returns `None`.
+pub fn dep(test: &str, var: &str) -> Option<String> {
+    let value = std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| env_file_value(var));
+    let why = match &value {
+        None => {
+            format!("{var} is not set (run scripts/install-test-deps.sh and source its env.sh)")
+        }
+        Some(v) if !Path::new(v).exists() => format!("{var}={v} does not exist"),
+        Some(v) => return Some(v.clone()),
+    };
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why}");
+    }
+    println!("SKIPPED: {test}: {why}");
+    None
+}
+
+fn env_file_value(var: &str) -> Option<String> {
+    let deps = std::env::var_os("TOOLEXEC_DEPS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/toolexec/deps")))?;
+    let text = std::fs::read_to_string(deps.join("env.sh")).ok()?;
+    text.lines().find_map(|line| {
+        let rest = line.trim().strip_prefix("export ")?;
+        let (k, v) = rest.split_once('=')?;
+        (k == var).then(|| v.trim_matches('"').to_owned())
+    })
+}
+
+/// Path of the `gateway_server` example, built on first use (cargo builds
+/// examples for `cargo test`, but not for `cargo test --test ...`).
+pub fn gateway_server_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let out = std::process::Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "--example",
+                "gateway_server",
+                "--manifest-path",
+            ])
+            .arg(&manifest)
+            .output()
+            .expect("run cargo build --example gateway_server");
+        assert!(
+            out.status.success(),
+            "cargo build --example gateway_server failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let test_exe = std::env::current_exe().unwrap();
+        // target/<profile>/deps/<test> → target/<profile>/examples/gateway_server
+        let profile_dir = test_exe.parent().and_then(Path::parent).unwrap();
+        let bin = profile_dir
+            .join("examples")
+            .join(format!("gateway_server{}", std::env::consts::EXE_SUFFIX));
+        assert!(bin.exists(), "{} was not built", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// Runs `cmd` with a deadline, returning (status, stdout, stderr).
+pub async fn run_with_timeout(
+    mut cmd: tokio::process::Command,
+    timeout: Duration,
+) -> (std::process::ExitStatus, String, String) {
+    cmd.kill_on_drop(true)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("spawn");
+    let out = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {timeout:?}: {cmd:?}"))
+        .expect("wait");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

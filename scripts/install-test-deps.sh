@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs the real components the test suite drives, from the package
+# registries only, into a cache outside the clone, and writes an env file
+# that scripts/test.sh sources. Idempotent: a second run with everything in
+# place only checks versions.
+#
+#   npm:  @modelcontextprotocol/server-everything (reference MCP server),
+#         @modelcontextprotocol/inspector (CLI mode), @modelcontextprotocol/conformance,
+#         node@22 (the inspector and the conformance suite need Node >= 22)
+#   PyPI: mcp (official Python SDK; 1.x keeps FastMCP at mcp.server.fastmcp)
+set -euo pipefail
+
+DEPS="${TOOLEXEC_DEPS:-$HOME/.cache/toolexec/deps}"
+NPM_PACKAGES=(
+  "@modelcontextprotocol/server-everything@2026.8.31"
+  "@modelcontextprotocol/inspector@2.12.0"
+  "@modelcontextprotocol/conformance@0.1.16"
+  "node@22.23.3"
+)
+PY_PACKAGES=("mcp==1.30.0")
+
+mkdir -p "$DEPS/npm"
+need() { command -v "$1" >/dev/null 2>&1 || { echo "error: $1 is required ($2)" >&2; exit 2; }; }
+need npm "Node.js and npm, from Debian or the machine image"
+need python3 "CPython 3.10+"
+
+stamp="$DEPS/.installed-$(printf '%s\n' "${NPM_PACKAGES[@]}" "${PY_PACKAGES[@]}" | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "== installing npm packages into $DEPS/npm"
+  (cd "$DEPS/npm" && [ -f package.json ] || echo '{"name":"toolexec-test-deps","private":true}' > "$DEPS/npm/package.json")
+  for attempt in 1 2 3; do
+    if (cd "$DEPS/npm" && npm install --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}"); then break; fi
+    [ "$attempt" = 3 ] && { echo "error: npm install failed" >&2; exit 1; }
+    sleep 5
+  done
+  echo "== installing Python packages into $DEPS/venv"
+  python3 -m venv "$DEPS/venv"
+  "$DEPS/venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+  touch "$stamp"
+fi
+
+bin="$DEPS/npm/node_modules/.bin"
+node22="$DEPS/npm/node_modules/node/bin/node"
+[ -x "$node22" ] || node22="$(ls "$DEPS"/npm/node_modules/node/bin/node 2>/dev/null || true)"
+"$node22" --version | grep -q '^v22\.' || { echo "error: node@22 did not install a v22 binary at $node22" >&2; exit 1; }
+
+cat > "$DEPS/env.sh" <<ENV
+# Written by scripts/install-test-deps.sh
+export TOOLEXEC_DEPS="$DEPS"
+export TOOLEXEC_NODE22="$node22"
+export TOOLEXEC_MCP_EVERYTHING="$bin/mcp-server-everything"
+export TOOLEXEC_MCP_INSPECTOR="$bin/mcp-inspector"
+export TOOLEXEC_MCP_CONFORMANCE="$bin/conformance"
+export TOOLEXEC_PYTHON="$DEPS/venv/bin/python"
+ENV
+echo "== test dependencies ready ($DEPS/env.sh)"
