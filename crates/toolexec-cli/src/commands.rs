@@ -62,6 +62,17 @@ pub async fn dispatch(cli: Cli) -> u8 {
             return report(&body, json, EXIT_USAGE);
         }
     };
+    // `serve`'s own options are checked before any upstream server starts.
+    let serve_plan = match &cli.command {
+        Command::Serve(args) => match crate::serve::plan(&config, args) {
+            Ok(plan) => Some(plan),
+            Err(e) => {
+                let body = e.to_body();
+                return report(&body, json, exit_code(&body));
+            }
+        },
+        _ => None,
+    };
     let (exec, upstreams) = match build_exec(&config).await {
         Ok(x) => x,
         Err(e) => {
@@ -73,10 +84,13 @@ pub async fn dispatch(cli: Cli) -> u8 {
         Command::Tools(cmd) => tools(&exec, cmd, json),
         Command::Run(args) => run(&exec, args, json).await,
         Command::Chain(args) => chain(&exec, args, json).await,
-        Command::Serve(args) => crate::serve::serve(exec, &config, args)
-            .await
-            .map(|()| EXIT_OK)
-            .map_err(Failure::Error),
+        Command::Serve(_) => {
+            let plan = serve_plan.expect("planned before connecting");
+            crate::serve::serve(exec, plan)
+                .await
+                .map(|()| EXIT_OK)
+                .map_err(Failure::Error)
+        }
     };
     for upstream in upstreams {
         upstream.shutdown().await;

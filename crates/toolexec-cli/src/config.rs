@@ -109,12 +109,19 @@ impl Config {
         let de = toml::Deserializer::parse(text)
             .map_err(|e| error(e.span(), String::new(), e.message().to_owned()))?;
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
+            // `toml::Spanned` shows up in serde's path as a private field: drop it.
+            let key = e
+                .path()
+                .to_string()
+                .split('.')
+                .filter(|seg| !seg.starts_with("$__serde_spanned"))
+                .collect::<Vec<_>>()
+                .join(".");
             let inner = e.into_inner();
             error(inner.span(), key, inner.message().to_owned())
         })?;
         raw.resolve(path)
-            .map_err(|(key, message)| error(None, key, message))
+            .map_err(|(key, message, span)| error(span, key, message))
     }
 }
 
@@ -133,7 +140,7 @@ struct RawConfig {
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
-    servers: Vec<RawServer>,
+    servers: Vec<toml::Spanned<RawServer>>,
     #[serde(default)]
     gateway: RawGateway,
 }
@@ -240,12 +247,12 @@ struct RawServer {
     #[serde(default)]
     args: Vec<String>,
     #[serde(default)]
-    env: BTreeMap<String, SecretSource>,
+    env: BTreeMap<String, toml::Spanned<SecretSource>>,
     cwd: Option<PathBuf>,
     url: Option<String>,
     #[serde(default)]
-    headers: BTreeMap<String, SecretSource>,
-    bearer_token: Option<SecretSource>,
+    headers: BTreeMap<String, toml::Spanned<SecretSource>>,
+    bearer_token: Option<toml::Spanned<SecretSource>>,
     timeout: Option<DurationText>,
     max_concurrency: Option<usize>,
     #[serde(default)]
@@ -255,14 +262,31 @@ struct RawServer {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawGateway {
-    expose: Option<String>,
-    token: Option<SecretSource>,
+    expose: Option<toml::Spanned<String>>,
+    token: Option<toml::Spanned<SecretSource>>,
     #[serde(default)]
     allowed_origins: Vec<String>,
 }
 
+/// A resolution error: key, message, and where in the file (when known).
+type ResolveError = (String, String, Option<std::ops::Range<usize>>);
+
+/// Attaches `span` to a key/message error.
+fn at(span: &std::ops::Range<usize>) -> impl Fn((String, String)) -> ResolveError + '_ {
+    move |(key, message)| (key, message, Some(span.clone()))
+}
+
+/// Resolves a secret written at `src`'s position in the file.
+fn resolve_secret(
+    src: &toml::Spanned<SecretSource>,
+    key: &str,
+    base: &Path,
+) -> Result<Secret, ResolveError> {
+    src.get_ref().resolve(key, base).map_err(at(&src.span()))
+}
+
 impl RawConfig {
-    fn resolve(self, path: &Path) -> Result<Config, (String, String)> {
+    fn resolve(self, path: &Path) -> Result<Config, ResolveError> {
         let base = path.parent().unwrap_or(Path::new("."));
         let builtins = match self.builtins.enabled {
             None | Some(Enabled::All(true)) => Group::ALL.to_vec(),
@@ -274,17 +298,20 @@ impl RawConfig {
         if let Some(d) = l.default_timeout {
             limits.default_timeout = d.0;
         }
-        let set =
-            |target: &mut usize, v: Option<usize>, key: &str| -> Result<(), (String, String)> {
-                match v {
-                    Some(0) => Err((format!("limits.{key}"), "must be greater than 0".into())),
-                    Some(v) => {
-                        *target = v;
-                        Ok(())
-                    }
-                    None => Ok(()),
+        let set = |target: &mut usize, v: Option<usize>, key: &str| -> Result<(), ResolveError> {
+            match v {
+                Some(0) => Err((
+                    format!("limits.{key}"),
+                    "must be greater than 0".into(),
+                    None,
+                )),
+                Some(v) => {
+                    *target = v;
+                    Ok(())
                 }
-            };
+                None => Ok(()),
+            }
+        };
         set(
             &mut limits.max_input_bytes,
             l.max_input_bytes,
@@ -318,107 +345,30 @@ impl RawConfig {
 
         let mut servers = Vec::with_capacity(self.servers.len());
         let mut names = std::collections::HashSet::new();
-        for (i, s) in self.servers.into_iter().enumerate() {
-            let key = |k: &str| format!("servers[{i}].{k}");
-            if let Err(reason) = toolexec::ToolIdRef::parse(&format!("{}:x", s.name)) {
-                return Err((key("name"), format!("not a valid namespace: {reason}")));
+        for (i, spanned) in self.servers.into_iter().enumerate() {
+            let span = spanned.span();
+            let server = resolve_server(spanned.into_inner(), i, base, &builtins, &limits)
+                .map_err(|(key, message, at)| (key, message, at.or_else(|| Some(span.clone()))))?;
+            if !names.insert(server.name.clone()) {
+                return Err(at(&span)((
+                    format!("servers[{i}].name"),
+                    format!("duplicate server name {:?}", server.name),
+                )));
             }
-            if Group::ALL.iter().any(|g| g.as_str() == s.name)
-                && builtins.iter().any(|g| g.as_str() == s.name)
-            {
-                return Err((key("name"), format!("{:?} is a built-in namespace", s.name)));
-            }
-            if !names.insert(s.name.clone()) {
-                return Err((key("name"), format!("duplicate server name {:?}", s.name)));
-            }
-            let transport = match (s.command, s.url) {
-                (Some(command), None) => {
-                    if !s.headers.is_empty() || s.bearer_token.is_some() {
-                        return Err((
-                            key("headers"),
-                            "headers and bearer_token are for url servers".into(),
-                        ));
-                    }
-                    let mut env = BTreeMap::new();
-                    for (name, src) in &s.env {
-                        env.insert(
-                            name.clone(),
-                            src.resolve(&key(&format!("env.{name}")), base)?,
-                        );
-                    }
-                    UpstreamTransport::Stdio {
-                        command,
-                        args: s.args,
-                        env,
-                        cwd: s.cwd,
-                    }
-                }
-                (None, Some(url)) => {
-                    if !s.args.is_empty() || !s.env.is_empty() || s.cwd.is_some() {
-                        return Err((
-                            key("args"),
-                            "args, env and cwd are for command servers".into(),
-                        ));
-                    }
-                    if !(url.starts_with("http://") || url.starts_with("https://")) {
-                        return Err((
-                            key("url"),
-                            format!("expected an http:// or https:// URL, got {url:?}"),
-                        ));
-                    }
-                    let mut headers = BTreeMap::new();
-                    for (name, src) in &s.headers {
-                        headers.insert(
-                            name.clone(),
-                            src.resolve(&key(&format!("headers.{name}")), base)?,
-                        );
-                    }
-                    let bearer_token = match &s.bearer_token {
-                        Some(src) => Some(src.resolve(&key("bearer_token"), base)?),
-                        None => None,
-                    };
-                    UpstreamTransport::Http {
-                        url,
-                        headers,
-                        bearer_token,
-                    }
-                }
-                (Some(_), Some(_)) => {
-                    return Err((
-                        key("url"),
-                        "give either command (stdio) or url (HTTP), not both".into(),
-                    ));
-                }
-                (None, None) => {
-                    return Err((
-                        key("command"),
-                        "missing: give command (stdio) or url (HTTP)".into(),
-                    ));
-                }
-            };
-            let max_concurrency = s.max_concurrency.unwrap_or(16);
-            if max_concurrency == 0 {
-                return Err((key("max_concurrency"), "must be greater than 0".into()));
-            }
-            servers.push(UpstreamConfig {
-                name: s.name,
-                transport,
-                call_timeout: s.timeout.map_or(limits.default_timeout, |d| d.0),
-                max_concurrency,
-                lazy: s.lazy,
-            });
+            servers.push(server);
         }
-        let expose = match self.gateway.expose.as_deref() {
+        let expose = match &self.gateway.expose {
             None => None,
-            Some(e) => Some(e.parse::<Expose>().map_err(|_| {
+            Some(e) => Some(e.get_ref().parse::<Expose>().map_err(|_| {
                 (
                     "gateway.expose".to_owned(),
-                    format!("expected meta, all or both, got {e:?}"),
+                    format!("expected meta, all or both, got {:?}", e.get_ref()),
+                    Some(e.span()),
                 )
             })?),
         };
         let token = match &self.gateway.token {
-            Some(src) => Some(src.resolve("gateway.token", base)?),
+            Some(src) => Some(resolve_secret(src, "gateway.token", base)?),
             None => None,
         };
         Ok(Config {
@@ -432,6 +382,107 @@ impl RawConfig {
             },
         })
     }
+}
+
+/// Validates one `[[servers]]` table (its index `i`) into an upstream config.
+fn resolve_server(
+    s: RawServer,
+    i: usize,
+    base: &Path,
+    builtins: &[Group],
+    limits: &Limits,
+) -> Result<UpstreamConfig, ResolveError> {
+    let key = |k: &str| format!("servers[{i}].{k}");
+    let fail = |k: &str, message: String| -> ResolveError { (key(k), message, None) };
+    if let Err(reason) = toolexec::ToolIdRef::parse(&format!("{}:x", s.name)) {
+        return Err(fail("name", format!("not a valid namespace: {reason}")));
+    }
+    if Group::ALL.iter().any(|g| g.as_str() == s.name)
+        && builtins.iter().any(|g| g.as_str() == s.name)
+    {
+        return Err(fail(
+            "name",
+            format!("{:?} is a built-in namespace", s.name),
+        ));
+    }
+    let transport = match (s.command, s.url) {
+        (Some(command), None) => {
+            if !s.headers.is_empty() || s.bearer_token.is_some() {
+                return Err(fail(
+                    "headers",
+                    "headers and bearer_token are for url servers".into(),
+                ));
+            }
+            let mut env = BTreeMap::new();
+            for (name, src) in &s.env {
+                env.insert(
+                    name.clone(),
+                    resolve_secret(src, &key(&format!("env.{name}")), base)?,
+                );
+            }
+            UpstreamTransport::Stdio {
+                command,
+                args: s.args,
+                env,
+                cwd: s
+                    .cwd
+                    .map(|c| if c.is_absolute() { c } else { base.join(c) }),
+            }
+        }
+        (None, Some(url)) => {
+            if !s.args.is_empty() || !s.env.is_empty() || s.cwd.is_some() {
+                return Err(fail(
+                    "args",
+                    "args, env and cwd are for command servers".into(),
+                ));
+            }
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(fail(
+                    "url",
+                    format!("expected an http:// or https:// URL, got {url:?}"),
+                ));
+            }
+            let mut headers = BTreeMap::new();
+            for (name, src) in &s.headers {
+                headers.insert(
+                    name.clone(),
+                    resolve_secret(src, &key(&format!("headers.{name}")), base)?,
+                );
+            }
+            let bearer_token = match &s.bearer_token {
+                Some(src) => Some(resolve_secret(src, &key("bearer_token"), base)?),
+                None => None,
+            };
+            UpstreamTransport::Http {
+                url,
+                headers,
+                bearer_token,
+            }
+        }
+        (Some(_), Some(_)) => {
+            return Err(fail(
+                "url",
+                "give either command (stdio) or url (HTTP), not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(fail(
+                "command",
+                "missing: give command (stdio) or url (HTTP)".into(),
+            ));
+        }
+    };
+    let max_concurrency = s.max_concurrency.unwrap_or(16);
+    if max_concurrency == 0 {
+        return Err(fail("max_concurrency", "must be greater than 0".into()));
+    }
+    Ok(UpstreamConfig {
+        name: s.name,
+        transport,
+        call_timeout: s.timeout.map_or(limits.default_timeout, |d| d.0),
+        max_concurrency,
+        lazy: s.lazy,
+    })
 }
 
 #[cfg(test)]
@@ -508,23 +559,23 @@ lazy = true
                 "2:",
                 "builtins.enabled",
             ),
-            ("[[servers]]\nname = \"a\"\n", "", "servers[0].command"),
+            ("[[servers]]\nname = \"a\"\n", "1:1", "servers[0].command"),
             (
                 "[[servers]]\nname = \"a b\"\ncommand = \"x\"\n",
-                "",
+                "1:1",
                 "servers[0].name",
             ),
             (
                 "[[servers]]\nname = \"a\"\ncommand = \"x\"\nurl = \"http://h\"\n",
-                "",
+                "1:1",
                 "servers[0].url",
             ),
             (
                 "[[servers]]\nname = \"a\"\nurl = \"http://h\"\nbearer_token = { env = \"TOOLEXEC_SURELY_UNSET\" }\n",
-                "",
+                "4:16",
                 "servers[0].bearer_token",
             ),
-            ("[gateway]\nexpose = \"everything\"\n", "", "gateway.expose"),
+            ("[gateway]\nexpose = \"everything\"\n", "2:10", "gateway.expose"),
             ("this is not toml", "1:", ""),
         ];
         for (text, position, key) in cases {

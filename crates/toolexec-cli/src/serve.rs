@@ -12,46 +12,80 @@ use crate::config::Config;
 /// Environment variable holding the HTTP bearer token.
 pub const TOKEN_ENV: &str = "TOOLEXEC_TOKEN";
 
-pub async fn serve(exec: Exec, config: &Config, args: ServeArgs) -> Result<(), Error> {
+/// What `serve` will do, from the flags and the config. Built before any
+/// upstream server is started, so that a usage error (no token, a bad
+/// `--http` address) is reported as such, at once.
+pub struct Plan {
+    expose: Expose,
+    http: Option<HttpOptions>,
+}
+
+pub fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
     let expose = match args.expose {
         Some(ExposeArg::Meta) => Expose::Meta,
         Some(ExposeArg::All) => Expose::All,
         Some(ExposeArg::Both) => Expose::Both,
         None => config.gateway.expose.unwrap_or(Expose::Meta),
     };
-    let gateway = Gateway::new(
-        exec,
-        GatewayOptions {
-            expose,
-            server_name: "toolexec".into(),
-            instructions: None,
-        },
-    );
     let Some(http) = args.http.as_deref() else {
-        return gateway::serve_stdio(gateway).await;
+        return Ok(Plan { expose, http: None });
     };
     let bind = parse_bind(http)?;
     let auth = if args.insecure_no_auth {
         HttpAuth::InsecureNoAuth
     } else {
-        HttpAuth::Bearer(token(&args, config)?)
+        HttpAuth::Bearer(token(args, config)?)
+    };
+    let http = HttpOptions {
+        bind,
+        auth,
+        allowed_origins: config.gateway.allowed_origins.clone(),
+    };
+    Ok(Plan {
+        expose,
+        http: Some(http),
+    })
+}
+
+pub async fn serve(exec: Exec, plan: Plan) -> Result<(), Error> {
+    let gateway = Gateway::new(
+        exec,
+        GatewayOptions {
+            expose: plan.expose,
+            server_name: "toolexec".into(),
+            instructions: None,
+        },
+    );
+    let Some(options) = plan.http else {
+        return gateway::serve_stdio(gateway).await;
     };
     let shutdown = CancellationToken::new();
     {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            shutdown_signal().await;
             shutdown.cancel();
         });
     }
-    let options = HttpOptions {
-        bind,
-        auth,
-        allowed_origins: config.gateway.allowed_origins.clone(),
-    };
     gateway::serve_http(gateway, options, shutdown)
         .await
         .map(|_| ())
+}
+
+/// Resolves on Ctrl-C or, on Unix, SIGTERM (what service managers send).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn token(args: &ServeArgs, config: &Config) -> Result<Secret, Error> {

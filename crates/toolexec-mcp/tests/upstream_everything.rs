@@ -193,44 +193,9 @@ async fn stdio_tools_calls_progress_errors_and_cancellation() {
     );
 
     // Progress notifications are relayed to the stream.
-    let events = collect_events(exec.run_stream(
-        StreamRequest::Tool {
-            id: "everything:trigger-long-running-operation".into(),
-            args: json!({"duration": 0.8, "steps": 4}),
-        },
-        RunOptions::default(),
-    ))
-    .await;
-    let progress = progress_of(&events);
-    assert!(progress.len() >= 2, "{events:?}");
-    assert!(progress.iter().all(|(_, total, _)| *total == Some(4.0)));
-    assert!(
-        matches!(events.last(), Some(StreamEvent::Done { .. })),
-        "{events:?}"
-    );
-
+    assert_progress_relayed(&exec, "everything", 4).await;
     // Cancellation returns `cancelled` quickly, and the server keeps working.
-    let cancel = Exec::cancellation_token();
-    let opts = RunOptions {
-        timeout: None,
-        cancel: Some(cancel.clone()),
-    };
-    let exec2 = exec.clone();
-    let call = tokio::spawn(async move {
-        exec2
-            .run_tool_with(
-                "everything:trigger-long-running-operation",
-                json!({"duration": 30, "steps": 30}),
-                &opts,
-            )
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let start = Instant::now();
-    cancel.cancel();
-    let r = call.await.unwrap();
-    assert_code(r, "cancelled");
-    assert!(start.elapsed() < Duration::from_secs(1));
+    assert_cancellation_is_prompt(&exec, "everything").await;
     let out = exec
         .run_tool("everything:echo", json!({"message": "still here"}))
         .await
@@ -376,39 +341,9 @@ async fn http_calls_progress_and_reinit_after_server_restart() {
         .unwrap();
     assert_eq!(out.value, json!("Echo: over http"));
 
-    let events = collect_events(exec.run_stream(
-        StreamRequest::Tool {
-            id: "web:trigger-long-running-operation".into(),
-            args: json!({"duration": 0.6, "steps": 3}),
-        },
-        RunOptions::default(),
-    ))
-    .await;
-    assert!(progress_of(&events).len() >= 2, "{events:?}");
-    assert!(
-        matches!(events.last(), Some(StreamEvent::Done { .. })),
-        "{events:?}"
-    );
-
+    assert_progress_relayed(&exec, "web", 3).await;
     // Cancellation over HTTP.
-    let cancel = Exec::cancellation_token();
-    let opts = RunOptions {
-        timeout: None,
-        cancel: Some(cancel.clone()),
-    };
-    let exec2 = exec.clone();
-    let call = tokio::spawn(async move {
-        exec2
-            .run_tool_with(
-                "web:trigger-long-running-operation",
-                json!({"duration": 30, "steps": 30}),
-                &opts,
-            )
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    cancel.cancel();
-    assert_code(call.await.unwrap(), "cancelled");
+    assert_cancellation_is_prompt(&exec, "web").await;
 
     // The server restarts on the same port and forgets the session: the next
     // call re-initializes transparently.
@@ -541,4 +476,50 @@ async fn configuration_errors_fail_fast_without_leaking_secrets() {
         "{text}"
     );
     assert!(catalog.is_empty());
+}
+
+/// Runs the long-running tool of namespace `ns` as a stream and checks that
+/// `steps` progress notifications (with the total) arrive before `done`.
+async fn assert_progress_relayed(exec: &Exec, ns: &str, steps: u32) {
+    let events = collect_events(exec.run_stream(
+        StreamRequest::Tool {
+            id: format!("{ns}:trigger-long-running-operation"),
+            args: json!({"duration": 0.2 * f64::from(steps), "steps": steps}),
+        },
+        RunOptions::default(),
+    ))
+    .await;
+    let progress = progress_of(&events);
+    assert!(progress.len() >= 2, "{events:?}");
+    assert!(
+        progress
+            .iter()
+            .all(|(_, total, _)| *total == Some(f64::from(steps)))
+    );
+    assert!(
+        matches!(events.last(), Some(StreamEvent::Done { .. })),
+        "{events:?}"
+    );
+}
+
+/// Cancels a 30-second call of namespace `ns` after 300 ms and checks it
+/// ends with `cancelled` within a second.
+async fn assert_cancellation_is_prompt(exec: &Exec, ns: &str) {
+    let cancel = Exec::cancellation_token();
+    let opts = RunOptions {
+        timeout: None,
+        cancel: Some(cancel.clone()),
+    };
+    let exec2 = exec.clone();
+    let id = format!("{ns}:trigger-long-running-operation");
+    let call = tokio::spawn(async move {
+        exec2
+            .run_tool_with(&id, json!({"duration": 30, "steps": 30}), &opts)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = Instant::now();
+    cancel.cancel();
+    assert_code(call.await.unwrap(), "cancelled");
+    assert!(start.elapsed() < Duration::from_secs(1));
 }
