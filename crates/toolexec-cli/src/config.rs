@@ -575,7 +575,11 @@ lazy = true
                 "4:16",
                 "servers[0].bearer_token",
             ),
-            ("[gateway]\nexpose = \"everything\"\n", "2:10", "gateway.expose"),
+            (
+                "[gateway]\nexpose = \"everything\"\n",
+                "2:10",
+                "gateway.expose",
+            ),
             ("this is not toml", "1:", ""),
         ];
         for (text, position, key) in cases {
