@@ -39,6 +39,9 @@ pub enum ErrorCode {
     AlreadyExists,
     /// A request (chain, paging cursor, options) is malformed.
     InvalidRequest,
+    /// The caller may not use this tool (an allowlist, such as code mode's
+    /// `allowed_tools`, excludes it).
+    NotAllowed,
 }
 
 impl ErrorCode {
@@ -57,6 +60,7 @@ impl ErrorCode {
             ErrorCode::InvalidDefinition => "invalid_definition",
             ErrorCode::AlreadyExists => "already_exists",
             ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::NotAllowed => "not_allowed",
         }
     }
 }
@@ -209,6 +213,14 @@ pub enum Error {
         /// The duplicate id.
         id: String,
     },
+    /// See [`ErrorCode::NotAllowed`].
+    #[error("not_allowed: tool {tool} is not allowed here: {reason}")]
+    NotAllowed {
+        /// The tool that was asked for.
+        tool: String,
+        /// Which rule excludes it.
+        reason: String,
+    },
     /// See [`ErrorCode::InvalidRequest`].
     #[error("invalid_request: {field}: {message}")]
     InvalidRequest {
@@ -235,6 +247,7 @@ impl Error {
             Error::InvalidDefinition { .. } => ErrorCode::InvalidDefinition,
             Error::AlreadyExists { .. } => ErrorCode::AlreadyExists,
             Error::InvalidRequest { .. } => ErrorCode::InvalidRequest,
+            Error::NotAllowed { .. } => ErrorCode::NotAllowed,
         }
     }
 
@@ -289,6 +302,9 @@ impl Error {
                 ..
             } => Some(serde_json::json!({"tool": tool, "data": data, "panicked": panicked})),
             Error::LimitExceeded { limit, .. } => Some(serde_json::json!({"limit": limit})),
+            Error::NotAllowed { tool, reason } => {
+                Some(serde_json::json!({"tool": tool, "reason": reason}))
+            }
             Error::Timeout { tool, after } => {
                 Some(serde_json::json!({"tool": tool, "after_ms": after.as_millis() as u64}))
             }

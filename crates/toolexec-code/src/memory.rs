@@ -1,0 +1,155 @@
+//! The counting allocator that enforces the memory limit.
+//!
+//! QuickJS's own `JS_SetMemoryLimit` makes an allocation fail with a
+//! catchable `InternalError: out of memory`, so a script could catch it and
+//! carry on. This allocator enforces the limit itself and, on the first
+//! refusal, raises the execution's abort flag, which the interrupt handler
+//! turns into an uncatchable stop: passing the memory limit is terminal.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use rquickjs::allocator::{Allocator, RustAllocator};
+
+use crate::sandbox::{Abort, AbortFlag};
+
+/// Bytes of bookkeeping `RustAllocator` adds before each block.
+const HEADER: usize = 8;
+
+/// Usage counters shared between the allocator and the host.
+#[derive(Debug)]
+pub(crate) struct MemoryMeter {
+    used: Cell<usize>,
+    limit: Cell<usize>,
+}
+
+impl MemoryMeter {
+    /// A meter with no limit yet: the engine's own start-up must never see
+    /// a failed allocation (QuickJS does not survive every such failure while
+    /// creating a runtime), so the limit is armed with [`Self::set_limit`]
+    /// once the runtime, context and globals exist.
+    pub(crate) fn new() -> Rc<Self> {
+        Rc::new(MemoryMeter {
+            used: Cell::new(0),
+            limit: Cell::new(usize::MAX),
+        })
+    }
+
+    /// Arms the limit.
+    pub(crate) fn set_limit(&self, limit: usize) {
+        self.limit.set(limit);
+    }
+
+    /// Bytes currently allocated by the runtime (including headers).
+    pub(crate) fn used(&self) -> usize {
+        self.used.get()
+    }
+
+    fn add(&self, n: usize) {
+        self.used.set(self.used.get() + n);
+    }
+
+    fn sub(&self, n: usize) {
+        self.used.set(self.used.get().saturating_sub(n));
+    }
+}
+
+/// Wraps `RustAllocator`, counting every block and refusing any allocation
+/// that would pass the limit.
+pub(crate) struct LimitedAllocator {
+    meter: Rc<MemoryMeter>,
+    abort: Arc<AbortFlag>,
+}
+
+impl LimitedAllocator {
+    pub(crate) fn new(meter: Rc<MemoryMeter>, abort: Arc<AbortFlag>) -> Self {
+        LimitedAllocator { meter, abort }
+    }
+
+    fn admit(&self, extra: usize) -> bool {
+        // Once the execution is stopping, starve it: every operation that
+        // allocates fails at once, so even a script stuck in expensive
+        // native operations (copying huge strings, say) reaches QuickJS's
+        // next interrupt check quickly.
+        if self.abort.is_raised() {
+            return false;
+        }
+        let ok = self
+            .meter
+            .used()
+            .checked_add(extra)
+            .is_some_and(|total| total <= self.meter.limit.get());
+        if !ok {
+            self.abort.raise(Abort::Memory);
+        }
+        ok
+    }
+}
+
+fn rounded(size: usize) -> usize {
+    size.div_ceil(8).saturating_mul(8).saturating_add(HEADER)
+}
+
+// SAFETY: every block comes from `RustAllocator` and is returned to it;
+// the wrapper only counts and may refuse (returning null, which QuickJS
+// handles as an allocation failure).
+unsafe impl Allocator for LimitedAllocator {
+    fn alloc(&mut self, size: usize) -> *mut u8 {
+        if !self.admit(rounded(size)) {
+            return std::ptr::null_mut();
+        }
+        let p = RustAllocator.alloc(size);
+        if !p.is_null() {
+            // SAFETY: `p` was just returned by `RustAllocator`.
+            self.meter
+                .add(unsafe { RustAllocator::usable_size(p) } + HEADER);
+        }
+        p
+    }
+
+    fn calloc(&mut self, count: usize, size: usize) -> *mut u8 {
+        let Some(total) = count.checked_mul(size) else {
+            return std::ptr::null_mut();
+        };
+        if !self.admit(rounded(total)) {
+            return std::ptr::null_mut();
+        }
+        let p = RustAllocator.calloc(count, size);
+        if !p.is_null() {
+            // SAFETY: as above.
+            self.meter
+                .add(unsafe { RustAllocator::usable_size(p) } + HEADER);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&mut self, ptr: *mut u8) {
+        // SAFETY: the caller passes a block from this allocator.
+        let n = unsafe { RustAllocator::usable_size(ptr) } + HEADER;
+        self.meter.sub(n);
+        unsafe { RustAllocator.dealloc(ptr) };
+    }
+
+    unsafe fn realloc(&mut self, ptr: *mut u8, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller passes a block from this allocator.
+        let old = unsafe { RustAllocator::usable_size(ptr) } + HEADER;
+        let new = rounded(new_size);
+        if new > old && !self.admit(new - old) {
+            return std::ptr::null_mut();
+        }
+        let p = unsafe { RustAllocator.realloc(ptr, new_size) };
+        if !p.is_null() {
+            self.meter.sub(old);
+            // SAFETY: `p` was just returned by `RustAllocator`.
+            self.meter
+                .add(unsafe { RustAllocator::usable_size(p) } + HEADER);
+        }
+        p
+    }
+
+    unsafe fn usable_size(ptr: *mut u8) -> usize {
+        // SAFETY: the caller passes a block from this allocator.
+        unsafe { RustAllocator::usable_size(ptr) }
+    }
+}
