@@ -29,6 +29,9 @@ pub enum Command {
     Run(RunArgs),
     /// Run a chain of steps from a JSON file (or `-` for stdin).
     Chain(ChainArgs),
+    /// Run a JavaScript file (or `-` for stdin) in code mode: one sandboxed
+    /// script that calls many tools (`await tools.math.add({a: 1, b: 2})`).
+    Exec(CodeArgs),
     /// Serve the catalog to agents as an MCP server (stdio, or streamable HTTP with --http).
     Serve(ServeArgs),
 }
@@ -91,6 +94,11 @@ pub enum ToolsCommand {
     },
     /// List namespaces with their tool counts.
     Namespaces,
+    /// Print the TypeScript declarations of what a code-mode script can call.
+    Types {
+        /// Only this namespace.
+        namespace: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -116,6 +124,28 @@ pub struct ChainArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub exec: ExecFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct CodeArgs {
+    /// JavaScript file: the body of an async function (`await`, `return`); `-` for stdin.
+    pub file: PathBuf,
+    /// Wall-time limit of the whole script, e.g. `500ms`, `5s`, `2m` [default: 30s].
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Memory limit of the script's heap: bytes, or with KiB, MiB or GiB (`64MiB`) [default: 64MiB].
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub memory: Option<usize>,
+    /// Most tool calls the script may make [default: 100].
+    #[arg(long, value_name = "N")]
+    pub max_tool_calls: Option<usize>,
+    /// Only let the script call tools matching PATTERN (an id or a glob like
+    /// `math:*`); repeatable. Default: every tool.
+    #[arg(long = "allow", value_name = "PATTERN")]
+    pub allow: Vec<String>,
+    /// Most bytes of console output plus result, e.g. `1MiB` [default: 1MiB].
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub max_output: Option<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -151,6 +181,34 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// Parses a size: plain bytes (`1048576`, `512B`) or a whole number of
+/// KiB, MiB or GiB (`64MiB`, `8 mib`).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || format!("expected a size like 65536, 512KiB, 64MiB or 1GiB, got {s:?}");
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "kib" => 10,
+        "mib" => 20,
+        "gib" => 30,
+        "k" | "kb" | "m" | "mb" | "g" | "gb" => {
+            return Err(format!(
+                "{s:?}: write sizes in KiB, MiB or GiB (powers of 1024) or plain bytes"
+            ));
+        }
+        _ => return Err(bad()),
+    };
+    if n == 0 {
+        return Err(format!("{s:?}: the size must be positive"));
+    }
+    n.checked_mul(1 << shift)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +221,23 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_size("512B").unwrap(), 512);
+        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("8 mib").unwrap(), 8 << 20);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert!(parse_size("64MB").unwrap_err().contains("KiB, MiB or GiB"));
+        assert!(parse_size("1.5MiB").is_err());
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999999999999GiB").is_err());
     }
 
     #[test]

@@ -84,6 +84,7 @@ pub async fn dispatch(cli: Cli) -> u8 {
         Command::Tools(cmd) => tools(&exec, cmd, json),
         Command::Run(args) => run(&exec, args, json).await,
         Command::Chain(args) => chain(&exec, args, json).await,
+        Command::Exec(args) => crate::code::exec(&exec, args, json).await,
         Command::Serve(_) => {
             let plan = serve_plan.expect("planned before connecting");
             crate::serve::serve(exec, plan)
@@ -109,7 +110,7 @@ pub async fn dispatch(cli: Cli) -> u8 {
     }
 }
 
-enum Failure {
+pub(crate) enum Failure {
     Error(Error),
     Io(io::Error),
 }
@@ -218,10 +219,37 @@ fn tools(exec: &Exec, cmd: ToolsCommand, json: bool) -> Result<u8, Failure> {
                 Detail::Full => DetailLevel::Full,
             };
             let d = exec.describe_tool(&id, level)?;
+            let typescript = match level {
+                DetailLevel::Summary => None,
+                _ => Some(toolexec_code::typescript_declaration(
+                    exec.catalog().get(&id)?.tool(),
+                )),
+            };
+            let d = crate::code::Described {
+                description: &d,
+                typescript,
+            };
             if json {
                 render::json(&mut out, &d)?;
             } else {
-                write!(out, "{}", d.to_markdown())?;
+                write!(out, "{}", crate::code::describe_markdown(&d))?;
+            }
+        }
+        ToolsCommand::Types { namespace } => {
+            if let Some(ns) = &namespace
+                && !exec.list_namespaces().iter().any(|n| &n.name == ns)
+            {
+                return Err(Error::invalid_request(
+                    "namespace",
+                    format!("no namespace {ns:?} in the catalog (see `toolexec tools namespaces`)"),
+                )
+                .into());
+            }
+            let ts = toolexec_code::typescript_declarations(exec.catalog(), namespace.as_deref());
+            if json {
+                render::json(&mut out, &json!({"namespace": namespace, "typescript": ts}))?;
+            } else {
+                write!(out, "{ts}")?;
             }
         }
         ToolsCommand::Namespaces => {
@@ -372,26 +400,25 @@ fn parse_json(what: &str, text: &str) -> Result<Value, Error> {
 }
 
 fn read_stdin() -> Result<String, Failure> {
-    read_capped(io::stdin().lock(), "stdin")
+    read_capped(io::stdin().lock(), "stdin", MAX_INPUT_BYTES)
 }
 
 fn read_file(path: &Path) -> Result<String, Failure> {
     let file = std::fs::File::open(path).map_err(|e| {
         Error::invalid_request("file", format!("cannot open {}: {e}", path.display()))
     })?;
-    read_capped(file, &path.display().to_string())
+    read_capped(file, &path.display().to_string(), MAX_INPUT_BYTES)
 }
 
-fn read_capped(reader: impl Read, what: &str) -> Result<String, Failure> {
+/// Reads at most `max` bytes of UTF-8 text; more is an `invalid_request`.
+pub(crate) fn read_capped(reader: impl Read, what: &str, max: u64) -> Result<String, Failure> {
     let mut buf = String::new();
     let n = reader
-        .take(MAX_INPUT_BYTES + 1)
+        .take(max + 1)
         .read_to_string(&mut buf)
         .map_err(|e| Error::invalid_request(what, format!("cannot read: {e}")))?;
-    if n as u64 > MAX_INPUT_BYTES {
-        return Err(
-            Error::invalid_request(what, format!("larger than {MAX_INPUT_BYTES} bytes")).into(),
-        );
+    if n as u64 > max {
+        return Err(Error::invalid_request(what, format!("larger than {max} bytes")).into());
     }
     Ok(buf)
 }

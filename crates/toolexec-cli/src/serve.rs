@@ -54,6 +54,7 @@ pub async fn serve(exec: Exec, plan: Plan) -> Result<(), Error> {
             expose: plan.expose,
             server_name: "toolexec".into(),
             instructions: None,
+            code: Default::default(),
         },
     );
     let Some(options) = plan.http else {

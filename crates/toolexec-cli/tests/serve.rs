@@ -22,12 +22,13 @@ use support::{
     toolexec,
 };
 
-const META_TOOLS: [&str; 5] = [
+const META_TOOLS: [&str; 6] = [
     "search_tools",
     "list_namespaces",
     "describe_tool",
     "run_tool",
     "run_chain",
+    "execute_code",
 ];
 
 /// The MCP Inspector's CLI mode, with its state kept out of `$HOME`.

@@ -101,7 +101,8 @@ async fn inspector_cli_over_stdio() {
             "list_namespaces",
             "describe_tool",
             "run_tool",
-            "run_chain"
+            "run_chain",
+            "execute_code"
         ]
     );
     for t in v["result"]["tools"].as_array().unwrap() {

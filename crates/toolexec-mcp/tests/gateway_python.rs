@@ -44,6 +44,13 @@ fn check_summary(s: &Value) {
     assert_eq!(s["validation_code"], "validation_input");
     assert_eq!(s["chain_output"], json!({"text": "hi"}));
     assert_eq!(
+        s["execute_code"],
+        json!({"kind": "ok", "value": {"sum": 5, "hex": "ba7816"}, "stdout": "sum 5\n",
+               "calls": ["math:add", "hash:sha256"]}),
+        "{s}"
+    );
+    assert_eq!(s["execute_code_error"], "syntax_error");
+    assert_eq!(
         s["progress"],
         json!([
             [1.0, 3.0, "step 1"],

@@ -145,7 +145,8 @@ async fn meta_tools_over_duplex() {
             "list_namespaces",
             "describe_tool",
             "run_tool",
-            "run_chain"
+            "run_chain",
+            "execute_code"
         ]
     );
     for t in &tools {
@@ -817,7 +818,7 @@ async fn http_auth_and_origin_checks() {
     let (status, _) = raw_post(addr, &[]).await;
     assert_eq!(status, 200);
     let (client, _notes) = connect_http(addr, None).await;
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 5);
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 6);
     client.cancel().await.unwrap();
     shutdown.cancel();
 }
@@ -837,7 +838,7 @@ async fn http_shutdown_ends_sessions_and_the_server() {
     .unwrap();
     let server = tokio::spawn(server);
     let (client, _notes) = connect_http(addr, None).await;
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 5);
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 6);
 
     // The port is taken now.
     let err = toolexec_mcp::gateway::bind_http(
@@ -899,7 +900,7 @@ async fn tools_list_pages_through_large_catalogs() {
     );
     let (client, _notes) = connect_duplex(gateway).await;
     let first = client.list_tools(None).await.unwrap();
-    assert_eq!(first.tools.len(), 5 + toolexec_mcp::gateway::TOOLS_PAGE);
+    assert_eq!(first.tools.len(), 6 + toolexec_mcp::gateway::TOOLS_PAGE);
     let cursor = first.next_cursor.clone().expect("a second page");
     let second = client
         .list_tools(Some(
@@ -910,7 +911,7 @@ async fn tools_list_pages_through_large_catalogs() {
     assert_eq!(second.tools.len(), 500);
     assert!(second.next_cursor.is_none());
     assert_eq!(second.tools[0].name, "bulk__tool1000");
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 1505);
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 1506);
     let e = client
         .list_tools(Some(
             rmcp::model::PaginatedRequestParams::default().with_cursor(Some("not a cursor".into())),

@@ -5,6 +5,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toolexec::{ChainStep, DetailLevel};
 
+use super::code::CodeModeOptions;
+
 /// `search_tools`.
 pub const SEARCH_TOOLS: &str = "search_tools";
 /// `list_namespaces`.
@@ -15,14 +17,17 @@ pub const DESCRIBE_TOOL: &str = "describe_tool";
 pub const RUN_TOOL: &str = "run_tool";
 /// `run_chain`.
 pub const RUN_CHAIN: &str = "run_chain";
+/// `execute_code`.
+pub const EXECUTE_CODE: &str = "execute_code";
 
 /// Every meta-tool name, in the order `tools/list` shows them.
-pub const META_TOOLS: [&str; 5] = [
+pub const META_TOOLS: [&str; 6] = [
     SEARCH_TOOLS,
     LIST_NAMESPACES,
     DESCRIBE_TOOL,
     RUN_TOOL,
     RUN_CHAIN,
+    EXECUTE_CODE,
 ];
 
 /// Default `limit` of `search_tools`.
@@ -75,7 +80,7 @@ pub struct ChainArgs {
 pub struct MetaTool {
     pub name: &'static str,
     pub title: &'static str,
-    pub description: &'static str,
+    pub description: String,
     pub input_schema: Value,
     pub output_schema: Value,
     pub read_only: bool,
@@ -104,7 +109,9 @@ version; without a version the newest is used). `detail` is `summary` (id, \
 title, summary, tags), `schema` (default: plus the full description and the \
 JSON Schemas of its arguments `input_schema` and result `output_schema`) or \
 `full` (plus annotations, usage notes and worked examples). Read \
-`input_schema` to build the `args` for `run_tool`.";
+`input_schema` to build the `args` for `run_tool`. At `schema` and `full` the \
+result also has `typescript`: the tool's TypeScript declaration (argument and \
+result types), for scripts sent to `execute_code`.";
 
 const RUN_TOOL_DESCRIPTION: &str = "\
 Call one catalog tool by id and return its result. `tool_id` is an id from \
@@ -133,7 +140,7 @@ carrying `{\"error\": ..., \"chain\": {...}}`. Example: \
 `{\"steps\": [{\"tool_id\": \"math:add\", \"args\": {\"a\": 2, \"b\": 3}}, \
 {\"tool_id\": \"math:multiply\", \"args\": {\"b\": 10}, \"use_previous\": true}]}`.";
 
-fn error_body_schema() -> Value {
+pub(crate) fn error_body_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
@@ -157,7 +164,7 @@ fn search() -> MetaTool {
     MetaTool {
         name: SEARCH_TOOLS,
         title: "Search tools",
-        description: SEARCH_DESCRIPTION,
+        description: SEARCH_DESCRIPTION.to_owned(),
         input_schema: json!({
             "type": "object",
             "properties": {
@@ -199,7 +206,7 @@ fn list_namespaces() -> MetaTool {
     MetaTool {
         name: LIST_NAMESPACES,
         title: "List namespaces",
-        description: LIST_NAMESPACES_DESCRIPTION,
+        description: LIST_NAMESPACES_DESCRIPTION.to_owned(),
         input_schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
         output_schema: json!({
             "type": "object",
@@ -226,7 +233,7 @@ fn describe() -> MetaTool {
     MetaTool {
         name: DESCRIBE_TOOL,
         title: "Describe a tool",
-        description: DESCRIBE_DESCRIPTION,
+        description: DESCRIBE_DESCRIPTION.to_owned(),
         input_schema: json!({
             "type": "object",
             "properties": {
@@ -251,6 +258,10 @@ fn describe() -> MetaTool {
                 "output_schema": {"description": "JSON Schema of the structured result"},
                 "annotations": {"type": "object"},
                 "notes": {"type": "array", "items": {"type": "string"}},
+                "typescript": {
+                    "type": "string",
+                    "description": "TypeScript declaration of the tool's function for execute_code scripts (schema and full detail)"
+                },
                 "examples": {
                     "type": "array",
                     "items": {
@@ -274,7 +285,7 @@ fn run_tool() -> MetaTool {
     MetaTool {
         name: RUN_TOOL,
         title: "Run a tool",
-        description: RUN_TOOL_DESCRIPTION,
+        description: RUN_TOOL_DESCRIPTION.to_owned(),
         input_schema: json!({
             "type": "object",
             "properties": {
@@ -306,7 +317,7 @@ fn run_chain() -> MetaTool {
     MetaTool {
         name: RUN_CHAIN,
         title: "Run a chain of tools",
-        description: RUN_CHAIN_DESCRIPTION,
+        description: RUN_CHAIN_DESCRIPTION.to_owned(),
         input_schema: json!({
             "type": "object",
             "properties": {
@@ -362,14 +373,26 @@ fn run_chain() -> MetaTool {
     }
 }
 
+fn execute_code(code: &CodeModeOptions) -> MetaTool {
+    MetaTool {
+        name: EXECUTE_CODE,
+        title: "Execute code that calls tools",
+        description: code.description(),
+        input_schema: code.input_schema(),
+        output_schema: CodeModeOptions::output_schema(error_body_schema()),
+        read_only: false,
+    }
+}
+
 /// Every meta-tool's definition.
-pub fn all() -> Vec<MetaTool> {
+pub fn all(code: &CodeModeOptions) -> Vec<MetaTool> {
     vec![
         search(),
         list_namespaces(),
         describe(),
         run_tool(),
         run_chain(),
+        execute_code(code),
     ]
 }
 
@@ -391,7 +414,9 @@ This server gives access to a catalog of tools through a few meta-tools. \
 Workflow: 1) `search_tools` with a short description of what you need (or \
 `list_namespaces` for an overview); 2) `describe_tool` with the chosen id to \
 read its input schema; 3) `run_tool` with `tool_id` and `args`, or \
-`run_chain` to run several steps where each can use the previous result. \
+`run_chain` to run several steps where each can use the previous result; \
+for many calls, loops or combining results, send one JavaScript script to \
+`execute_code` (`describe_tool` gives each tool's TypeScript declaration). \
 Tool ids look like `namespace:name` (e.g. `hash:sha256`). Errors start with a \
 stable code such as `validation_input`; read the details, fix the arguments \
 and retry.";

@@ -5,7 +5,11 @@
 //!
 //! - **Meta-tools** ([`Expose::Meta`], [`Expose::Both`]) for progressive
 //!   discovery: `search_tools`, `list_namespaces`, `describe_tool`,
-//!   `run_tool` and `run_chain`, each with an input and an output schema.
+//!   `run_tool` and `run_chain`, each with an input and an output schema,
+//!   and `execute_code` for code mode: one JavaScript script that calls many
+//!   tools ([`toolexec_code`], limits from [`CodeModeOptions`]).
+//!   `describe_tool` at detail `schema`/`full` adds a `typescript`
+//!   declaration of the tool.
 //! - **Direct tools** ([`Expose::All`], [`Expose::Both`]): every catalog tool
 //!   under an MCP-safe name, `ns:name[:version]` → `ns__name[__version]`
 //!   (see [`id_to_mcp_name`]), with its own schemas. When the catalog changes
@@ -25,6 +29,9 @@
 //! starts with the stable error code (`validation_input: ...`) and
 //! `structuredContent` is `{"error": {code, message, details}}`. A chain with
 //! a failed step is an error result too, carrying `{"error", "chain"}`.
+//! `execute_code` returns the whole [`CodeOutcome`](toolexec_code::CodeOutcome)
+//! as `structuredContent`; any status but `ok` makes it an error result
+//! whose text starts with the status kind (`syntax_error: ...`).
 //! Protocol errors are JSON-RPC errors (`-32602`): an unknown tool name, or
 //! meta-tool arguments that do not fit the meta-tool's input schema.
 //!
@@ -39,7 +46,8 @@
 //! data `{"event": "chunk", "progressToken", "step", "data"}`, unless the
 //! client raised the level with `logging/setLevel`. A client's
 //! `notifications/cancelled` cancels the run (the tool sees
-//! [`ToolContext::is_cancelled`](toolexec::ToolContext::is_cancelled)).
+//! [`ToolContext::is_cancelled`](toolexec::ToolContext::is_cancelled));
+//! for `execute_code` it stops the script and cancels its tool calls.
 //!
 //! # Protocol versions
 //!
@@ -47,6 +55,7 @@
 //! 2025-11-25 (with the `initialize` handshake); list-changed notifications
 //! need a session.
 
+mod code;
 mod http;
 mod meta;
 mod names;
@@ -74,10 +83,12 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use toolexec::{
-    ChainStep, ErrorBody, ErrorCode, Exec, ListRequest, RegisteredTool, RunOptions, RunResult,
-    StreamEvent, StreamRequest, ToolMatch,
+    ChainStep, DetailLevel, ErrorBody, ErrorCode, Exec, ListRequest, RegisteredTool, RunOptions,
+    RunResult, StreamEvent, StreamRequest, ToolMatch,
 };
+use toolexec_code::{CodeEngine, CodeLimits, CodeRequest};
 
+pub use code::CodeModeOptions;
 pub use http::{DEFAULT_ALLOWED_ORIGINS, HttpAuth, HttpOptions, MCP_PATH, bind_http, serve_http};
 pub use meta::{DEFAULT_INSTRUCTIONS, META_TOOLS};
 pub use names::{id_to_mcp_name, mcp_name_to_id};
@@ -161,6 +172,9 @@ pub struct GatewayOptions {
     /// [`DEFAULT_INSTRUCTIONS`] when the meta-tools are published (none
     /// otherwise); `Some("")` sends none.
     pub instructions: Option<String>,
+    /// How `execute_code` runs scripts: worker pool, default and maximum
+    /// limits.
+    pub code: CodeModeOptions,
 }
 
 impl Default for GatewayOptions {
@@ -169,6 +183,7 @@ impl Default for GatewayOptions {
             expose: Expose::Meta,
             server_name: "toolexec".into(),
             instructions: None,
+            code: CodeModeOptions::default(),
         }
     }
 }
@@ -197,6 +212,8 @@ impl std::fmt::Debug for Gateway {
 struct Shared {
     exec: Exec,
     options: GatewayOptions,
+    /// Runs `execute_code` scripts (one bounded pool for every connection).
+    code: CodeEngine,
     /// Initialized clients to notify of catalog changes.
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Catalog changes since the gateway was created, until the watcher
@@ -249,10 +266,12 @@ impl Gateway {
     /// A gateway over `exec`.
     pub fn new(exec: Exec, options: GatewayOptions) -> Self {
         let changes = options.expose.direct().then(|| exec.catalog().subscribe());
+        let code = CodeEngine::new(exec.clone(), options.code.max_concurrent);
         Gateway {
             shared: Arc::new(Shared {
                 exec,
                 options,
+                code,
                 peers: Mutex::new(Vec::new()),
                 changes: Mutex::new(changes),
                 watcher_started: AtomicBool::new(false),
@@ -286,7 +305,7 @@ impl Gateway {
         let expose = self.shared.options.expose;
         let mut tools = Vec::new();
         if cursor.is_none() && expose.meta() {
-            tools.extend(meta_tools());
+            tools.extend(meta_tools(&self.shared.options.code));
         }
         let mut next_cursor = None;
         if expose.direct() {
@@ -383,7 +402,17 @@ impl Gateway {
             meta::DESCRIBE_TOOL => {
                 let a: meta::DescribeArgs = meta::parse(name, args).map_err(bad)?;
                 Ok(match self.exec().describe_tool(&a.tool_id, a.detail) {
-                    Ok(d) => result::success(serde_json::to_value(d).unwrap_or_default(), &[]),
+                    Ok(d) => {
+                        let mut v = serde_json::to_value(d).unwrap_or_default();
+                        if a.detail != DetailLevel::Summary
+                            && let (Ok(entry), Value::Object(m)) =
+                                (self.exec().catalog().get(&a.tool_id), &mut v)
+                        {
+                            let ts = toolexec_code::typescript_declaration(entry.tool());
+                            m.insert("typescript".into(), Value::String(ts));
+                        }
+                        result::success(v, &[])
+                    }
                     Err(e) => result::error(&e.to_body()),
                 })
             }
@@ -396,6 +425,11 @@ impl Gateway {
             meta::RUN_CHAIN => {
                 let a: meta::ChainArgs = meta::parse(name, args).map_err(bad)?;
                 Ok(self.run_chain(a.steps, context).await)
+            }
+            meta::EXECUTE_CODE => {
+                let a: code::CodeArgs = meta::parse(name, args).map_err(bad)?;
+                let limits = self.shared.options.code.limits(&a).map_err(bad)?;
+                Ok(self.execute_code(a.code, limits, context).await)
             }
             _ => Err(McpError::invalid_params(
                 format!("unknown tool: {name:?}"),
@@ -465,6 +499,26 @@ impl Gateway {
         match outcome {
             Ok(c) => result::chain(&c),
             Err(body) => result::error(&body),
+        }
+    }
+
+    /// Runs a script on the gateway's code engine. The client's cancellation
+    /// drops the execution, which stops the script at once and cancels its
+    /// tool calls in flight.
+    async fn execute_code(
+        &self,
+        code: String,
+        limits: CodeLimits,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let run = self.shared.code.execute(CodeRequest { code, limits });
+        tokio::select! {
+            outcome = run => code::outcome_result(&outcome),
+            _ = context.ct.cancelled() => result::error(&ErrorBody {
+                code: ErrorCode::Cancelled,
+                message: "cancelled: the client cancelled the request; the script was stopped".into(),
+                details: None,
+            }),
         }
     }
 
@@ -539,8 +593,8 @@ fn run_options(context: &RequestContext<RoleServer>) -> RunOptions {
 }
 
 /// The meta-tools as MCP tools.
-fn meta_tools() -> Vec<McpTool> {
-    meta::all()
+fn meta_tools(code: &CodeModeOptions) -> Vec<McpTool> {
+    meta::all(code)
         .into_iter()
         .map(|m| {
             let annotations = McpAnnotations::from_raw(
