@@ -102,35 +102,7 @@ fn write_lines(w: &mut impl Write, text: &str) -> io::Result<()> {
 
 /// The failure line (without `error: `), `None` for success.
 fn failure(status: &CodeStatus, source: &str) -> Option<String> {
-    Some(match status {
-        CodeStatus::Ok => return None,
-        CodeStatus::SyntaxError {
-            message,
-            line,
-            column,
-        } => format!("syntax_error: {source}:{line}:{column}: {message}"),
-        CodeStatus::Exception { message, stack } => match stack.as_deref().map(str::trim_end) {
-            Some(stack) if !stack.is_empty() => format!("exception: {message}\n{stack}"),
-            _ => format!("exception: {message}"),
-        },
-        CodeStatus::LimitExceeded { limit, message } => {
-            format!("limit_exceeded: {limit}: {message}")
-        }
-        CodeStatus::ToolError {
-            call_index,
-            tool_id,
-            error,
-        } => {
-            let mut s = format!(
-                "tool_error: call {call_index} ({tool_id}) failed: {}",
-                error.message
-            );
-            if let Some(d) = &error.details {
-                s.push_str(&format!("\ndetails: {d}"));
-            }
-            s
-        }
-    })
+    status.failure_text(Some(source))
 }
 
 /// `tools describe --json`: the description plus the tool's TypeScript

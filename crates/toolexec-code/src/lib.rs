@@ -294,6 +294,52 @@ impl CodeStatus {
             _ => None,
         }
     }
+
+    /// One human line (plus a stack or details when there are any) starting
+    /// with the status kind, or `None` for [`CodeStatus::Ok`]. `source`
+    /// names the script (a file name) in syntax errors as `source:line:col`.
+    ///
+    /// ```
+    /// use toolexec_code::CodeStatus;
+    /// let s = CodeStatus::SyntaxError { message: "unexpected token".into(), line: 2, column: 5 };
+    /// assert_eq!(s.failure_text(Some("a.js")).unwrap(), "syntax_error: a.js:2:5: unexpected token");
+    /// assert_eq!(s.failure_text(None).unwrap(), "syntax_error: line 2, column 5: unexpected token");
+    /// assert!(CodeStatus::Ok.failure_text(None).is_none());
+    /// ```
+    pub fn failure_text(&self, source: Option<&str>) -> Option<String> {
+        Some(match self {
+            CodeStatus::Ok => return None,
+            CodeStatus::SyntaxError {
+                message,
+                line,
+                column,
+            } => match source {
+                Some(src) => format!("syntax_error: {src}:{line}:{column}: {message}"),
+                None => format!("syntax_error: line {line}, column {column}: {message}"),
+            },
+            CodeStatus::Exception { message, stack } => match stack.as_deref().map(str::trim_end) {
+                Some(stack) if !stack.is_empty() => format!("exception: {message}\n{stack}"),
+                _ => format!("exception: {message}"),
+            },
+            CodeStatus::LimitExceeded { limit, message } => {
+                format!("limit_exceeded: {limit}: {message}")
+            }
+            CodeStatus::ToolError {
+                call_index,
+                tool_id,
+                error,
+            } => {
+                let mut s = format!(
+                    "tool_error: call {call_index} ({tool_id}) failed: {}",
+                    error.message
+                );
+                if let Some(d) = &error.details {
+                    s.push_str(&format!("\ndetails: {d}"));
+                }
+                s
+            }
+        })
+    }
 }
 
 /// One tool call made by a script, in call order.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolexec_code::{CodeLimits, CodeOutcome, CodeStatus};
+use toolexec_code::{CodeLimits, CodeOutcome};
 
 use super::result;
 
@@ -268,7 +268,7 @@ fn ms_text(ms: u128) -> String {
 /// with the status kind, followed by the outcome's JSON.
 pub fn outcome_result(outcome: &CodeOutcome) -> CallToolResult {
     let structured = serde_json::to_value(outcome).unwrap_or(Value::Null);
-    let Some(summary) = failure_text(&outcome.status) else {
+    let Some(summary) = outcome.status.failure_text(None) else {
         return result::success(structured, &[]);
     };
     let mut r = CallToolResult::error(vec![
@@ -277,33 +277,6 @@ pub fn outcome_result(outcome: &CodeOutcome) -> CallToolResult {
     ]);
     r.structured_content = Some(structured);
     r
-}
-
-/// `kind: detail`, or `None` for `ok`.
-pub fn failure_text(status: &CodeStatus) -> Option<String> {
-    Some(match status {
-        CodeStatus::Ok => return None,
-        CodeStatus::SyntaxError {
-            message,
-            line,
-            column,
-        } => format!("syntax_error: line {line}, column {column}: {message}"),
-        CodeStatus::Exception { message, stack } => match stack.as_deref().map(str::trim_end) {
-            Some(stack) if !stack.is_empty() => format!("exception: {message}\n{stack}"),
-            _ => format!("exception: {message}"),
-        },
-        CodeStatus::LimitExceeded { limit, message } => {
-            format!("limit_exceeded: {limit}: {message}")
-        }
-        CodeStatus::ToolError {
-            call_index,
-            tool_id,
-            error,
-        } => format!(
-            "tool_error: call {call_index} ({tool_id}) failed: {}",
-            error.message
-        ),
-    })
 }
 
 #[cfg(test)]
