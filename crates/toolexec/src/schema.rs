@@ -31,21 +31,17 @@ impl fmt::Display for Violation {
     }
 }
 
-/// A schema compiled for fast validation. Cheap to clone.
+/// A schema compiled for fast validation. Cheap to clone. It keeps only the
+/// compiled form: the source lives once, in the [`crate::Tool`].
 #[derive(Clone)]
 pub struct CompiledSchema {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    source: Value,
-    validator: jsonschema::Validator,
+    validator: Arc<jsonschema::Validator>,
 }
 
 impl fmt::Debug for CompiledSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompiledSchema")
-            .field("source", &self.inner.source)
+            .field("draft", &self.validator.draft())
             .finish_non_exhaustive()
     }
 }
@@ -93,28 +89,20 @@ impl CompiledSchema {
             .build(schema)
             .map_err(|e| schema_error_message(&e))?;
         Ok(CompiledSchema {
-            inner: Arc::new(Inner {
-                source: schema.clone(),
-                validator,
-            }),
+            validator: Arc::new(validator),
         })
-    }
-
-    /// The schema as registered.
-    pub fn source(&self) -> &Value {
-        &self.inner.source
     }
 
     /// Fast yes/no check.
     pub fn is_valid(&self, instance: &Value) -> bool {
-        self.inner.validator.is_valid(instance)
+        self.validator.is_valid(instance)
     }
 
     /// Every violation, up to `cap`; the flag is true when more were found.
     pub fn violations(&self, instance: &Value, cap: usize) -> (Vec<Violation>, bool) {
         let mut out = Vec::new();
         let mut truncated = false;
-        for err in self.inner.validator.iter_errors(instance) {
+        for err in self.validator.iter_errors(instance) {
             if out.len() >= cap {
                 truncated = true;
                 break;
