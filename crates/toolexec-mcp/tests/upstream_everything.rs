@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{ChildGuard, collect_events, free_port, kill_pid, progress_of, require_env};
+use support::{
+    ChildGuard, assert_code, collect_events, free_port, kill_pid, progress_of, require_env,
+};
 use toolexec::{
     Availability, Catalog, Content, Error, Exec, RunOptions, Secret, StreamEvent, StreamRequest,
 };
@@ -58,29 +60,20 @@ impl Everything {
     }
 }
 
+/// [`support::http_config`] plus a secret header and bearer token, which
+/// must never show in `Debug` output or errors.
 fn http_config(name: &str, port: u16) -> UpstreamConfig {
-    let mut headers = BTreeMap::new();
-    headers.insert("x-test-header".to_owned(), Secret::new("header-secret"));
-    let mut config = UpstreamConfig::new(
-        name,
-        UpstreamTransport::Http {
-            url: format!("http://127.0.0.1:{port}/mcp"),
-            headers,
-            bearer_token: Some(Secret::new("bearer-secret")),
-        },
-    );
-    config.call_timeout = Duration::from_secs(20);
-    config
-}
-
-fn assert_code<T: std::fmt::Debug>(r: Result<T, Error>, code: &str) -> Error {
-    match r {
-        Err(e) => {
-            assert_eq!(e.code().as_str(), code, "{e}");
-            e
-        }
-        Ok(v) => panic!("expected {code}, got {v:?}"),
+    let mut config = support::http_config(name, port);
+    if let UpstreamTransport::Http {
+        headers,
+        bearer_token,
+        ..
+    } = &mut config.transport
+    {
+        headers.insert("x-test-header".to_owned(), Secret::new("header-secret"));
+        *bearer_token = Some(Secret::new("bearer-secret"));
     }
+    config
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{ChildGuard, collect_events, eventually, free_port, progress_of, require_env};
-use toolexec::{
-    Catalog, CatalogEvent, Error, Exec, RunOptions, Secret, StreamEvent, StreamRequest,
+use support::{
+    ChildGuard, assert_code, collect_events, eventually, free_port, http_config, progress_of,
+    require_env,
 };
+use toolexec::{Catalog, CatalogEvent, Exec, RunOptions, Secret, StreamEvent, StreamRequest};
 use toolexec_mcp::upstream::{Upstream, UpstreamConfig, UpstreamStatus, UpstreamTransport};
 
 const FIXTURE: &str = concat!(
@@ -50,29 +51,6 @@ async fn start_http(python: &str, port: u16, extra: &[&str]) -> ChildGuard {
     );
     support::wait_listening(port, Duration::from_secs(20)).await;
     guard
-}
-
-fn http_config(name: &str, port: u16) -> UpstreamConfig {
-    let mut config = UpstreamConfig::new(
-        name,
-        UpstreamTransport::Http {
-            url: format!("http://127.0.0.1:{port}/mcp"),
-            headers: BTreeMap::new(),
-            bearer_token: None,
-        },
-    );
-    config.call_timeout = Duration::from_secs(20);
-    config
-}
-
-fn assert_code<T: std::fmt::Debug>(r: Result<T, Error>, code: &str) -> Error {
-    match r {
-        Err(e) => {
-            assert_eq!(e.code().as_str(), code, "{e}");
-            e
-        }
-        Ok(v) => panic!("expected {code}, got {v:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

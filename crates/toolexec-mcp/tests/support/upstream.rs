@@ -135,3 +135,31 @@ pub fn init_tracing() {
             .try_init();
     }
 }
+
+/// A streamable HTTP upstream at `127.0.0.1:port/mcp` with a 20 s call timeout.
+pub fn http_config(name: &str, port: u16) -> toolexec_mcp::upstream::UpstreamConfig {
+    let mut config = toolexec_mcp::upstream::UpstreamConfig::new(
+        name,
+        toolexec_mcp::upstream::UpstreamTransport::Http {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            headers: std::collections::BTreeMap::new(),
+            bearer_token: None,
+        },
+    );
+    config.call_timeout = Duration::from_secs(20);
+    config
+}
+
+/// Asserts `r` failed with error code `code` and returns the error.
+pub fn assert_code<T: std::fmt::Debug>(
+    r: Result<T, toolexec::Error>,
+    code: &str,
+) -> toolexec::Error {
+    match r {
+        Err(e) => {
+            assert_eq!(e.code().as_str(), code, "{e}");
+            e
+        }
+        Ok(v) => panic!("expected {code}, got {v:?}"),
+    }
+}
