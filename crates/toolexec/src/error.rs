@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::schema::Violation;
@@ -11,7 +11,7 @@ use crate::schema::Violation;
 /// Stable machine-readable class of an [`Error`]. The `snake_case` string of
 /// each variant ([`ErrorCode::as_str`]) is part of the public contract: the
 /// CLI prints it, the MCP gateway returns it, and callers match on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ErrorCode {
@@ -319,7 +319,7 @@ impl Error {
 }
 
 /// Serializable form of an [`Error`], as the CLI and the gateway print it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// Stable class.
     pub code: ErrorCode,

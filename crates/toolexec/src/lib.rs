@@ -29,6 +29,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod allow;
 pub mod backend;
 pub mod catalog;
 pub mod chain;
@@ -47,6 +48,7 @@ pub mod secret;
 pub mod stream;
 pub mod tool;
 
+pub use allow::{AllowList, glob_match};
 pub use backend::{Availability, Backend, BoxFuture, Call};
 pub use catalog::{
     Catalog, CatalogEvent, ListRequest, NamespaceInfo, Page, RegisteredTool, SearchResult,

@@ -1,0 +1,191 @@
+//! The host side of sandboxed tool calls: budget, allowlist and log.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use toolexec::{
+    AllowList, CancellationToken, DetailLevel, Error, ErrorBody, ErrorCode, Exec, RunOptions,
+};
+
+use crate::{RuntimeLimits, ToolCallRecord};
+
+/// What sandboxed code reaches tools through. Every call is checked here,
+/// on the host, against the run's budget and allowlist (the sandbox's own
+/// accounting is never trusted), runs through the normal toolexec pipeline
+/// (validation, deadlines) and is logged.
+///
+/// Cheap to clone; clones share the budget and the log.
+#[derive(Clone)]
+pub struct ToolHost {
+    inner: Arc<HostInner>,
+}
+
+struct HostInner {
+    exec: Option<Exec>,
+    allow: AllowList,
+    max_calls: usize,
+    used: AtomicUsize,
+    log: Mutex<Vec<ToolCallRecord>>,
+    cancel: CancellationToken,
+    exceeded: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for ToolHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolHost")
+            .field("has_tools", &self.inner.exec.is_some())
+            .field("max_calls", &self.inner.max_calls)
+            .field("used", &self.inner.used.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl ToolHost {
+    /// A host serving `exec`'s catalog under `limits`' tool budget and
+    /// allowlist. Calls are cancelled with `cancel`.
+    pub fn new(exec: Exec, limits: &RuntimeLimits, cancel: CancellationToken) -> Self {
+        Self::build(Some(exec), limits, cancel)
+    }
+
+    /// A host with no tools: every call fails with `tool_not_found`.
+    pub fn without_tools(limits: &RuntimeLimits) -> Self {
+        Self::build(None, limits, CancellationToken::new())
+    }
+
+    fn build(exec: Option<Exec>, limits: &RuntimeLimits, cancel: CancellationToken) -> Self {
+        ToolHost {
+            inner: Arc::new(HostInner {
+                exec,
+                allow: AllowList::new(&limits.allowed_tools),
+                max_calls: limits.max_tool_calls,
+                used: AtomicUsize::new(0),
+                log: Mutex::new(Vec::new()),
+                cancel,
+                exceeded: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    /// The catalog behind this host, if any.
+    pub fn exec(&self) -> Option<&Exec> {
+        self.inner.exec.as_ref()
+    }
+
+    /// Calls a tool on behalf of the sandbox. Fails with `not_allowed`
+    /// outside the allowlist and `limit_exceeded` once the budget is spent;
+    /// both are logged like any other call.
+    pub async fn call(&self, tool_id: &str, args: Value) -> Result<Value, ErrorBody> {
+        let started = Instant::now();
+        let result = self.call_unlogged(tool_id, args.clone()).await;
+        let record = ToolCallRecord {
+            tool_id: tool_id.to_owned(),
+            args,
+            ok: result.is_ok(),
+            result: result.as_ref().ok().cloned(),
+            error: result.as_ref().err().cloned(),
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        };
+        self.inner.log.lock().push(record);
+        result
+    }
+
+    async fn call_unlogged(&self, tool_id: &str, args: Value) -> Result<Value, ErrorBody> {
+        if !self.inner.allow.permits(tool_id) {
+            return Err(not_allowed(tool_id));
+        }
+        let n = self.inner.used.fetch_add(1, Ordering::Relaxed);
+        if n >= self.inner.max_calls {
+            self.inner.exceeded.notify_waiters();
+            self.inner.exceeded.notify_one();
+            return Err(budget_error(self.inner.max_calls));
+        }
+        let Some(exec) = &self.inner.exec else {
+            return Err(Error::ToolNotFound {
+                id: tool_id.to_owned(),
+            }
+            .to_body());
+        };
+        let opts = RunOptions {
+            cancel: Some(self.inner.cancel.child_token()),
+            ..RunOptions::default()
+        };
+        exec.run_tool_with(tool_id, args, &opts)
+            .await
+            .map(|out| out.value)
+            .map_err(|e| e.to_body())
+    }
+
+    /// Ranks the allowed tools for `query`: `[{id, summary, score}]`.
+    pub fn search(&self, query: &str, limit: usize) -> Value {
+        let Some(exec) = &self.inner.exec else {
+            return Value::Array(Vec::new());
+        };
+        let hits: Vec<Value> = exec
+            .search_tools(query, limit.clamp(1, 50) * 2)
+            .into_iter()
+            .filter(|m| self.inner.allow.permits(&m.id))
+            .take(limit.clamp(1, 50))
+            .map(|m| serde_json::json!({"id": m.id, "summary": m.summary, "score": m.score}))
+            .collect();
+        Value::Array(hits)
+    }
+
+    /// The documentation of an allowed tool.
+    pub fn describe(&self, tool_id: &str, level: DetailLevel) -> Result<Value, ErrorBody> {
+        if !self.inner.allow.permits(tool_id) {
+            return Err(not_allowed(tool_id));
+        }
+        let Some(exec) = &self.inner.exec else {
+            return Err(Error::ToolNotFound {
+                id: tool_id.to_owned(),
+            }
+            .to_body());
+        };
+        let doc = exec
+            .describe_tool(tool_id, level)
+            .map_err(|e| e.to_body())?;
+        Ok(serde_json::to_value(doc).unwrap_or(Value::Null))
+    }
+
+    /// Whether the budget is spent.
+    pub fn budget_exhausted(&self) -> bool {
+        self.inner.used.load(Ordering::Relaxed) >= self.inner.max_calls
+    }
+
+    /// Resolves once the unit has asked for a call past the budget; runtimes
+    /// end the run then, with `limit_exceeded` (`tool_calls`).
+    pub async fn budget_exceeded(&self) {
+        self.inner.exceeded.notified().await
+    }
+
+    /// The calls made so far.
+    pub fn tool_calls(&self) -> Vec<ToolCallRecord> {
+        self.inner.log.lock().clone()
+    }
+
+    /// Takes the log (leaves it empty).
+    pub fn take_tool_calls(&self) -> Vec<ToolCallRecord> {
+        std::mem::take(&mut *self.inner.log.lock())
+    }
+}
+
+fn not_allowed(tool_id: &str) -> ErrorBody {
+    Error::NotAllowed {
+        tool: tool_id.to_owned(),
+        reason: "not in this run's allowed_tools".into(),
+    }
+    .to_body()
+}
+
+/// The error of a call past the budget: `limit_exceeded` with
+/// `details.limit = "tool_calls"`.
+pub(crate) fn budget_error(max: usize) -> ErrorBody {
+    ErrorBody {
+        code: ErrorCode::LimitExceeded,
+        message: format!("limit_exceeded: the tool-call budget of {max} calls is spent"),
+        details: Some(serde_json::json!({"limit": "tool_calls", "max": max})),
+    }
+}

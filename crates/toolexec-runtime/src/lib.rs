@@ -1,0 +1,50 @@
+//! # toolexec-runtime
+//!
+//! Runtime isolation for toolexec: code and commands that agents send run
+//! where they cannot hurt the host, under limits given as data, and reach
+//! tools only through the host.
+//!
+//! - [`Runtime`]: the contract every sandbox implements: run a [`Unit`]
+//!   (command, script, WASM) under a [`Profile`] and [`RuntimeLimits`], and
+//!   return a [`RunOutcome`] with the value, the output, the tool-call log
+//!   and how each limit was enforced.
+//! - [`Runtimes`]: the registry, with the configurable [`ProfileMap`].
+//! - [`protocol`]: the versioned sandbox↔host gateway protocol, with the
+//!   host's [`ToolHost`] enforcing the tool budget and allowlist.
+//! - [`process`]: the child-process driver shared by process runtimes.
+//! - [`HostRuntime`]: unsandboxed host processes, behind an explicit opt-in.
+//!
+//! ```
+//! use toolexec_runtime::{HostRuntime, Profile, ProfileMap, RunRequest, Runtimes, Unit, UnsandboxedOptIn};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let mut map = ProfileMap::default();
+//! map.dev.insert(0, HostRuntime::NAME.into());
+//! let mut runtimes = Runtimes::new(map);
+//! runtimes.register(HostRuntime::new(UnsandboxedOptIn::i_understand_units_run_unsandboxed()));
+//! let request = RunRequest::new(Unit::command(["echo", "hello"]), Profile::Dev);
+//! let outcome = runtimes.run(request, None, Default::default()).await;
+//! assert!(outcome.is_ok(), "{outcome:?}");
+//! assert_eq!(outcome.stdout, "hello\n");
+//! # }
+//! ```
+
+mod host;
+mod host_runtime;
+mod limits;
+mod outcome;
+pub mod process;
+mod profile;
+pub mod protocol;
+mod registry;
+mod runtime;
+mod unit;
+
+pub use host::ToolHost;
+pub use host_runtime::{HostRuntime, UnsandboxedOptIn};
+pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};
+pub use outcome::{Enforcement, RunOutcome, RunStatus, ToolCallRecord};
+pub use profile::{Profile, ProfileMap, UnknownProfile};
+pub use registry::Runtimes;
+pub use runtime::{RunContext, Runtime, RuntimeInfo};
+pub use unit::{CommandUnit, RunRequest, ScriptUnit, Unit, UnitKind, WasmCode, WasmUnit};

@@ -1,0 +1,166 @@
+//! What a run returns.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolexec::ErrorBody;
+
+use crate::LimitKind;
+
+/// The result of one run: the value, the output, the tool-call log and how
+/// each limit was enforced. Returned for failures too, so that no captured
+/// output or tool-call record is lost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunOutcome {
+    /// The runtime that ran the unit.
+    pub runtime: String,
+    /// How the run ended.
+    pub status: RunStatus,
+    /// The unit's result value: what a script returned, what a WASM unit or
+    /// a command sent as its gateway `result`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// Captured stdout (lossy UTF-8; cut at the output limit).
+    pub stdout: String,
+    /// Captured stderr (lossy UTF-8; cut at the output limit).
+    pub stderr: String,
+    /// The process exit code, for commands that exited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Every tool call the unit made, in order, allowed or not.
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// Per limit, the mechanism that enforced it (or why none could).
+    pub enforcement: Vec<Enforcement>,
+    /// Wall time from start to result, in milliseconds.
+    pub duration_ms: f64,
+}
+
+impl RunOutcome {
+    /// An outcome with nothing captured yet.
+    pub fn new(runtime: impl Into<String>, status: RunStatus) -> Self {
+        RunOutcome {
+            runtime: runtime.into(),
+            status,
+            value: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: None,
+            tool_calls: Vec::new(),
+            enforcement: Vec::new(),
+            duration_ms: 0.0,
+        }
+    }
+
+    /// True when the unit finished normally (exit code 0, or a returned value).
+    pub fn is_ok(&self) -> bool {
+        matches!(self.status, RunStatus::Ok)
+    }
+
+    /// The mechanism reported for `limit`, if any.
+    pub fn enforced_by(&self, limit: LimitKind) -> Option<&Enforcement> {
+        self.enforcement.iter().find(|e| e.limit == limit)
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum RunStatus {
+    /// Finished normally.
+    Ok,
+    /// The unit failed on its own: non-zero exit, a signal it did not get
+    /// from a limit, a WASM trap, an uncaught script error.
+    Failed {
+        /// One line on what happened.
+        message: String,
+    },
+    /// A limit ended the run.
+    LimitExceeded {
+        /// Which limit.
+        limit: LimitKind,
+        /// One line with the detail (the value, the mechanism).
+        message: String,
+    },
+    /// The caller cancelled the run.
+    Cancelled,
+    /// The run could not happen or was ended by toolexec: the runtime is
+    /// unavailable, the request is invalid, the sandbox broke the gateway
+    /// protocol (`invalid_request`), an internal error.
+    Error {
+        /// The stable error.
+        error: ErrorBody,
+    },
+}
+
+impl RunStatus {
+    /// The limit, for [`RunStatus::LimitExceeded`].
+    pub fn limit(&self) -> Option<LimitKind> {
+        match self {
+            RunStatus::LimitExceeded { limit, .. } => Some(*limit),
+            _ => None,
+        }
+    }
+
+    /// The stable status name: `ok`, `failed`, `limit_exceeded`, `cancelled`, `error`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::Failed { .. } => "failed",
+            RunStatus::LimitExceeded { .. } => "limit_exceeded",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Error { .. } => "error",
+        }
+    }
+}
+
+/// How one limit was enforced in a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enforcement {
+    /// The limit.
+    pub limit: LimitKind,
+    /// The mechanism (`cgroup v1 memory.limit_in_bytes`, `RLIMIT_AS`,
+    /// `wasmtime fuel`, `host timer`, ...), or `not enforced: <why>`.
+    pub mechanism: String,
+}
+
+impl Enforcement {
+    /// A limit enforced by `mechanism`.
+    pub fn by(limit: LimitKind, mechanism: impl Into<String>) -> Self {
+        Enforcement {
+            limit,
+            mechanism: mechanism.into(),
+        }
+    }
+
+    /// A limit this runtime could not enforce, and why.
+    pub fn not_enforced(limit: LimitKind, why: impl AsRef<str>) -> Self {
+        Enforcement {
+            limit,
+            mechanism: format!("not enforced: {}", why.as_ref()),
+        }
+    }
+
+    /// False for [`Enforcement::not_enforced`] entries.
+    pub fn is_enforced(&self) -> bool {
+        !self.mechanism.starts_with("not enforced")
+    }
+}
+
+/// One tool call a unit made through the gateway.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCallRecord {
+    /// The tool id as the unit sent it.
+    pub tool_id: String,
+    /// The arguments as the unit sent them.
+    pub args: Value,
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// The result value, on success.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The error (`not_allowed` for a tool outside the allowlist,
+    /// `limit_exceeded` past the budget), on failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+    /// Call duration in milliseconds.
+    pub duration_ms: f64,
+}

@@ -1,0 +1,472 @@
+//! Running a child process under limits: what every process-based runtime
+//! (host, bubblewrap, OCI) shares. The runtime builds a [`ProcessSpec`]
+//! (its launcher's argv, rlimits, cgroups, inherited descriptors);
+//! [`run_process`] starts it with the gateway socket at
+//! [`crate::protocol::GATEWAY_FD`], feeds stdin, captures output up to the
+//! limit, serves the gateway, and kills the whole process group on the
+//! deadline, on cancellation, on too much output, on a protocol violation,
+//! or when the future is dropped.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
+
+use crate::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GatewayConfig, GatewayServer, ProtocolError};
+use crate::{RunContext, RuntimeLimits};
+
+/// A resource limit set with `setrlimit` in the child before exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rlimit {
+    /// Which resource.
+    pub resource: RlimitResource,
+    /// Soft limit.
+    pub soft: u64,
+    /// Hard limit.
+    pub hard: u64,
+}
+
+/// The resources [`Rlimit`] can set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RlimitResource {
+    /// `RLIMIT_CPU`, seconds.
+    Cpu,
+    /// `RLIMIT_AS`, bytes.
+    AddressSpace,
+    /// `RLIMIT_NPROC`, processes of the user (ignored for real root).
+    Processes,
+    /// `RLIMIT_FSIZE`, bytes per file written.
+    FileSize,
+    /// `RLIMIT_NOFILE`, open descriptors.
+    OpenFiles,
+    /// `RLIMIT_CORE`, bytes of core dumps.
+    Core,
+}
+
+impl RlimitResource {
+    fn raw(self) -> libc::__rlimit_resource_t {
+        match self {
+            RlimitResource::Cpu => libc::RLIMIT_CPU,
+            RlimitResource::AddressSpace => libc::RLIMIT_AS,
+            RlimitResource::Processes => libc::RLIMIT_NPROC,
+            RlimitResource::FileSize => libc::RLIMIT_FSIZE,
+            RlimitResource::OpenFiles => libc::RLIMIT_NOFILE,
+            RlimitResource::Core => libc::RLIMIT_CORE,
+        }
+    }
+}
+
+/// How to start the child.
+#[derive(Debug, Default)]
+pub struct ProcessSpec {
+    /// The program (a launcher like `bwrap`, or the command itself).
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// The whole environment (nothing is inherited from the host).
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory of the launcher.
+    pub cwd: Option<PathBuf>,
+    /// Bytes for stdin, then EOF; stdin is `/dev/null` when `None`.
+    pub stdin: Option<Vec<u8>>,
+    /// Set in the child before exec.
+    pub rlimits: Vec<Rlimit>,
+    /// Serve the gateway protocol on descriptor 3 of the child.
+    pub gateway: bool,
+    /// Further descriptors the child inherits, at the given numbers (> 3).
+    pub inherit: Vec<(OwnedFd, RawFd)>,
+    /// Open `cgroup.procs` (or `tasks`) files: the child writes `0` to
+    /// each before exec, so it is inside its cgroups before running
+    /// anything of the unit.
+    pub join_cgroups: Vec<File>,
+}
+
+/// Why [`run_process`] stopped the child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// The wall-time deadline passed.
+    WallTime,
+    /// stdout plus stderr passed the output limit.
+    Output,
+    /// The caller cancelled.
+    Cancelled,
+    /// The unit broke the gateway protocol.
+    Protocol(ProtocolError),
+    /// The unit asked for a tool call past its budget.
+    ToolCalls,
+}
+
+/// What happened to the child.
+#[derive(Debug)]
+pub struct ProcessRun {
+    /// The exit status, once reaped.
+    pub status: Option<ExitStatus>,
+    /// Why toolexec stopped it, if it did.
+    pub ended: Option<Ended>,
+    /// Captured stdout, at most the output limit.
+    pub stdout: Vec<u8>,
+    /// Captured stderr, at most the output limit (with stdout).
+    pub stderr: Vec<u8>,
+    /// The value the unit sent with the gateway's `result`.
+    pub value: Option<Value>,
+    /// Start to reaped.
+    pub elapsed: Duration,
+}
+
+/// Errors starting the child.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start {program}: {source}")]
+pub struct SpawnError {
+    /// The program.
+    pub program: String,
+    /// The OS error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Runs `spec` under `limits` (wall time, output) with `ctx`'s tool host
+/// and cancellation. Other limits are the runtime's job (rlimits, cgroups,
+/// namespaces) through the spec.
+pub async fn run_process(
+    mut spec: ProcessSpec,
+    limits: &RuntimeLimits,
+    ctx: &RunContext,
+) -> Result<ProcessRun, SpawnError> {
+    let started = Instant::now();
+    let spawn_error = |source| SpawnError {
+        program: spec.program.display().to_string(),
+        source,
+    };
+    let (host_end, child_end) = if spec.gateway {
+        let (a, b) = std::os::unix::net::UnixStream::pair().map_err(spawn_error)?;
+        (Some(a), Some(OwnedFd::from(b)))
+    } else {
+        (None, None)
+    };
+
+    let mut cmd = tokio::process::Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if spec.gateway {
+        cmd.env(GATEWAY_FD_ENV, GATEWAY_FD.to_string());
+    }
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut moves: Vec<(RawFd, RawFd)> = Vec::new();
+    if let Some(fd) = &child_end {
+        moves.push((fd.as_raw_fd(), GATEWAY_FD));
+    }
+    moves.extend(spec.inherit.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)));
+    let mut scratch: Vec<RawFd> = vec![-1; moves.len()];
+    let cgroup_fds: Vec<RawFd> = spec.join_cgroups.iter().map(|f| f.as_raw_fd()).collect();
+    let rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)> = spec
+        .rlimits
+        .iter()
+        .map(|r| {
+            (
+                r.resource.raw(),
+                libc::rlimit {
+                    rlim_cur: r.soft,
+                    rlim_max: r.hard,
+                },
+            )
+        })
+        .collect();
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe system calls on memory allocated before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for fd in &cgroup_fds {
+                if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (resource, limit) in &rlimits {
+                if libc::setrlimit(*resource, limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            // Two passes so a source never collides with another's target.
+            for (i, (from, _)) in moves.iter().enumerate() {
+                let tmp = libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 64);
+                if tmp < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                scratch[i] = tmp;
+            }
+            for (i, (_, to)) in moves.iter().enumerate() {
+                if libc::dup2(scratch[i], *to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(spawn_error)?;
+    // The child has its copies; ours must go so the gateway sees EOF when
+    // the sandbox is gone.
+    drop(child_end);
+    spec.inherit.clear();
+    spec.join_cgroups.clear();
+    let pgid = child.id().map(|p| p as i32);
+    let _group_guard = GroupKill(pgid);
+
+    if let (Some(bytes), Some(mut stdin)) = (spec.stdin.take(), child.stdin.take()) {
+        tokio::spawn(async move {
+            // A unit that does not read its stdin is not an error.
+            let _ = stdin.write_all(&bytes).await;
+        });
+    }
+    let capture = Capture::new(limits.max_output_bytes);
+    let out_task = child
+        .stdout
+        .take()
+        .map(|s| tokio::spawn(capture.clone().drain(s, false)));
+    let err_task = child
+        .stderr
+        .take()
+        .map(|s| tokio::spawn(capture.clone().drain(s, true)));
+
+    let server = GatewayServer::new(ctx.host.clone(), GatewayConfig::default());
+    let gateway = async {
+        match host_end {
+            Some(end) => {
+                end.set_nonblocking(true)
+                    .map_err(|e| ProtocolError::Io(e.to_string()))?;
+                let stream = tokio::net::UnixStream::from_std(end)
+                    .map_err(|e| ProtocolError::Io(e.to_string()))?;
+                server.serve(stream).await
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(gateway);
+    let mut gateway_done = !spec.gateway;
+    let deadline = tokio::time::sleep(limits.wall_time);
+    tokio::pin!(deadline);
+
+    let mut ended = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status.ok(),
+            _ = &mut deadline => { ended = Some(Ended::WallTime); break None; }
+            _ = ctx.cancel.cancelled() => { ended = Some(Ended::Cancelled); break None; }
+            _ = capture.overflowed() => { ended = Some(Ended::Output); break None; }
+            _ = ctx.host.budget_exceeded() => { ended = Some(Ended::ToolCalls); break None; }
+            result = &mut gateway, if !gateway_done => {
+                gateway_done = true;
+                if let Err(e) = result {
+                    ended = Some(Ended::Protocol(e));
+                    break None;
+                }
+            }
+        }
+    };
+    let status = match status {
+        Some(status) => Some(status),
+        None => {
+            kill_group(pgid);
+            let _ = child.start_kill();
+            child.wait().await.ok()
+        }
+    };
+    // Descendants that outlived the child (the host runtime has no pid
+    // namespace) go with the group.
+    kill_group(pgid);
+    if !gateway_done && ended.is_none() {
+        // Let the gateway take the last frames the unit wrote before exit.
+        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_millis(200), &mut gateway).await {
+            ended = Some(Ended::Protocol(e));
+        }
+    }
+    for task in [out_task, err_task].into_iter().flatten() {
+        let _ = tokio::time::timeout(Duration::from_millis(500), task).await;
+    }
+    let (stdout, stderr) = capture.take();
+    Ok(ProcessRun {
+        status,
+        ended,
+        stdout,
+        stderr,
+        value: server.value(),
+        elapsed: started.elapsed(),
+    })
+}
+
+fn kill_group(pgid: Option<i32>) {
+    if let Some(pgid) = pgid.filter(|p| *p > 1) {
+        // SAFETY: plain syscall; the group is the child's own (process_group(0)).
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Kills the child's process group when the run is dropped midway.
+struct GroupKill(Option<i32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
+}
+
+/// stdout and stderr with one shared byte budget.
+#[derive(Clone)]
+struct Capture {
+    max: usize,
+    used: Arc<AtomicUsize>,
+    buffers: Arc<Mutex<(Vec<u8>, Vec<u8>)>>,
+    overflow: Arc<Notify>,
+}
+
+impl Capture {
+    fn new(max: usize) -> Self {
+        Capture {
+            max,
+            used: Arc::default(),
+            buffers: Arc::default(),
+            overflow: Arc::new(Notify::new()),
+        }
+    }
+
+    async fn drain(self, mut pipe: impl tokio::io::AsyncRead + Unpin, is_err: bool) {
+        let mut chunk = vec![0u8; 16 * 1024];
+        loop {
+            let n = match pipe.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let before = self.used.fetch_add(n, Ordering::Relaxed);
+            let room = self.max.saturating_sub(before);
+            let keep = n.min(room);
+            {
+                let mut buffers = self.buffers.lock();
+                let buffer = if is_err {
+                    &mut buffers.1
+                } else {
+                    &mut buffers.0
+                };
+                buffer.extend_from_slice(&chunk[..keep]);
+            }
+            if keep < n {
+                self.overflow.notify_one();
+                return;
+            }
+        }
+    }
+
+    async fn overflowed(&self) {
+        self.overflow.notified().await
+    }
+
+    fn take(&self) -> (Vec<u8>, Vec<u8>) {
+        std::mem::take(&mut *self.buffers.lock())
+    }
+}
+
+impl ProcessRun {
+    /// The signal that ended the unit: from the wait status, or, for
+    /// launchers that turn a child's death by signal `n` into exit code
+    /// `128 + n` (bubblewrap, runc), from the code when `launcher_codes`.
+    pub fn signal(&self, launcher_codes: bool) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        let status = self.status?;
+        status.signal().or_else(|| {
+            status
+                .code()
+                .filter(|c| launcher_codes && (129..=128 + 64).contains(c))
+                .map(|c| c - 128)
+        })
+    }
+
+    /// The outcome with the default classification: toolexec's own stops
+    /// first, then `SIGXCPU` as the CPU limit, exit 0 as success, anything
+    /// else as the unit's failure. Runtimes refine it with what their
+    /// mechanisms saw (cgroup OOM and pid events) before returning.
+    pub fn into_outcome(
+        self,
+        runtime: &str,
+        ctx: &RunContext,
+        limits: &RuntimeLimits,
+        launcher_codes: bool,
+    ) -> crate::RunOutcome {
+        use crate::{LimitKind, RunStatus};
+        let signal = self.signal(launcher_codes);
+        let status = match &self.ended {
+            Some(Ended::WallTime) => RunStatus::LimitExceeded {
+                limit: LimitKind::WallTime,
+                message: format!(
+                    "the unit ran past its {} ms deadline and was killed",
+                    limits.wall_time.as_millis()
+                ),
+            },
+            Some(Ended::Output) => RunStatus::LimitExceeded {
+                limit: LimitKind::Output,
+                message: format!(
+                    "the unit wrote more than {} bytes of output and was killed",
+                    limits.max_output_bytes
+                ),
+            },
+            Some(Ended::Cancelled) => RunStatus::Cancelled,
+            Some(Ended::ToolCalls) => RunStatus::LimitExceeded {
+                limit: LimitKind::ToolCalls,
+                message: format!(
+                    "the unit asked for more than {} tool calls and was stopped",
+                    limits.max_tool_calls
+                ),
+            },
+            Some(Ended::Protocol(e)) => RunStatus::Error { error: e.to_body() },
+            None if signal == Some(libc::SIGXCPU) => RunStatus::LimitExceeded {
+                limit: LimitKind::CpuTime,
+                message: format!(
+                    "the unit used more than {} s of CPU time (SIGXCPU)",
+                    limits.cpu_time.map(|d| d.as_secs_f64()).unwrap_or_default()
+                ),
+            },
+            None => match (self.status.and_then(|s| s.code()), signal) {
+                (Some(0), _) => RunStatus::Ok,
+                (_, Some(sig)) => RunStatus::Failed {
+                    message: format!("the unit was killed by signal {sig}"),
+                },
+                (Some(code), None) => RunStatus::Failed {
+                    message: format!("the unit exited with code {code}"),
+                },
+                (None, None) => RunStatus::Failed {
+                    message: "the unit's exit status is unknown".into(),
+                },
+            },
+        };
+        let mut outcome = crate::RunOutcome::new(runtime, status);
+        outcome.exit_code = self.status.and_then(|s| s.code());
+        outcome.stdout = String::from_utf8_lossy(&self.stdout).into_owned();
+        outcome.stderr = String::from_utf8_lossy(&self.stderr).into_owned();
+        outcome.value = self.value;
+        outcome.tool_calls = ctx.host.take_tool_calls();
+        outcome.duration_ms = self.elapsed.as_secs_f64() * 1000.0;
+        outcome
+    }
+}

@@ -1,0 +1,53 @@
+//! The sandbox↔host gateway protocol, version 1.
+//!
+//! Sandboxed code reaches tools only through this protocol; the host side
+//! ([`GatewayServer`]) checks every request against the run's budget and
+//! allowlist. The full specification, with examples, is
+//! `docs/gateway-protocol.md`; in short:
+//!
+//! - **Transport**: a stream socket. Sandboxed processes find it as file
+//!   descriptor [`GATEWAY_FD`], announced in the environment variable
+//!   [`GATEWAY_FD_ENV`].
+//! - **Framing**: a 4-byte big-endian length, then that many bytes of UTF-8
+//!   JSON. A frame longer than the host's maximum (default
+//!   [`DEFAULT_MAX_FRAME_BYTES`]) ends the run with `invalid_request`, as
+//!   does a frame that is not a valid message.
+//! - **Requests** (sandbox → host): `{"id": 1, "method": "call", "tool":
+//!   "math:add", "args": {...}}`; methods `hello`, `call`, `search`,
+//!   `describe`, and the notification `result` (no `id`) that sets the
+//!   unit's result value once.
+//! - **Responses** (host → sandbox): `{"id": 1, "result": ...}` or
+//!   `{"id": 1, "error": {"code": "not_allowed", "message": "...",
+//!   "details": ...}}`, in completion order (calls run concurrently).
+
+mod client;
+mod message;
+mod server;
+
+pub use client::{ClientError, GatewayClient};
+pub use message::{Request, RequestBody, Response, ResponseBody};
+pub use server::{GatewayConfig, GatewayServer, ProtocolError};
+
+/// The protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The protocol name sent in `hello`.
+pub const PROTOCOL_NAME: &str = "toolexec-gateway";
+
+/// The file descriptor the gateway socket has in sandboxed processes.
+pub const GATEWAY_FD: i32 = 3;
+
+/// The environment variable that announces the gateway's descriptor.
+pub const GATEWAY_FD_ENV: &str = "TOOLEXEC_GATEWAY_FD";
+
+/// Default maximum frame size, both ways: 1 MiB.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 1 << 20;
+
+/// The length-prefixed codec with a maximum frame size.
+pub(crate) fn codec(max_frame_bytes: usize) -> tokio_util::codec::LengthDelimitedCodec {
+    tokio_util::codec::LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .big_endian()
+        .max_frame_length(max_frame_bytes)
+        .new_codec()
+}

@@ -1,0 +1,183 @@
+//! Units of work and run requests.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Profile, RuntimeLimits};
+
+/// A unit of work for a runtime.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Unit {
+    /// A command: `argv[0]` is looked up on the sandbox's `PATH`.
+    Command(CommandUnit),
+    /// A script for an engine (`javascript`: toolexec code mode).
+    Script(ScriptUnit),
+    /// A WebAssembly module or component.
+    Wasm(WasmUnit),
+}
+
+impl Unit {
+    /// The kind of this unit.
+    pub fn kind(&self) -> UnitKind {
+        match self {
+            Unit::Command(_) => UnitKind::Command,
+            Unit::Script(_) => UnitKind::Script,
+            Unit::Wasm(_) => UnitKind::Wasm,
+        }
+    }
+
+    /// A command unit from argv.
+    ///
+    /// ```
+    /// use toolexec_runtime::{Unit, UnitKind};
+    /// let unit = Unit::command(["echo", "hi"]);
+    /// assert_eq!(unit.kind(), UnitKind::Command);
+    /// ```
+    pub fn command<I, S>(argv: I) -> Unit
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Unit::Command(CommandUnit {
+            argv: argv.into_iter().map(Into::into).collect(),
+            ..CommandUnit::default()
+        })
+    }
+
+    /// A JavaScript (code mode) unit.
+    pub fn javascript(source: impl Into<String>) -> Unit {
+        Unit::Script(ScriptUnit {
+            language: "javascript".into(),
+            source: source.into(),
+        })
+    }
+}
+
+/// The kinds of [`Unit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnitKind {
+    /// [`Unit::Command`].
+    Command,
+    /// [`Unit::Script`].
+    Script,
+    /// [`Unit::Wasm`].
+    Wasm,
+}
+
+impl UnitKind {
+    /// The stable name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            UnitKind::Command => "command",
+            UnitKind::Script => "script",
+            UnitKind::Wasm => "wasm",
+        }
+    }
+}
+
+/// A command to run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommandUnit {
+    /// Program and arguments; must not be empty.
+    pub argv: Vec<String>,
+    /// Bytes written to the command's stdin (then closed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    /// Environment. Nothing of the host's environment is passed, besides a
+    /// fixed `PATH` and the gateway variables.
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside the sandbox (default `/tmp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// A script for an engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptUnit {
+    /// The engine: `javascript`.
+    pub language: String,
+    /// The script source.
+    pub source: String,
+}
+
+/// A WebAssembly module or component.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WasmUnit {
+    /// The binary (`.wasm`) or text (`.wat`) form of a core module or a
+    /// component. In JSON: `{"binary": "<base64>"}` or `{"wat": "(module ...)"}`.
+    #[serde(flatten)]
+    pub code: WasmCode,
+    /// Export to call (default: `_start` for WASI commands, `run` otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// JSON input handed to the module through the tool ABI's `input` import.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// Arguments (`argv[1..]`) for WASI commands.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// The code of a [`WasmUnit`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WasmCode {
+    /// Binary module or component, base64 in JSON.
+    Binary(#[serde(with = "base64_bytes")] Vec<u8>),
+    /// WebAssembly text.
+    Wat(String),
+}
+
+/// Everything a runtime needs for one run besides the tool host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// What to run.
+    pub unit: Unit,
+    /// The required isolation.
+    pub profile: Profile,
+    /// The limits.
+    #[serde(default)]
+    pub limits: RuntimeLimits,
+}
+
+impl RunRequest {
+    /// A request with default limits.
+    pub fn new(unit: Unit, profile: Profile) -> Self {
+        RunRequest {
+            unit,
+            profile,
+            limits: RuntimeLimits::default(),
+        }
+    }
+
+    /// Replaces the limits.
+    pub fn with_limits(mut self, limits: RuntimeLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+mod base64_bytes {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD
+            .decode(text)
+            .map_err(|e| serde::de::Error::custom(format!("binary: invalid base64: {e}")))
+    }
+}
