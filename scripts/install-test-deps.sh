@@ -8,7 +8,27 @@
 #         @modelcontextprotocol/inspector (CLI mode), @modelcontextprotocol/conformance,
 #         node@22 (the inspector and the conformance suite need Node >= 22)
 #   PyPI: mcp (official Python SDK; 1.x keeps FastMCP at mcp.server.fastmcp)
+#   apt:  bubblewrap (namespaces sandbox), runc and runsc (OCI runtimes),
+#         docker.io (Docker engine), busybox-static (test root filesystems)
 set -euo pipefail
+
+APT_PACKAGES=(bubblewrap runc runsc docker.io busybox-static)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing Debian packages: ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  # Debian's docker-clean hook can fail a large install once; the retry
+  # then finds the downloaded archives in place.
+  for attempt in 1 2 3; do
+    if DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"; then break; fi
+    [ "$attempt" = 3 ] && { echo "error: apt-get install ${missing[*]} failed" >&2; exit 1; }
+    sleep 3
+  done
+fi
 
 DEPS="${TOOLEXEC_DEPS:-$HOME/.cache/toolexec/deps}"
 NPM_PACKAGES=(

@@ -13,7 +13,10 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use toolexec::ErrorBody;
 
 use super::message::{Request, RequestBody, Response, ResponseBody};
-use super::{DEFAULT_MAX_FRAME_BYTES, GATEWAY_FD_ENV, PROTOCOL_NAME, PROTOCOL_VERSION, codec};
+use super::{
+    DEFAULT_MAX_FRAME_BYTES, GATEWAY_FD_ENV, GATEWAY_SOCKET_ENV, PROTOCOL_NAME, PROTOCOL_VERSION,
+    codec,
+};
 
 /// Why a gateway request got no answer from the host.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -48,11 +51,20 @@ impl<S> Drop for GatewayClient<S> {
 }
 
 impl GatewayClient<tokio::net::UnixStream> {
-    /// Connects to the descriptor named by `TOOLEXEC_GATEWAY_FD`. Must be
-    /// called inside a tokio runtime, at most once per process (it takes
+    /// Connects to the descriptor named by `TOOLEXEC_GATEWAY_FD`, or else
+    /// to the socket path in `TOOLEXEC_GATEWAY_SOCKET`. Must be called
+    /// inside a tokio runtime, at most once per process (it takes
     /// ownership of the descriptor).
-    pub fn from_env() -> Result<Self, ClientError> {
+    pub async fn from_env() -> Result<Self, ClientError> {
         use std::os::fd::FromRawFd;
+        if std::env::var_os(GATEWAY_FD_ENV).is_none()
+            && let Some(path) = std::env::var_os(GATEWAY_SOCKET_ENV)
+        {
+            let stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| {
+                ClientError::NoGateway(format!("cannot connect to {}: {e}", path.to_string_lossy()))
+            })?;
+            return Ok(GatewayClient::new(stream));
+        }
         let fd: i32 = std::env::var(GATEWAY_FD_ENV)
             .map_err(|_| ClientError::NoGateway(format!("{GATEWAY_FD_ENV} is not set")))?
             .parse()

@@ -7,7 +7,8 @@
 //!
 //! - **Transport**: a stream socket. Sandboxed processes find it as file
 //!   descriptor [`GATEWAY_FD`], announced in the environment variable
-//!   [`GATEWAY_FD_ENV`].
+//!   [`GATEWAY_FD_ENV`]; where descriptors cannot be inherited (containers
+//!   under a daemon), a Unix socket path in [`GATEWAY_SOCKET_ENV`].
 //! - **Framing**: a 4-byte big-endian length, then that many bytes of UTF-8
 //!   JSON. A frame longer than the host's maximum (default
 //!   [`DEFAULT_MAX_FRAME_BYTES`]) ends the run with `invalid_request`, as
@@ -39,6 +40,10 @@ pub const GATEWAY_FD: i32 = 3;
 
 /// The environment variable that announces the gateway's descriptor.
 pub const GATEWAY_FD_ENV: &str = "TOOLEXEC_GATEWAY_FD";
+
+/// The environment variable naming a Unix socket path to connect to
+/// instead, for sandboxes that cannot inherit descriptors (Docker, remote).
+pub const GATEWAY_SOCKET_ENV: &str = "TOOLEXEC_GATEWAY_SOCKET";
 
 /// Default maximum frame size, both ways: 1 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 1 << 20;
