@@ -7,7 +7,8 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use serde_json::Value;
 use toolexec::{
-    AllowList, CancellationToken, DetailLevel, Error, ErrorBody, ErrorCode, Exec, RunOptions,
+    AllowList, BoxFuture, CancellationToken, DetailLevel, Error, ErrorBody, ErrorCode, Exec,
+    RunOptions,
 };
 
 use crate::{RuntimeLimits, ToolCallRecord};
@@ -23,8 +24,30 @@ pub struct ToolHost {
     inner: Arc<HostInner>,
 }
 
+/// Where a [`ToolHost`] sends allowed calls when it has no local catalog:
+/// e.g. a remote runtime server forwarding to its caller. The host still
+/// enforces its own budget and allowlist before forwarding.
+pub trait ToolCaller: Send + Sync + 'static {
+    /// Runs a tool.
+    fn call(&self, tool_id: String, args: Value) -> BoxFuture<'static, Result<Value, ErrorBody>>;
+    /// Ranks tools (`[{id, summary, score}]`).
+    fn search(&self, query: String, limit: usize) -> BoxFuture<'static, Value>;
+    /// Documents a tool.
+    fn describe(
+        &self,
+        tool_id: String,
+        level: DetailLevel,
+    ) -> BoxFuture<'static, Result<Value, ErrorBody>>;
+}
+
+enum Tools {
+    None,
+    Local(Exec),
+    Caller(Arc<dyn ToolCaller>),
+}
+
 struct HostInner {
-    exec: Option<Exec>,
+    tools: Tools,
     allow: AllowList,
     max_calls: usize,
     used: AtomicUsize,
@@ -36,7 +59,7 @@ struct HostInner {
 impl std::fmt::Debug for ToolHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolHost")
-            .field("has_tools", &self.inner.exec.is_some())
+            .field("has_tools", &!matches!(self.inner.tools, Tools::None))
             .field("max_calls", &self.inner.max_calls)
             .field("used", &self.inner.used.load(Ordering::Relaxed))
             .finish()
@@ -47,18 +70,28 @@ impl ToolHost {
     /// A host serving `exec`'s catalog under `limits`' tool budget and
     /// allowlist. Calls are cancelled with `cancel`.
     pub fn new(exec: Exec, limits: &RuntimeLimits, cancel: CancellationToken) -> Self {
-        Self::build(Some(exec), limits, cancel)
+        Self::build(Tools::Local(exec), limits, cancel)
+    }
+
+    /// A host forwarding allowed calls to `caller`, under `limits`' budget
+    /// and allowlist.
+    pub fn with_caller(
+        caller: Arc<dyn ToolCaller>,
+        limits: &RuntimeLimits,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self::build(Tools::Caller(caller), limits, cancel)
     }
 
     /// A host with no tools: every call fails with `tool_not_found`.
     pub fn without_tools(limits: &RuntimeLimits) -> Self {
-        Self::build(None, limits, CancellationToken::new())
+        Self::build(Tools::None, limits, CancellationToken::new())
     }
 
-    fn build(exec: Option<Exec>, limits: &RuntimeLimits, cancel: CancellationToken) -> Self {
+    fn build(tools: Tools, limits: &RuntimeLimits, cancel: CancellationToken) -> Self {
         ToolHost {
             inner: Arc::new(HostInner {
-                exec,
+                tools,
                 allow: AllowList::new(&limits.allowed_tools),
                 max_calls: limits.max_tool_calls,
                 used: AtomicUsize::new(0),
@@ -69,9 +102,17 @@ impl ToolHost {
         }
     }
 
-    /// The catalog behind this host, if any.
+    /// The local catalog behind this host, if it has one.
     pub fn exec(&self) -> Option<&Exec> {
-        self.inner.exec.as_ref()
+        match &self.inner.tools {
+            Tools::Local(exec) => Some(exec),
+            _ => None,
+        }
+    }
+
+    /// The run's cancellation.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.inner.cancel
     }
 
     /// Calls a tool on behalf of the sandbox. Fails with `not_allowed`
@@ -102,52 +143,70 @@ impl ToolHost {
             self.inner.exceeded.notify_one();
             return Err(budget_error(self.inner.max_calls));
         }
-        let Some(exec) = &self.inner.exec else {
-            return Err(Error::ToolNotFound {
+        match &self.inner.tools {
+            Tools::None => Err(Error::ToolNotFound {
                 id: tool_id.to_owned(),
             }
-            .to_body());
-        };
-        let opts = RunOptions {
-            cancel: Some(self.inner.cancel.child_token()),
-            ..RunOptions::default()
-        };
-        exec.run_tool_with(tool_id, args, &opts)
-            .await
-            .map(|out| out.value)
-            .map_err(|e| e.to_body())
+            .to_body()),
+            Tools::Caller(caller) => caller.call(tool_id.to_owned(), args).await,
+            Tools::Local(exec) => {
+                let opts = RunOptions {
+                    cancel: Some(self.inner.cancel.child_token()),
+                    ..RunOptions::default()
+                };
+                exec.run_tool_with(tool_id, args, &opts)
+                    .await
+                    .map(|out| out.value)
+                    .map_err(|e| e.to_body())
+            }
+        }
     }
 
     /// Ranks the allowed tools for `query`: `[{id, summary, score}]`.
-    pub fn search(&self, query: &str, limit: usize) -> Value {
-        let Some(exec) = &self.inner.exec else {
-            return Value::Array(Vec::new());
+    pub async fn search(&self, query: &str, limit: usize) -> Value {
+        let limit = limit.clamp(1, 50);
+        let hits: Vec<Value> = match &self.inner.tools {
+            Tools::None => Vec::new(),
+            Tools::Local(exec) => exec
+                .search_tools(query, limit * 2)
+                .into_iter()
+                .map(|m| serde_json::json!({"id": m.id, "summary": m.summary, "score": m.score}))
+                .collect(),
+            Tools::Caller(caller) => match caller.search(query.to_owned(), limit * 2).await {
+                Value::Array(hits) => hits,
+                _ => Vec::new(),
+            },
         };
-        let hits: Vec<Value> = exec
-            .search_tools(query, limit.clamp(1, 50) * 2)
-            .into_iter()
-            .filter(|m| self.inner.allow.permits(&m.id))
-            .take(limit.clamp(1, 50))
-            .map(|m| serde_json::json!({"id": m.id, "summary": m.summary, "score": m.score}))
-            .collect();
-        Value::Array(hits)
+        Value::Array(
+            hits.into_iter()
+                .filter(|m| {
+                    m["id"]
+                        .as_str()
+                        .is_some_and(|id| self.inner.allow.permits(id))
+                })
+                .take(limit)
+                .collect(),
+        )
     }
 
     /// The documentation of an allowed tool.
-    pub fn describe(&self, tool_id: &str, level: DetailLevel) -> Result<Value, ErrorBody> {
+    pub async fn describe(&self, tool_id: &str, level: DetailLevel) -> Result<Value, ErrorBody> {
         if !self.inner.allow.permits(tool_id) {
             return Err(not_allowed(tool_id));
         }
-        let Some(exec) = &self.inner.exec else {
-            return Err(Error::ToolNotFound {
+        match &self.inner.tools {
+            Tools::None => Err(Error::ToolNotFound {
                 id: tool_id.to_owned(),
             }
-            .to_body());
-        };
-        let doc = exec
-            .describe_tool(tool_id, level)
-            .map_err(|e| e.to_body())?;
-        Ok(serde_json::to_value(doc).unwrap_or(Value::Null))
+            .to_body()),
+            Tools::Local(exec) => {
+                let doc = exec
+                    .describe_tool(tool_id, level)
+                    .map_err(|e| e.to_body())?;
+                Ok(serde_json::to_value(doc).unwrap_or(Value::Null))
+            }
+            Tools::Caller(caller) => caller.describe(tool_id.to_owned(), level).await,
+        }
     }
 
     /// Whether the budget is spent.

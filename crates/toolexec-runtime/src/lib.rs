@@ -40,7 +40,7 @@ mod registry;
 mod runtime;
 mod unit;
 
-pub use host::ToolHost;
+pub use host::{ToolCaller, ToolHost};
 pub use host_runtime::{HostRuntime, UnsandboxedOptIn};
 pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};
 pub use outcome::{Enforcement, RunOutcome, RunStatus, ToolCallRecord};

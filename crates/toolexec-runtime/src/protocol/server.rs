@@ -185,18 +185,28 @@ impl GatewayServer {
                     Response { id, body }
                 }))
             }
-            RequestBody::Search { query, limit } => Some(answer(ResponseBody::Result(
-                host.search(&query, limit.unwrap_or(10)),
-            ))),
+            RequestBody::Search { query, limit } => {
+                let id = id.unwrap_or_default();
+                Some(Box::pin(async move {
+                    let hits = host.search(&query, limit.unwrap_or(10)).await;
+                    Response {
+                        id,
+                        body: ResponseBody::Result(hits),
+                    }
+                }))
+            }
             RequestBody::Describe { tool, detail } => {
-                let body = match parse_detail(detail.as_deref()) {
-                    Ok(level) => match host.describe(&tool, level) {
-                        Ok(doc) => ResponseBody::Result(doc),
+                let id = id.unwrap_or_default();
+                Some(Box::pin(async move {
+                    let body = match parse_detail(detail.as_deref()) {
+                        Ok(level) => match host.describe(&tool, level).await {
+                            Ok(doc) => ResponseBody::Result(doc),
+                            Err(error) => ResponseBody::Error(error),
+                        },
                         Err(error) => ResponseBody::Error(error),
-                    },
-                    Err(error) => ResponseBody::Error(error),
-                };
-                Some(answer(body))
+                    };
+                    Response { id, body }
+                }))
             }
             RequestBody::Result { value } => {
                 let mut slot = self.value.lock();
