@@ -3,7 +3,9 @@
 # the search-quality evaluation, and the MCP suites against real servers and
 # clients. Everything comes from the package registries: crates through
 # cargo, the MCP reference server, Inspector, conformance suite and Node 22
-# from npm, the Python MCP SDK from PyPI (scripts/install-test-deps.sh).
+# from npm, the Python MCP SDK from PyPI, bubblewrap, runc, runsc, docker.io
+# and busybox-static from Debian (scripts/install-test-deps.sh); a private
+# dockerd is started for the Docker runtime tests (scripts/start-dockerd.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,10 @@ echo "== test dependencies"
 bash scripts/install-test-deps.sh
 # shellcheck disable=SC1091
 source "${TOOLEXEC_DEPS:-$HOME/.cache/toolexec/deps}/env.sh"
+
+echo "== private dockerd for the Docker runtime tests"
+bash scripts/start-dockerd.sh
+export DOCKER_HOST=unix:///run/toolexec-docker.sock
 
 echo "== toolchain: $(cargo --version), $(rustc --version)"
 rustup component list --installed 2>/dev/null | grep -qE '^(rustfmt|clippy)' || \

@@ -34,6 +34,26 @@ pub enum Command {
     Exec(CodeArgs),
     /// Serve the catalog to agents as an MCP server (stdio, or streamable HTTP with --http).
     Serve(ServeArgs),
+    /// List the sandbox runtimes: isolation, strongest profile, unit kinds,
+    /// the profiles each serves in the configured mapping, and availability.
+    Runtimes,
+    /// Run units for remote callers (`[runtimes.remote]` elsewhere) on this
+    /// machine's runtimes, over HTTP with HMAC-signed requests.
+    RuntimeServer(RuntimeServerArgs),
+    /// The sandboxed side of hardened code mode (started by sandbox runtimes).
+    #[command(name = "__script-worker", hide = true)]
+    ScriptWorker,
+}
+
+/// Where a code-mode script runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum CodeProfile {
+    /// In process (QuickJS with enforced limits), as in the `standard` profile.
+    #[default]
+    Standard,
+    /// In a sandbox runtime selected for the `hardened` profile (a separate
+    /// worker process under kernel isolation).
+    Hardened,
 }
 
 #[derive(Debug, Args)]
@@ -50,6 +70,35 @@ pub struct ServeArgs {
     /// What to publish: meta-tools only, every catalog tool, or both.
     #[arg(long, value_enum)]
     pub expose: Option<ExposeArg>,
+    /// Where `execute_code` scripts run: in process (`standard`) or in a
+    /// sandbox runtime (`hardened`) [default: the config's
+    /// gateway.code_profile, else standard].
+    #[arg(long, value_enum)]
+    pub code_profile: Option<CodeProfile>,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("key").required(true).args(["key_file", "key_env"])))]
+pub struct RuntimeServerArgs {
+    /// Address to listen on (`IP:PORT`, or `PORT` for loopback); port 0
+    /// picks a free one. The bound address is printed on stdout.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// File holding the shared HMAC key (at least 16 bytes).
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
+    /// Environment variable holding the shared HMAC key.
+    #[arg(long, value_name = "NAME")]
+    pub key_env: Option<String>,
+    /// Accepted clock difference with callers, e.g. `30s` [default: 30s].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub max_skew: Option<Duration>,
+    /// Largest request body, e.g. `4MiB` [default: 4MiB].
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub max_body: Option<usize>,
+    /// Units running at once; more are refused with `503 busy` [default: 16].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_runs: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -146,6 +195,9 @@ pub struct CodeArgs {
     /// Most bytes of console output plus result, e.g. `1MiB` [default: 1MiB].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub max_output: Option<usize>,
+    /// Where the script runs: in process (`standard`) or in a sandbox (`hardened`).
+    #[arg(long, value_enum, default_value_t = CodeProfile::Standard)]
+    pub profile: CodeProfile,
 }
 
 #[derive(Debug, Args)]

@@ -5,18 +5,28 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use serde::Serialize;
-use toolexec::{Error, Exec, ToolDescription};
+use toolexec::{CancellationToken, Error, Exec, ToolDescription};
+use toolexec_code::hardened::execute_code_in;
 use toolexec_code::{CodeEngine, CodeLimits, CodeOutcome, CodeRequest, CodeStatus};
+use toolexec_runtime::Runtimes;
 
-use crate::args::CodeArgs;
-use crate::commands::{EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, Failure, read_capped};
+use crate::args::{CodeArgs, CodeProfile};
+use crate::commands::{
+    EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, Failure, exit_code as error_exit_code, read_capped,
+    report,
+};
 use crate::render;
 
 /// Largest script read from a file or stdin.
 pub const MAX_SCRIPT_BYTES: u64 = 1 << 20;
 
 /// `toolexec exec FILE|-`.
-pub async fn exec(exec: &Exec, args: CodeArgs, json: bool) -> Result<u8, Failure> {
+pub async fn exec(
+    exec: &Exec,
+    runtimes: &Runtimes,
+    args: CodeArgs,
+    json: bool,
+) -> Result<u8, Failure> {
     let (code, source) = if args.file == Path::new("-") {
         (
             read_capped(io::stdin().lock(), "script on stdin", MAX_SCRIPT_BYTES)?,
@@ -31,9 +41,21 @@ pub async fn exec(exec: &Exec, args: CodeArgs, json: bool) -> Result<u8, Failure
         (read_capped(file, &what, MAX_SCRIPT_BYTES)?, name)
     };
     let limits = limits(&args);
-    // One script at a time: a pool of one worker.
-    let engine = CodeEngine::new(exec.clone(), 1);
-    let outcome = engine.execute(CodeRequest { code, limits }).await;
+    let outcome = match args.profile {
+        CodeProfile::Standard => {
+            // One script at a time: a pool of one worker.
+            let engine = CodeEngine::new(exec.clone(), 1);
+            engine.execute(CodeRequest { code, limits }).await
+        }
+        CodeProfile::Hardened => {
+            let cancel = CancellationToken::new();
+            let _stop = cancel.clone().drop_guard();
+            match execute_code_in(runtimes, exec, &code, limits, cancel).await {
+                Ok(outcome) => outcome,
+                Err(body) => return Ok(report(&body, json, error_exit_code(&body))),
+            }
+        }
+    };
     if json {
         render::json(&mut io::stdout().lock(), &outcome)?;
     } else {

@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use toolexec_mcp::upstream::Upstream;
 
-use crate::args::{ChainArgs, Cli, Command, Detail, ExecFlags, RunArgs, ToolsCommand};
+use crate::args::{
+    ChainArgs, Cli, Command, Detail, ExecFlags, RunArgs, RuntimeServerArgs, ToolsCommand,
+};
 use crate::config::Config;
 use crate::render;
 
@@ -62,6 +64,10 @@ pub async fn dispatch(cli: Cli) -> u8 {
             return report(&body, json, EXIT_USAGE);
         }
     };
+    // The runtime server needs the runtimes only, not the catalog.
+    if let Command::RuntimeServer(args) = &cli.command {
+        return runtime_server(&config, args, json).await;
+    }
     // `serve`'s own options are checked before any upstream server starts.
     let serve_plan = match &cli.command {
         Command::Serve(args) => match crate::serve::plan(&config, args) {
@@ -73,7 +79,8 @@ pub async fn dispatch(cli: Cli) -> u8 {
         },
         _ => None,
     };
-    let (exec, upstreams) = match build_exec(&config).await {
+    let runtimes = Arc::new(crate::runtimes::build(&config.runtimes));
+    let (exec, upstreams) = match build_exec(&config, &runtimes).await {
         Ok(x) => x,
         Err(e) => {
             let body = e.to_body();
@@ -84,10 +91,15 @@ pub async fn dispatch(cli: Cli) -> u8 {
         Command::Tools(cmd) => tools(&exec, cmd, json),
         Command::Run(args) => run(&exec, args, json).await,
         Command::Chain(args) => chain(&exec, args, json).await,
-        Command::Exec(args) => crate::code::exec(&exec, args, json).await,
+        Command::Exec(args) => crate::code::exec(&exec, &runtimes, args, json).await,
+        Command::Runtimes => crate::runtimes::list(&runtimes, json)
+            .map(|()| EXIT_OK)
+            .map_err(Failure::Io),
+        // Handled in `main` before any configuration is read, and above.
+        Command::ScriptWorker | Command::RuntimeServer(_) => Ok(EXIT_USAGE),
         Command::Serve(_) => {
             let plan = serve_plan.expect("planned before connecting");
-            crate::serve::serve(exec, plan)
+            crate::serve::serve(exec, runtimes.clone(), plan)
                 .await
                 .map(|()| EXIT_OK)
                 .map_err(Failure::Error)
@@ -106,6 +118,25 @@ pub async fn dispatch(cli: Cli) -> u8 {
         Err(Failure::Io(e)) => {
             eprintln!("error: {e}");
             EXIT_TOOL_ERROR
+        }
+    }
+}
+
+/// `toolexec runtime-server`: the key and flags are checked first (exit 2),
+/// then the server runs until SIGTERM or Ctrl-C (exit 0).
+async fn runtime_server(config: &Config, args: &RuntimeServerArgs, json: bool) -> u8 {
+    let result = match crate::runtime_server::server_config(args) {
+        Ok(server_config) => {
+            let runtimes = crate::runtimes::build(&config.runtimes);
+            crate::runtime_server::run(runtimes, server_config, args, json).await
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            let body = e.to_body();
+            report(&body, json, exit_code(&body))
         }
     }
 }
@@ -129,9 +160,15 @@ impl From<io::Error> for Failure {
 
 /// The catalog the configuration describes: enabled built-ins plus every
 /// upstream server's tools (connected before returning, unless `lazy`).
-async fn build_exec(config: &Config) -> Result<(Exec, Vec<Upstream>), Error> {
+async fn build_exec(
+    config: &Config,
+    runtimes: &Arc<toolexec_runtime::Runtimes>,
+) -> Result<(Exec, Vec<Upstream>), Error> {
     let catalog = Arc::new(toolexec::Catalog::new());
     toolexec_builtins::register(&catalog, &config.builtins)?;
+    for def in &config.commands {
+        toolexec_runtime::CommandTool::register(&catalog, def.clone(), runtimes.clone())?;
+    }
     let mut upstreams = Vec::with_capacity(config.servers.len());
     for server in &config.servers {
         upstreams.push(Upstream::connect(server.clone(), catalog.clone()).await?);
@@ -143,7 +180,7 @@ async fn build_exec(config: &Config) -> Result<(Exec, Vec<Upstream>), Error> {
     Ok((exec, upstreams))
 }
 
-fn report(body: &ErrorBody, json: bool, code: u8) -> u8 {
+pub(crate) fn report(body: &ErrorBody, json: bool, code: u8) -> u8 {
     let mut err = io::stderr().lock();
     let _ = if json {
         render::json(&mut err, &json!({ "error": body }))

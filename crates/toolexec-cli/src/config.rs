@@ -14,6 +14,9 @@ use toolexec::{Limits, Secret};
 use toolexec_builtins::Group;
 use toolexec_mcp::gateway::Expose;
 use toolexec_mcp::upstream::{UpstreamConfig, UpstreamTransport};
+use toolexec_runtime::{
+    CommandToolDef, OutputMapping, Profile, ProfileMap, RuntimeLimits, StdinMapping, UnitKind,
+};
 
 /// The file read when `--config` is not given, if it exists.
 pub const DEFAULT_FILE: &str = "toolexec.toml";
@@ -29,6 +32,95 @@ pub struct Config {
     pub servers: Vec<UpstreamConfig>,
     /// `toolexec serve` settings.
     pub gateway: GatewayConfig,
+    /// `[runtimes]`: sandbox runtimes and the profile mapping.
+    pub runtimes: RuntimesConfig,
+    /// `[[commands]]`: command tools.
+    pub commands: Vec<CommandToolDef>,
+}
+
+/// `[runtimes]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuntimesConfig {
+    /// Which runtimes serve each profile, in order of preference.
+    pub map: ProfileMap,
+    /// Registers the unsandboxed `host` runtime (dev profile only).
+    pub allow_unsandboxed_host: bool,
+    /// `[runtimes.bubblewrap]`.
+    pub bubblewrap: BubblewrapOptions,
+    /// `[runtimes.oci]` (runc and runsc).
+    pub oci: OciOptions,
+    /// `[runtimes.docker]`.
+    pub docker: DockerOptions,
+    /// `[runtimes.remote]`.
+    pub remote: RemoteOptions,
+    /// `[runtimes.wasm]`.
+    pub wasm: WasmOptions,
+}
+
+/// `[runtimes.oci]`: runc (standard) and gVisor runsc (hardened).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OciOptions {
+    /// The root filesystem: a directory, or a tarball (resolved against
+    /// the config file's directory). Without one both runtimes are
+    /// unavailable.
+    pub rootfs: Option<PathBuf>,
+    /// The `runc` binary (default: on `PATH`).
+    pub runc: Option<PathBuf>,
+    /// The `runsc` binary (default: on `PATH`).
+    pub runsc: Option<PathBuf>,
+}
+
+/// `[runtimes.docker]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DockerOptions {
+    /// The daemon's Unix socket (default: `DOCKER_HOST`, else
+    /// `/var/run/docker.sock`).
+    pub socket: Option<PathBuf>,
+    /// The image units run in; without one the runtime is unavailable.
+    pub image: Option<String>,
+}
+
+/// `[runtimes.remote]`: a `toolexec runtime-server` elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteOptions {
+    /// `http://host:port` of the server; without one the runtime is
+    /// unavailable.
+    pub url: Option<String>,
+    /// Where the shared key comes from (`key_file` or `key_env`).
+    pub key: Option<toolexec_remote::auth::KeySource>,
+    /// The strongest profile the server honours (default `standard`).
+    pub max_profile: Profile,
+    /// The unit kinds the server runs (default `["command"]`).
+    pub unit_kinds: Vec<UnitKind>,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            url: None,
+            key: None,
+            max_profile: Profile::Standard,
+            unit_kinds: vec![UnitKind::Command],
+        }
+    }
+}
+
+/// `[runtimes.wasm]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WasmOptions {
+    /// Instances that may run at once.
+    pub pool_instances: Option<u32>,
+    /// Largest linear memory of any instance, in bytes.
+    pub max_memory: Option<u64>,
+}
+
+/// `[runtimes.bubblewrap]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BubblewrapOptions {
+    /// The `bwrap` binary (default: found on `PATH`).
+    pub bwrap: Option<PathBuf>,
+    /// Sandboxes kept warm for reuse.
+    pub pool_size: Option<usize>,
 }
 
 /// `[gateway]`.
@@ -40,6 +132,10 @@ pub struct GatewayConfig {
     pub token: Option<Secret>,
     /// Extra allowed `Origin`s for HTTP mode.
     pub allowed_origins: Vec<String>,
+    /// Where `execute_code` runs scripts (`standard`: in process;
+    /// `hardened`: in a sandbox runtime), unless `--code-profile` says
+    /// otherwise.
+    pub code_profile: Option<Profile>,
 }
 
 /// A configuration error: file, line, column, key and message.
@@ -74,6 +170,8 @@ impl Config {
             limits: Limits::default(),
             servers: Vec::new(),
             gateway: GatewayConfig::default(),
+            runtimes: RuntimesConfig::default(),
+            commands: Vec::new(),
         }
     }
 
@@ -143,6 +241,141 @@ struct RawConfig {
     servers: Vec<toml::Spanned<RawServer>>,
     #[serde(default)]
     gateway: RawGateway,
+    #[serde(default)]
+    runtimes: RawRuntimes,
+    #[serde(default)]
+    commands: Vec<toml::Spanned<RawCommand>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRuntimes {
+    dev: Option<toml::Spanned<Vec<String>>>,
+    standard: Option<toml::Spanned<Vec<String>>>,
+    hardened: Option<toml::Spanned<Vec<String>>>,
+    #[serde(default)]
+    allow_unsandboxed_host: bool,
+    #[serde(default)]
+    bubblewrap: RawBubblewrap,
+    #[serde(default)]
+    oci: RawOci,
+    #[serde(default)]
+    docker: RawDocker,
+    #[serde(default)]
+    remote: RawRemote,
+    #[serde(default)]
+    wasm: RawWasm,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawOci {
+    rootfs: Option<PathBuf>,
+    runc: Option<PathBuf>,
+    runsc: Option<PathBuf>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDocker {
+    socket: Option<PathBuf>,
+    image: Option<toml::Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRemote {
+    url: Option<toml::Spanned<String>>,
+    key_file: Option<toml::Spanned<PathBuf>>,
+    key_env: Option<toml::Spanned<String>>,
+    max_profile: Option<toml::Spanned<String>>,
+    unit_kinds: Option<toml::Spanned<Vec<UnitKind>>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawWasm {
+    pool_instances: Option<toml::Spanned<u32>>,
+    max_memory: Option<toml::Spanned<SizeText>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBubblewrap {
+    bwrap: Option<PathBuf>,
+    pool_size: Option<toml::Spanned<usize>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommand {
+    id: String,
+    description: String,
+    input_schema: toml::Spanned<SchemaSource>,
+    output_schema: Option<toml::Spanned<SchemaSource>>,
+    argv: toml::Spanned<Vec<String>>,
+    stdin: Option<toml::Spanned<String>>,
+    #[serde(default)]
+    output: OutputMapping,
+    profile: Option<toml::Spanned<String>>,
+    #[serde(default)]
+    limits: RawCommandLimits,
+}
+
+/// A JSON Schema as an inline TOML table or a JSON string.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SchemaSource {
+    Json(String),
+    Table(serde_json::Map<String, serde_json::Value>),
+}
+
+impl SchemaSource {
+    fn into_value(self) -> Result<serde_json::Value, String> {
+        match self {
+            SchemaSource::Table(t) => Ok(serde_json::Value::Object(t)),
+            SchemaSource::Json(text) => match serde_json::from_str(&text) {
+                Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+                Ok(_) => Err("the JSON schema must be an object".into()),
+                Err(e) => Err(format!("not valid JSON: {e}")),
+            },
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCommandLimits {
+    wall_time: Option<DurationText>,
+    cpu_time: Option<DurationText>,
+    memory: Option<SizeText>,
+    max_processes: Option<u32>,
+    max_output: Option<SizeText>,
+    disk: Option<SizeText>,
+    max_tool_calls: Option<usize>,
+}
+
+/// A size written as bytes (`1048576`) or text (`"64MiB"`).
+struct SizeText(usize);
+
+impl<'de> Deserialize<'de> for SizeText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bytes(0) => Err(serde::de::Error::custom("the size must be positive")),
+            Raw::Bytes(n) => usize::try_from(n)
+                .map(SizeText)
+                .map_err(|_| serde::de::Error::custom("the size is too large")),
+            Raw::Text(s) => crate::args::parse_size(&s)
+                .map(SizeText)
+                .map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -266,6 +499,7 @@ struct RawGateway {
     token: Option<toml::Spanned<SecretSource>>,
     #[serde(default)]
     allowed_origins: Vec<String>,
+    code_profile: Option<toml::Spanned<String>>,
 }
 
 /// A resolution error: key, message, and where in the file (when known).
@@ -371,7 +605,40 @@ impl RawConfig {
             Some(src) => Some(resolve_secret(src, "gateway.token", base)?),
             None => None,
         };
+        let code_profile = match self.gateway.code_profile {
+            Some(p) => match p.get_ref().as_str() {
+                "standard" => Some(Profile::Standard),
+                "hardened" => Some(Profile::Hardened),
+                other => {
+                    return Err((
+                        "gateway.code_profile".into(),
+                        format!(
+                            "expected \"standard\" (in process) or \"hardened\" (in a sandbox runtime), got {other:?}"
+                        ),
+                        Some(p.span()),
+                    ));
+                }
+            },
+            None => None,
+        };
+        let runtimes = resolve_runtimes(self.runtimes, base)?;
+        let mut commands = Vec::with_capacity(self.commands.len());
+        let mut ids = std::collections::HashSet::new();
+        for (i, spanned) in self.commands.into_iter().enumerate() {
+            let span = spanned.span();
+            let def = resolve_command(spanned.into_inner(), i)
+                .map_err(|(key, message, at)| (key, message, at.or_else(|| Some(span.clone()))))?;
+            if !ids.insert(def.id.clone()) {
+                return Err(at(&span)((
+                    format!("commands[{i}].id"),
+                    format!("duplicate command tool id {:?}", def.id),
+                )));
+            }
+            commands.push(def);
+        }
         Ok(Config {
+            runtimes,
+            commands,
             builtins,
             limits,
             servers,
@@ -379,9 +646,310 @@ impl RawConfig {
                 expose,
                 token,
                 allowed_origins: self.gateway.allowed_origins,
+                code_profile,
             },
         })
     }
+}
+
+/// Runtime names in profile lists: lowercase letters, digits, `_` and `-`.
+fn valid_runtime_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+/// Validates `[runtimes]`.
+fn resolve_runtimes(raw: RawRuntimes, base: &Path) -> Result<RuntimesConfig, ResolveError> {
+    let mut map = ProfileMap::default();
+    let lists = [
+        (Profile::Dev, raw.dev),
+        (Profile::Standard, raw.standard),
+        (Profile::Hardened, raw.hardened),
+    ];
+    let dev_given = lists[0].1.is_some();
+    for (profile, list) in lists {
+        let Some(list) = list else { continue };
+        let span = list.span();
+        let key = format!("runtimes.{profile}");
+        let names = list.into_inner();
+        for (i, name) in names.iter().enumerate() {
+            let fail = |message: String| (format!("{key}[{i}]"), message, Some(span.clone()));
+            if !valid_runtime_name(name) {
+                return Err(fail(format!(
+                    "{name:?} is not a runtime name (lowercase letters, digits, `_`, `-`)"
+                )));
+            }
+            if name == toolexec_runtime::HostRuntime::NAME {
+                if profile != Profile::Dev {
+                    return Err(fail(format!(
+                        "the unsandboxed host runtime is only fit for the dev profile, not {profile}"
+                    )));
+                }
+                if !raw.allow_unsandboxed_host {
+                    return Err(fail(
+                        "the unsandboxed host runtime needs `allow_unsandboxed_host = true` in [runtimes]"
+                            .into(),
+                    ));
+                }
+            }
+            if names[..i].contains(name) {
+                return Err(fail(format!("{name:?} is listed twice")));
+            }
+        }
+        *map.candidates_mut(profile) = names;
+    }
+    if raw.allow_unsandboxed_host && !dev_given {
+        map.dev.push(toolexec_runtime::HostRuntime::NAME.into());
+    }
+    let pool_size = match raw.bubblewrap.pool_size {
+        Some(p) if *p.get_ref() > 64 => {
+            return Err((
+                "runtimes.bubblewrap.pool_size".into(),
+                "must be at most 64".into(),
+                Some(p.span()),
+            ));
+        }
+        Some(p) => Some(p.into_inner()),
+        None => None,
+    };
+    let relative = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+    Ok(RuntimesConfig {
+        map,
+        allow_unsandboxed_host: raw.allow_unsandboxed_host,
+        bubblewrap: BubblewrapOptions {
+            bwrap: raw.bubblewrap.bwrap,
+            pool_size,
+        },
+        oci: OciOptions {
+            rootfs: raw.oci.rootfs.map(relative),
+            runc: raw.oci.runc,
+            runsc: raw.oci.runsc,
+        },
+        docker: resolve_docker(raw.docker)?,
+        remote: resolve_remote(raw.remote, base)?,
+        wasm: resolve_wasm(raw.wasm)?,
+    })
+}
+
+/// Validates `[runtimes.docker]` with the runtime's own checks.
+fn resolve_docker(raw: RawDocker) -> Result<DockerOptions, ResolveError> {
+    let image = match raw.image {
+        Some(image) => {
+            let span = image.span();
+            let image = image.into_inner();
+            toolexec_docker::DockerConfig::new(image.clone())
+                .validate()
+                .map_err(|(field, m)| (format!("runtimes.docker.{field}"), m, Some(span)))?;
+            Some(image)
+        }
+        None => None,
+    };
+    Ok(DockerOptions {
+        socket: raw.socket,
+        image,
+    })
+}
+
+/// Validates `[runtimes.remote]`: the URL as the client parses it, one key
+/// source. The key itself is read when the runtime is registered.
+fn resolve_remote(raw: RawRemote, base: &Path) -> Result<RemoteOptions, ResolveError> {
+    use toolexec_remote::auth::KeySource;
+    let mut options = RemoteOptions::default();
+    if let Some(url) = raw.url {
+        let span = url.span();
+        let url = url.into_inner();
+        let config = toolexec_remote::RemoteConfig::new(url.clone(), None);
+        toolexec_remote::RemoteRuntime::new(config)
+            .map_err(|e| ("runtimes.remote.url".into(), e.0, Some(span)))?;
+        options.url = Some(url);
+    }
+    options.key = match (raw.key_file, raw.key_env) {
+        (Some(_), Some(env)) => {
+            return Err((
+                "runtimes.remote.key_env".into(),
+                "give key_file or key_env, not both".into(),
+                Some(env.span()),
+            ));
+        }
+        (Some(file), None) => {
+            let file = file.into_inner();
+            Some(KeySource::File(if file.is_absolute() {
+                file
+            } else {
+                base.join(file)
+            }))
+        }
+        (None, Some(env)) => {
+            let span = env.span();
+            let name = env.into_inner();
+            if name.is_empty() || name.contains(['=', '\0']) {
+                return Err((
+                    "runtimes.remote.key_env".into(),
+                    format!("{name:?} is not an environment variable name"),
+                    Some(span),
+                ));
+            }
+            Some(KeySource::Env(name))
+        }
+        (None, None) => None,
+    };
+    if let Some(p) = raw.max_profile {
+        let span = p.span();
+        options.max_profile = p.get_ref().parse::<Profile>().map_err(|e| {
+            (
+                "runtimes.remote.max_profile".into(),
+                e.to_string(),
+                Some(span),
+            )
+        })?;
+    }
+    if let Some(kinds) = raw.unit_kinds {
+        if kinds.get_ref().is_empty() {
+            return Err((
+                "runtimes.remote.unit_kinds".into(),
+                "list at least one unit kind (command, script, wasm)".into(),
+                Some(kinds.span()),
+            ));
+        }
+        options.unit_kinds = kinds.into_inner();
+    }
+    Ok(options)
+}
+
+/// Validates `[runtimes.wasm]` with the runtime's own checks.
+fn resolve_wasm(raw: RawWasm) -> Result<WasmOptions, ResolveError> {
+    let mut config = toolexec_wasm::WasmConfig::default();
+    let mut options = WasmOptions::default();
+    let (mut pool_span, mut memory_span) = (None, None);
+    if let Some(n) = raw.pool_instances {
+        pool_span = Some(n.span());
+        config.pool_instances = *n.get_ref();
+        options.pool_instances = Some(n.into_inner());
+    }
+    if let Some(m) = raw.max_memory {
+        memory_span = Some(m.span());
+        config.max_memory_bytes = m.get_ref().0 as u64;
+        options.max_memory = Some(config.max_memory_bytes);
+    }
+    config.validate().map_err(|m| {
+        if m.starts_with("pool_instances") {
+            ("runtimes.wasm.pool_instances".into(), m, pool_span.clone())
+        } else {
+            ("runtimes.wasm.max_memory".into(), m, memory_span.clone())
+        }
+    })?;
+    Ok(options)
+}
+
+/// Validates one `[[commands]]` table (its index `i`) into a definition.
+fn resolve_command(c: RawCommand, i: usize) -> Result<CommandToolDef, ResolveError> {
+    let key = |k: &str| format!("commands[{i}].{k}");
+    let fail = |k: &str, message: String| -> ResolveError { (key(k), message, None) };
+    if let Err(reason) = toolexec::ToolIdRef::parse(&c.id) {
+        return Err(fail("id", format!("not a valid tool id: {reason}")));
+    }
+    if !c.id.contains(':') {
+        return Err(fail(
+            "id",
+            format!("{:?}: write it as \"namespace:name\"", c.id),
+        ));
+    }
+    let schema = |src: toml::Spanned<SchemaSource>, k: &str| {
+        let span = src.span();
+        src.into_inner()
+            .into_value()
+            .map_err(|m| (key(k), m, Some(span)))
+    };
+    let input_schema = schema(c.input_schema, "input_schema")?;
+    let output_schema = match c.output_schema {
+        Some(s) => Some(schema(s, "output_schema")?),
+        None => None,
+    };
+    let stdin = match c.stdin {
+        Some(s) => {
+            let span = s.span();
+            Some(
+                StdinMapping::try_from(s.into_inner())
+                    .map_err(|m| (key("stdin"), m, Some(span)))?,
+            )
+        }
+        None => None,
+    };
+    let profile = match c.profile {
+        Some(p) => {
+            let span = p.span();
+            p.get_ref()
+                .parse::<Profile>()
+                .map_err(|e| (key("profile"), e.to_string(), Some(span)))?
+        }
+        None => Profile::Standard,
+    };
+    let mut limits = RuntimeLimits::default();
+    let l = c.limits;
+    if let Some(d) = l.wall_time {
+        limits.wall_time = d.0;
+    }
+    if let Some(d) = l.cpu_time {
+        limits.cpu_time = Some(d.0);
+    }
+    if let Some(m) = l.memory {
+        limits.memory_bytes = Some(m.0 as u64);
+    }
+    if let Some(p) = l.max_processes {
+        limits.max_processes = Some(p);
+    }
+    if let Some(o) = l.max_output {
+        limits.max_output_bytes = o.0;
+    }
+    if let Some(d) = l.disk {
+        limits.disk_bytes = Some(d.0 as u64);
+    }
+    if let Some(n) = l.max_tool_calls {
+        limits.max_tool_calls = n;
+    }
+    if let Err(m) = limits.validate() {
+        // RuntimeLimits names its fields; the file names them shorter.
+        let field = match m
+            .strip_prefix("limits.")
+            .and_then(|r| r.split_whitespace().next())
+        {
+            Some("memory_bytes") => "memory",
+            Some("max_output_bytes") => "max_output",
+            Some("disk_bytes") => "disk",
+            Some(other) => other,
+            None => "limits",
+        };
+        return Err(fail(&format!("limits.{field}"), m));
+    }
+    let argv_span = c.argv.span();
+    let def = CommandToolDef {
+        id: c.id,
+        description: c.description,
+        input_schema,
+        output_schema,
+        argv: c.argv.into_inner(),
+        stdin,
+        output: c.output,
+        profile,
+        limits,
+    };
+    // The same checks as at registration, reported with the file position.
+    toolexec_runtime::CommandTool::new(def.clone(), Default::default()).map_err(|e| {
+        let field = match &e {
+            toolexec::Error::InvalidDefinition { field, .. } => field.clone(),
+            _ => "argv".into(),
+        };
+        let span = if field.starts_with("argv") {
+            Some(argv_span.clone())
+        } else {
+            None
+        };
+        (key(&field), e.to_string(), span)
+    })?;
+    Ok(def)
 }
 
 /// Validates one `[[servers]]` table (its index `i`) into an upstream config.

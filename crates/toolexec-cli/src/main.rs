@@ -5,7 +5,10 @@ mod code;
 mod commands;
 mod config;
 mod render;
+mod runtime_server;
+mod runtimes;
 mod serve;
+mod unconfigured;
 
 use std::process::ExitCode;
 
@@ -21,6 +24,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    if matches!(cli.command, args::Command::ScriptWorker) {
+        return script_worker();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -35,4 +41,26 @@ fn main() -> ExitCode {
     // Tools that ignored cancellation must not keep the process alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     ExitCode::from(code)
+}
+
+/// `toolexec __script-worker`: no configuration, a single-threaded
+/// runtime, the outcome over the gateway; exit 0 once it is sent.
+fn script_worker() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(toolexec_code::worker::run_script_worker()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
 }

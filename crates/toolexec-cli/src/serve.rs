@@ -2,11 +2,16 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use toolexec::{Error, Exec, Secret};
-use toolexec_mcp::gateway::{self, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions};
 
-use crate::args::{ExposeArg, ServeArgs};
+use toolexec_mcp::gateway::{
+    self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions,
+};
+use toolexec_runtime::{Profile, Runtimes};
+
+use crate::args::{CodeProfile, ExposeArg, ServeArgs};
 use crate::config::Config;
 
 /// Environment variable holding the HTTP bearer token.
@@ -17,6 +22,7 @@ pub const TOKEN_ENV: &str = "TOOLEXEC_TOKEN";
 /// `--http` address) is reported as such, at once.
 pub struct Plan {
     expose: Expose,
+    code_profile: Profile,
     http: Option<HttpOptions>,
 }
 
@@ -27,8 +33,17 @@ pub fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
         Some(ExposeArg::Both) => Expose::Both,
         None => config.gateway.expose.unwrap_or(Expose::Meta),
     };
+    let code_profile = match args.code_profile {
+        Some(CodeProfile::Standard) => Profile::Standard,
+        Some(CodeProfile::Hardened) => Profile::Hardened,
+        None => config.gateway.code_profile.unwrap_or(Profile::Standard),
+    };
     let Some(http) = args.http.as_deref() else {
-        return Ok(Plan { expose, http: None });
+        return Ok(Plan {
+            expose,
+            code_profile,
+            http: None,
+        });
     };
     let bind = parse_bind(http)?;
     let auth = if args.insecure_no_auth {
@@ -43,18 +58,23 @@ pub fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
     };
     Ok(Plan {
         expose,
+        code_profile,
         http: Some(http),
     })
 }
 
-pub async fn serve(exec: Exec, plan: Plan) -> Result<(), Error> {
+pub async fn serve(exec: Exec, runtimes: Arc<Runtimes>, plan: Plan) -> Result<(), Error> {
     let gateway = Gateway::new(
         exec,
         GatewayOptions {
             expose: plan.expose,
             server_name: "toolexec".into(),
             instructions: None,
-            code: Default::default(),
+            code: CodeModeOptions {
+                profile: plan.code_profile,
+                ..CodeModeOptions::default()
+            },
+            runtimes: Some(runtimes),
         },
     );
     let Some(options) = plan.http else {
@@ -74,7 +94,7 @@ pub async fn serve(exec: Exec, plan: Plan) -> Result<(), Error> {
 }
 
 /// Resolves on Ctrl-C or, on Unix, SIGTERM (what service managers send).
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

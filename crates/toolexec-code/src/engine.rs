@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use toolexec::Exec;
 
+use crate::access::ToolAccess;
 use crate::sandbox::{self, Abort, AbortFlag, JobSpec, Msg, SharedProgress};
 use crate::{CodeLimit, CodeOutcome, CodeRequest, CodeStatus};
 
@@ -61,29 +62,50 @@ pub(crate) const WORKER_STACK: usize = 16 << 20;
 /// assert_eq!(out.value, Some(serde_json::json!(4)));
 /// # }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CodeEngine {
-    exec: Exec,
+    exec: Option<Exec>,
+    tools: Arc<dyn ToolAccess>,
     pool: Pool,
+}
+
+impl std::fmt::Debug for CodeEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeEngine")
+            .field("exec", &self.exec)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CodeEngine {
     /// An engine over `exec` running at most `max_concurrent` (at least 1)
     /// executions at a time.
     pub fn new(exec: Exec, max_concurrent: usize) -> Self {
+        Self::with_pool(exec, Pool::new(max_concurrent))
+    }
+
+    /// An engine whose scripts reach tools through `tools` (e.g. a sandbox
+    /// gateway) instead of an [`Exec`].
+    pub fn with_tools(tools: Arc<dyn ToolAccess>, max_concurrent: usize) -> Self {
         CodeEngine {
-            exec,
+            exec: None,
+            tools,
             pool: Pool::new(max_concurrent),
         }
     }
 
     pub(crate) fn with_pool(exec: Exec, pool: Pool) -> Self {
-        CodeEngine { exec, pool }
+        CodeEngine {
+            tools: Arc::new(exec.clone()),
+            exec: Some(exec),
+            pool,
+        }
     }
 
-    /// The executor tool calls go through.
-    pub fn exec(&self) -> &Exec {
-        &self.exec
+    /// The executor tool calls go through, when the engine was built on one.
+    pub fn exec(&self) -> Option<&Exec> {
+        self.exec.as_ref()
     }
 
     /// Most executions that run at once.
@@ -138,7 +160,7 @@ impl CodeEngine {
             spec: JobSpec {
                 code: req.code,
                 limits: req.limits,
-                exec: self.exec.clone(),
+                tools: self.tools.clone(),
                 handle,
                 started,
                 deadline,

@@ -94,18 +94,24 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolexec::{ErrorBody, Exec};
 
+mod access;
 mod allow;
 mod engine;
+pub mod hardened;
+mod limits_map;
 mod memory;
 mod sandbox;
 mod ts;
+pub mod worker;
 
+pub use access::{BoxFuture, ToolAccess};
 pub use allow::glob_match;
 pub use engine::{CodeEngine, DEFAULT_MAX_CONCURRENT};
+pub use limits_map::{code_limits_from_runtime, runtime_limits_from_code};
 pub use ts::{typescript_declaration, typescript_declarations};
 
 #[doc(hidden)]
@@ -201,7 +207,7 @@ impl CodeRequest {
 }
 
 /// Which limit ended an execution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CodeLimit {
     /// [`CodeLimits::timeout`] passed (also: the script awaited something
@@ -239,7 +245,7 @@ impl std::fmt::Display for CodeLimit {
 /// How an execution ended. Serializes with a stable `"kind"` tag
 /// (`"ok"`, `"syntax_error"`, `"exception"`, `"limit_exceeded"`,
 /// `"tool_error"`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum CodeStatus {
     /// The script returned; [`CodeOutcome::value`] holds the result.
@@ -343,7 +349,7 @@ impl CodeStatus {
 }
 
 /// One tool call made by a script, in call order.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallRecord {
     /// The id as the script wrote it.
     pub tool_id: String,
@@ -364,7 +370,7 @@ pub struct ToolCallRecord {
 
 /// The result of one execution. Always carries the tool-call log and the
 /// output captured so far, whatever the status.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CodeOutcome {
     /// How it ended.
     pub status: CodeStatus,

@@ -12,8 +12,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -30,7 +28,9 @@ use rquickjs::{
 };
 use serde_json::Value as Json;
 use tokio_util::sync::CancellationToken;
-use toolexec::{DetailLevel, Error, ErrorBody, ErrorCode, Exec, RunOptions, ToolOutput};
+use toolexec::{DetailLevel, Error, ErrorBody, ErrorCode, Exec};
+
+use crate::access::{BoxFuture, ToolAccess};
 
 use crate::allow::AllowList;
 use crate::memory::{LimitedAllocator, MemoryMeter};
@@ -95,7 +95,7 @@ pub(crate) enum Msg {
     /// A spawned tool call finished.
     Done {
         index: usize,
-        result: Result<ToolOutput, Error>,
+        result: Result<Json, ErrorBody>,
         finished: Instant,
     },
     /// Something changed (the abort flag); re-check.
@@ -107,7 +107,7 @@ pub(crate) enum Msg {
 pub(crate) struct JobSpec {
     pub(crate) code: String,
     pub(crate) limits: CodeLimits,
-    pub(crate) exec: Exec,
+    pub(crate) tools: Arc<dyn ToolAccess>,
     pub(crate) handle: tokio::runtime::Handle,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
@@ -185,7 +185,7 @@ pub(crate) type SharedProgress = Arc<parking_lot::Mutex<Progress>>;
 
 /// Host-side state of one execution that holds no JavaScript values.
 struct Shared {
-    exec: Exec,
+    tools: Arc<dyn ToolAccess>,
     handle: tokio::runtime::Handle,
     limits: CodeLimits,
     allow: AllowList,
@@ -349,7 +349,7 @@ pub(crate) fn run(spec: JobSpec) -> CodeOutcome {
     let JobSpec {
         code,
         limits,
-        exec,
+        tools,
         handle,
         started,
         deadline,
@@ -359,7 +359,7 @@ pub(crate) fn run(spec: JobSpec) -> CodeOutcome {
         progress,
     } = spec;
     let shared = Rc::new(Shared {
-        exec,
+        tools,
         handle,
         allow: AllowList::new(&limits.allowed_tools),
         limits,
@@ -577,16 +577,8 @@ fn execute<'js>(
                 shared.in_flight.set(shared.in_flight.get() - 1);
                 let fns = js.borrow_mut().pending.remove(&index);
                 if let Some((resolve, reject)) = fns
-                    && let Err(e) = settle(
-                        ctx,
-                        shared,
-                        js,
-                        index,
-                        pipeline_outcome(result),
-                        finished,
-                        &resolve,
-                        &reject,
-                    )
+                    && let Err(e) =
+                        settle(ctx, shared, js, index, result, finished, &resolve, &reject)
                 {
                     if shared.should_stop() {
                         break;
@@ -1068,14 +1060,7 @@ fn host_call<'js>(
         )?;
         return Ok(promise.into_value());
     }
-    let exec = shared.exec.clone();
-    let opts = RunOptions {
-        timeout: None,
-        cancel: Some(shared.cancel.clone()),
-    };
-    let id = tool_id;
-    let mut fut: Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send>> =
-        Box::pin(async move { exec.run_tool_with(&id, args, &opts).await });
+    let mut fut = shared.tools.call(&tool_id, args, shared.cancel.clone());
     // First poll inline (the worker is inside the caller's runtime context,
     // where the pipeline arms its deadline timer if the tool is asynchronous).
     let first = fut
@@ -1088,7 +1073,7 @@ fn host_call<'js>(
                 shared,
                 js,
                 index,
-                pipeline_outcome(result),
+                result,
                 Instant::now(),
                 &resolve,
                 &reject,
@@ -1155,8 +1140,22 @@ fn js_typeof(v: &Value<'_>) -> &'static str {
     }
 }
 
-fn pipeline_outcome(r: Result<ToolOutput, Error>) -> Result<Json, ErrorBody> {
-    r.map(|out| out.value).map_err(|e| e.to_body())
+/// The value of a search or describe future: at once when it is ready (the
+/// in-process case), else by waiting on this worker thread until the
+/// deadline (the gateway case; the host answers or the run ends).
+fn resolve<T>(shared: &Shared, mut fut: BoxFuture<T>) -> Option<T> {
+    if let Poll::Ready(v) = fut
+        .as_mut()
+        .poll(&mut TaskContext::from_waker(Waker::noop()))
+    {
+        return Some(v);
+    }
+    // The worker thread has entered the runtime's handle but is not one of
+    // its threads, so it may block on it.
+    let deadline = tokio::time::Instant::from_std(shared.deadline);
+    shared
+        .handle
+        .block_on(async { tokio::time::timeout_at(deadline, fut).await.ok() })
 }
 
 fn json_value<'js>(ctx: &Ctx<'js>, v: &impl serde::Serialize) -> rquickjs::Result<Value<'js>> {
@@ -1188,9 +1187,16 @@ fn host_search<'js>(
     } else {
         limit * 4
     };
-    let mut matches = shared.exec.search_tools(&query, wanted);
-    matches.retain(|m| shared.allow.permits(&m.id));
-    matches.truncate(limit);
+    let hits = match resolve(shared, shared.tools.search(&query, wanted)) {
+        Some(Json::Array(hits)) => hits,
+        Some(_) => Vec::new(),
+        None => return Err(Exception::throw_internal(ctx, "the execution is stopping")),
+    };
+    let matches: Vec<Json> = hits
+        .into_iter()
+        .filter(|m| m["id"].as_str().is_some_and(|id| shared.allow.permits(id)))
+        .take(limit)
+        .collect();
     json_value(ctx, &matches)
 }
 
@@ -1224,10 +1230,10 @@ fn host_describe<'js>(
         _ => DetailLevel::Schema,
     };
     let result = if shared.allow.permits(&id) {
-        shared
-            .exec
-            .describe_tool(&id, level)
-            .map_err(|e| e.to_body())
+        match resolve(shared, shared.tools.describe(&id, level)) {
+            Some(r) => r,
+            None => return Err(Exception::throw_internal(ctx, "the execution is stopping")),
+        }
     } else {
         Err(not_allowed(&id))
     };
@@ -1315,7 +1321,7 @@ pub fn idle_context_bytes(exec: &Exec, n: usize) -> (usize, usize) {
         let (tx, _rx) = std::sync::mpsc::channel();
         let limits = CodeLimits::default();
         let shared = Rc::new(Shared {
-            exec: exec.clone(),
+            tools: Arc::new(exec.clone()),
             handle: handle.handle().clone(),
             allow: AllowList::new(&limits.allowed_tools),
             limits,

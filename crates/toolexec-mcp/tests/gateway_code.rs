@@ -500,3 +500,194 @@ async fn describe_tool_includes_typescript() {
     assert!(describe.output_schema.as_ref().unwrap()["properties"]["typescript"].is_object());
     client.cancel().await.unwrap();
 }
+
+#[path = "support/hardened.rs"]
+mod hardened;
+
+/// A gateway running `execute_code` under profile `hardened` on `runtimes`.
+fn hardened_gateway(runtimes: Option<Arc<toolexec_runtime::Runtimes>>) -> Gateway {
+    Gateway::new(
+        support::demo_exec(),
+        GatewayOptions {
+            code: CodeModeOptions {
+                profile: toolexec_runtime::Profile::Hardened,
+                max_concurrent: 2,
+                ..CodeModeOptions::default()
+            },
+            runtimes,
+            ..GatewayOptions::default()
+        },
+    )
+}
+
+const SHAPE_SCRIPT: &str = r#"
+const [a, b] = await Promise.all([
+    tools.math.add({a: 2, b: 3}),
+    tools.run("hash:sha256", {text: "abc"}),
+]);
+console.log("sum", a.result);
+console.warn("careful");
+const hits = await tools.search("multiply two numbers", 2);
+const d = await tools.describe("math:add");
+return {sum: a.result, hex: b.hex.slice(0, 8), hit: hits[0].id, described: d.id};
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hardened_execute_code_matches_in_process_results() {
+    let Some(runtimes) =
+        hardened::bubblewrap_runtimes("hardened_execute_code_matches_in_process_results")
+    else {
+        return;
+    };
+    let standard = connect(support::demo_gateway(Expose::Meta)).await;
+    let hardened = connect(hardened_gateway(Some(runtimes))).await;
+    let s = run_code(&standard, json!({"code": SHAPE_SCRIPT})).await;
+    let h = run_code(&hardened, json!({"code": SHAPE_SCRIPT})).await;
+    assert_ne!(h.is_error, Some(true), "{h:?}");
+    let (s, h) = (structured(&s).clone(), structured(&h).clone());
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&h), keys(&s), "{h}");
+    for field in ["status", "value", "stdout", "stderr"] {
+        assert_eq!(h[field], s[field], "{field}: {h}");
+    }
+    assert_eq!(h["value"]["described"], "math:add", "{h}");
+    let calls = |v: &Value| {
+        v["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["tool_id"].clone(), c["args"].clone(), c["ok"].clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(calls(&h), calls(&s));
+    assert_eq!(h["tool_calls"].as_array().unwrap().len(), 2, "{h}");
+
+    // Failures keep their kinds: syntax, exception, not allowed.
+    let r = run_code(&hardened, json!({"code": "return 1 +"})).await;
+    expect_failure(&r, "syntax_error");
+    let r = run_code(&hardened, json!({"code": "throw new Error('boom')"})).await;
+    assert!(text(&r).contains("boom"), "{}", text(&r));
+    expect_failure(&r, "exception");
+    let r = run_code(
+        &hardened,
+        json!({"code": "return await tools.hash.sha256({text: 'x'})", "allowed_tools": ["math:*"]}),
+    )
+    .await;
+    let s = expect_failure(&r, "tool_error");
+    assert_eq!(s["status"]["error"]["code"], "not_allowed", "{s}");
+    assert_eq!(s["tool_calls"][0]["ok"], false, "{s}");
+    standard.cancel().await.unwrap();
+    hardened.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_hardened_scripts_hit_their_limits() {
+    let Some(runtimes) = hardened::bubblewrap_runtimes("hostile_hardened_scripts_hit_their_limits")
+    else {
+        return;
+    };
+    let client = connect(hardened_gateway(Some(runtimes))).await;
+    let limit = |r: &CallToolResult| structured(r)["status"]["limit"].clone();
+
+    let r = run_code(&client, json!({"code": "for (;;) {}", "timeout_ms": 1000})).await;
+    expect_failure(&r, "limit_exceeded");
+    assert_eq!(limit(&r), "timeout", "{r:?}");
+
+    let r = run_code(
+        &client,
+        json!({"code": "const a = []; for (;;) a.push('x'.repeat(1 << 20) + a.length);"}),
+    )
+    .await;
+    expect_failure(&r, "limit_exceeded");
+    assert_eq!(limit(&r), "memory", "{r:?}");
+
+    let r = run_code(
+        &client,
+        json!({"code": "for (let i = 0; ; i++) await tools.math.add({a: i, b: 1});", "max_tool_calls": 4}),
+    )
+    .await;
+    let s = expect_failure(&r, "limit_exceeded");
+    assert_eq!(s["status"]["limit"], "tool_calls", "{s}");
+    // The host's log: exactly the budget.
+    assert_eq!(s["tool_calls"].as_array().unwrap().len(), 4, "{s}");
+
+    // No host access from the sandboxed script.
+    let r = run_code(
+        &client,
+        json!({"code": "return typeof require + typeof process + typeof fetch"}),
+    )
+    .await;
+    assert_eq!(structured(&r)["value"], "undefinedundefinedundefined");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hardened_without_a_runtime_never_runs_in_process() {
+    for runtimes in [None, Some(Arc::new(toolexec_runtime::Runtimes::default()))] {
+        let client = connect(hardened_gateway(runtimes)).await;
+        let r = run_code(&client, json!({"code": "return 1"})).await;
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        let t = text(&r);
+        assert!(t.starts_with("backend_unavailable"), "{t}");
+        assert!(t.contains("hardened"), "{t}");
+        assert_eq!(
+            structured(&r)["error"]["code"],
+            "backend_unavailable",
+            "{r:?}"
+        );
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hardened_client_cancellation_stops_the_sandbox() {
+    let Some(runtimes) =
+        hardened::bubblewrap_runtimes("hardened_client_cancellation_stops_the_sandbox")
+    else {
+        return;
+    };
+    let gateway = hardened_gateway(Some(runtimes));
+    let (event_tx, mut events) = mpsc::unbounded_channel::<&'static str>();
+    LocalTool::new(
+        "test:wait",
+        raw_handler(move |_args: Value, ctx: ToolContext| {
+            let events = event_tx.clone();
+            async move {
+                let _ = events.send("started");
+                tokio::select! {
+                    _ = ctx.cancelled() => {
+                        let _ = events.send("cancelled");
+                        Err(ToolError::new("cancelled"))
+                    }
+                    _ = tokio::time::sleep(Duration::from_secs(600)) => Ok(ToolOutput::default()),
+                }
+            }
+        }),
+    )
+    .description("Waits until cancelled")
+    .register(gateway.exec().catalog())
+    .unwrap();
+    let client = connect(gateway).await;
+    let request = ClientRequest::CallToolRequest(Request::new(
+        CallToolRequestParams::new("execute_code").with_arguments(args(
+            json!({"code": "await tools.test.wait({}); return 'finished'", "timeout_ms": 120_000}),
+        )),
+    ));
+    let handle = client
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(30), events.recv())
+        .await
+        .expect("the sandboxed script called the tool");
+    assert_eq!(first, Some("started"));
+    handle.cancel(Some("test".into())).await.unwrap();
+    let next = tokio::time::timeout(WAIT, events.recv())
+        .await
+        .expect("the tool call saw the cancellation");
+    assert_eq!(next, Some("cancelled"));
+    // The server still answers, and runs the next hardened script.
+    let r = run_code(&client, json!({"code": "return 2"})).await;
+    assert_eq!(structured(&r)["value"], 2, "{r:?}");
+    client.cancel().await.unwrap();
+}

@@ -13,6 +13,7 @@
 //!   host's [`ToolHost`] enforcing the tool budget and allowlist.
 //! - [`process`]: the child-process driver shared by process runtimes.
 //! - [`HostRuntime`]: unsandboxed host processes, behind an explicit opt-in.
+//! - [`bwrap::BubblewrapRuntime`]: the bubblewrap namespaces sandbox.
 //!
 //! ```
 //! use toolexec_runtime::{HostRuntime, Profile, ProfileMap, RunRequest, Runtimes, Unit, UnsandboxedOptIn};
@@ -29,6 +30,8 @@
 //! # }
 //! ```
 
+pub mod bwrap;
+mod command_tool;
 mod host;
 mod host_runtime;
 mod limits;
@@ -40,6 +43,7 @@ mod registry;
 mod runtime;
 mod unit;
 
+pub use command_tool::{CommandTool, CommandToolDef, OutputMapping, StdinMapping};
 pub use host::{ToolCaller, ToolHost};
 pub use host_runtime::{HostRuntime, UnsandboxedOptIn};
 pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};

@@ -135,12 +135,32 @@ pub struct SpawnError {
 
 /// Runs `spec` under `limits` (wall time, output) with `ctx`'s tool host
 /// and cancellation. Other limits are the runtime's job (rlimits, cgroups,
-/// namespaces) through the spec.
+/// namespaces) through the spec. [`spawn_process`] then [`Spawned::drive`].
 pub async fn run_process(
-    mut spec: ProcessSpec,
+    spec: ProcessSpec,
     limits: &RuntimeLimits,
     ctx: &RunContext,
 ) -> Result<ProcessRun, SpawnError> {
+    Ok(spawn_process(spec)?.drive(limits, ctx).await)
+}
+
+/// A started child that is not driven yet: a pre-warmed sandbox waiting
+/// for its unit, or the first half of [`run_process`]. Dropping it kills
+/// the child's process group.
+#[derive(Debug)]
+pub struct Spawned {
+    child: tokio::process::Child,
+    host_end: Option<std::os::unix::net::UnixStream>,
+    stdin: Option<Vec<u8>>,
+    gateway: bool,
+    started: Instant,
+    group: GroupKill,
+}
+
+/// Starts `spec`'s child with the gateway socket at
+/// [`crate::protocol::GATEWAY_FD`]. Must be called inside a tokio runtime;
+/// the child's pipes stay registered with that runtime.
+pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
     let started = Instant::now();
     let spawn_error = |source| SpawnError {
         program: spec.program.display().to_string(),
@@ -225,95 +245,147 @@ pub async fn run_process(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(spawn_error)?;
+    let child = cmd.spawn().map_err(spawn_error)?;
     // The child has its copies; ours must go so the gateway sees EOF when
     // the sandbox is gone.
     drop(child_end);
     spec.inherit.clear();
     spec.join_cgroups.clear();
-    let pgid = child.id().map(|p| p as i32);
-    let _group_guard = GroupKill(pgid);
+    let group = GroupKill(child.id().map(|p| p as i32));
+    Ok(Spawned {
+        child,
+        host_end,
+        stdin: spec.stdin.take(),
+        gateway: spec.gateway,
+        started,
+        group,
+    })
+}
 
-    if let (Some(bytes), Some(mut stdin)) = (spec.stdin.take(), child.stdin.take()) {
-        tokio::spawn(async move {
-            // A unit that does not read its stdin is not an error.
-            let _ = stdin.write_all(&bytes).await;
-        });
+impl Spawned {
+    /// The child's pid (also its process group), while it runs.
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
     }
-    let capture = Capture::new(limits.max_output_bytes);
-    let out_task = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(capture.clone().drain(s, false)));
-    let err_task = child
-        .stderr
-        .take()
-        .map(|s| tokio::spawn(capture.clone().drain(s, true)));
 
-    let server = GatewayServer::new(ctx.host.clone(), GatewayConfig::default());
-    let gateway = async {
-        match host_end {
-            Some(end) => {
-                end.set_nonblocking(true)
-                    .map_err(|e| ProtocolError::Io(e.to_string()))?;
-                let stream = tokio::net::UnixStream::from_std(end)
-                    .map_err(|e| ProtocolError::Io(e.to_string()))?;
-                server.serve(stream).await
-            }
-            None => std::future::pending().await,
+    /// Replaces the bytes written to stdin (only when the spec had stdin).
+    pub fn set_stdin(&mut self, bytes: Vec<u8>) {
+        if self.stdin.is_some() {
+            self.stdin = Some(bytes);
         }
-    };
-    tokio::pin!(gateway);
-    let mut gateway_done = !spec.gateway;
-    let deadline = tokio::time::sleep(limits.wall_time);
-    tokio::pin!(deadline);
+    }
 
-    let mut ended = None;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status.ok(),
-            _ = &mut deadline => { ended = Some(Ended::WallTime); break None; }
-            _ = ctx.cancel.cancelled() => { ended = Some(Ended::Cancelled); break None; }
-            _ = capture.overflowed() => { ended = Some(Ended::Output); break None; }
-            _ = ctx.host.budget_exceeded() => { ended = Some(Ended::ToolCalls); break None; }
-            result = &mut gateway, if !gateway_done => {
-                gateway_done = true;
-                if let Err(e) = result {
-                    ended = Some(Ended::Protocol(e));
-                    break None;
+    /// Whether the child has exited already (a broken pool entry).
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Restarts the clock [`ProcessRun::elapsed`] counts from.
+    pub fn restart_clock(&mut self) {
+        self.started = Instant::now();
+    }
+
+    /// Feeds stdin, captures output up to the limit, serves the gateway,
+    /// and kills the process group on the deadline, on cancellation, on
+    /// too much output, on a protocol violation, or when dropped.
+    pub async fn drive(mut self, limits: &RuntimeLimits, ctx: &RunContext) -> ProcessRun {
+        let started = self.started;
+        let pgid = self.group.0;
+        let mut child = self.child;
+        if let (Some(bytes), Some(mut stdin)) = (self.stdin.take(), child.stdin.take()) {
+            tokio::spawn(async move {
+                // A unit that does not read its stdin is not an error.
+                let _ = stdin.write_all(&bytes).await;
+            });
+        }
+        let capture = Capture::new(limits.max_output_bytes);
+        // Drained on this task, next to the wait: no cross-thread wake-up
+        // between the child's exit and its last output.
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let drains = futures::future::join(
+            async {
+                if let Some(s) = stdout {
+                    capture.clone().drain(s, false).await
+                }
+            },
+            async {
+                if let Some(s) = stderr {
+                    capture.clone().drain(s, true).await
+                }
+            },
+        );
+        tokio::pin!(drains);
+        let mut drained = false;
+
+        let server = GatewayServer::new(ctx.host.clone(), GatewayConfig::default());
+        let host_end = self.host_end.take();
+        let gateway = async {
+            match host_end {
+                Some(end) => {
+                    end.set_nonblocking(true)
+                        .map_err(|e| ProtocolError::Io(e.to_string()))?;
+                    let stream = tokio::net::UnixStream::from_std(end)
+                        .map_err(|e| ProtocolError::Io(e.to_string()))?;
+                    server.serve(stream).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(gateway);
+        let mut gateway_done = !self.gateway;
+        let deadline = tokio::time::sleep(limits.wall_time);
+        tokio::pin!(deadline);
+
+        let mut ended = None;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status.ok(),
+                _ = &mut deadline => { ended = Some(Ended::WallTime); break None; }
+                _ = ctx.cancel.cancelled() => { ended = Some(Ended::Cancelled); break None; }
+                _ = capture.overflowed() => { ended = Some(Ended::Output); break None; }
+                _ = ctx.host.budget_exceeded() => { ended = Some(Ended::ToolCalls); break None; }
+                _ = &mut drains, if !drained => drained = true,
+                result = &mut gateway, if !gateway_done => {
+                    gateway_done = true;
+                    if let Err(e) = result {
+                        ended = Some(Ended::Protocol(e));
+                        break None;
+                    }
                 }
             }
+        };
+        let status = match status {
+            Some(status) => Some(status),
+            None => {
+                kill_group(pgid);
+                let _ = child.start_kill();
+                child.wait().await.ok()
+            }
+        };
+        // Descendants that outlived the child (the host runtime has no pid
+        // namespace) go with the group.
+        kill_group(pgid);
+        if !gateway_done && ended.is_none() {
+            // Let the gateway take the last frames the unit wrote before exit.
+            if let Ok(Err(e)) = tokio::time::timeout(Duration::from_millis(200), &mut gateway).await
+            {
+                ended = Some(Ended::Protocol(e));
+            }
         }
-    };
-    let status = match status {
-        Some(status) => Some(status),
-        None => {
-            kill_group(pgid);
-            let _ = child.start_kill();
-            child.wait().await.ok()
+        if !drained {
+            // A descendant that escaped the group kill may hold the pipes.
+            let _ = tokio::time::timeout(Duration::from_millis(500), &mut drains).await;
         }
-    };
-    // Descendants that outlived the child (the host runtime has no pid
-    // namespace) go with the group.
-    kill_group(pgid);
-    if !gateway_done && ended.is_none() {
-        // Let the gateway take the last frames the unit wrote before exit.
-        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_millis(200), &mut gateway).await {
-            ended = Some(Ended::Protocol(e));
+        let (stdout, stderr) = capture.take();
+        ProcessRun {
+            status,
+            ended,
+            stdout,
+            stderr,
+            value: server.value(),
+            elapsed: started.elapsed(),
         }
     }
-    for task in [out_task, err_task].into_iter().flatten() {
-        let _ = tokio::time::timeout(Duration::from_millis(500), task).await;
-    }
-    let (stdout, stderr) = capture.take();
-    Ok(ProcessRun {
-        status,
-        ended,
-        stdout,
-        stderr,
-        value: server.value(),
-        elapsed: started.elapsed(),
-    })
 }
 
 fn kill_group(pgid: Option<i32>) {
@@ -326,6 +398,7 @@ fn kill_group(pgid: Option<i32>) {
 }
 
 /// Kills the child's process group when the run is dropped midway.
+#[derive(Debug)]
 struct GroupKill(Option<i32>);
 
 impl Drop for GroupKill {

@@ -115,6 +115,22 @@ pub enum LimitKind {
     OutputDepth,
     /// Number of steps in a chain.
     ChainSteps,
+    /// Wall-clock time of a sandboxed run.
+    WallTime,
+    /// CPU time of a sandboxed run.
+    CpuTime,
+    /// Memory of a sandboxed run.
+    Memory,
+    /// Processes or threads of a sandboxed run.
+    Processes,
+    /// Bytes a sandboxed run wrote to stdout and stderr.
+    Output,
+    /// Bytes a sandboxed run wrote to its scratch disk.
+    Disk,
+    /// Network access a sandboxed run attempted beyond its policy.
+    Network,
+    /// Tool calls a sandboxed run made beyond its budget.
+    ToolCalls,
 }
 
 impl LimitKind {
@@ -126,6 +142,14 @@ impl LimitKind {
             LimitKind::OutputBytes => "output_bytes",
             LimitKind::OutputDepth => "output_depth",
             LimitKind::ChainSteps => "chain_steps",
+            LimitKind::WallTime => "wall_time",
+            LimitKind::CpuTime => "cpu_time",
+            LimitKind::Memory => "memory",
+            LimitKind::Processes => "processes",
+            LimitKind::Output => "output",
+            LimitKind::Disk => "disk",
+            LimitKind::Network => "network",
+            LimitKind::ToolCalls => "tool_calls",
         }
     }
 }
@@ -367,6 +391,38 @@ mod tests {
     fn code_serializes_snake_case() {
         let v = serde_json::to_value(ErrorCode::BackendUnavailable).unwrap();
         assert_eq!(v, "backend_unavailable");
+    }
+
+    #[test]
+    fn limit_kind_names_match_serde() {
+        use LimitKind::*;
+        let all = [
+            InputBytes,
+            InputDepth,
+            OutputBytes,
+            OutputDepth,
+            ChainSteps,
+            WallTime,
+            CpuTime,
+            Memory,
+            Processes,
+            Output,
+            Disk,
+            Network,
+            ToolCalls,
+        ];
+        let mut names = std::collections::HashSet::new();
+        for kind in all {
+            let v = serde_json::to_value(kind).unwrap();
+            assert_eq!(v, kind.as_str(), "{kind:?}");
+            assert!(names.insert(kind.as_str()), "duplicate name {kind:?}");
+        }
+        let e = Error::LimitExceeded {
+            limit: Memory,
+            message: "over 64 MiB".into(),
+        };
+        assert_eq!(e.to_string(), "limit_exceeded: memory over 64 MiB");
+        assert_eq!(e.to_body().details.unwrap()["limit"], "memory");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolexec_code::{CodeLimits, CodeOutcome};
+use toolexec_runtime::Profile;
 
 use super::result;
 
@@ -32,6 +33,11 @@ pub struct CodeModeOptions {
     pub max_output_bytes: usize,
     /// Largest script accepted, in bytes. Default 1 MiB.
     pub max_code_bytes: usize,
+    /// Where scripts run: `dev` and `standard` in process (QuickJS with
+    /// enforced limits); `hardened` in a sandbox runtime selected from
+    /// [`GatewayOptions::runtimes`](super::GatewayOptions::runtimes) (a
+    /// separate worker process under kernel isolation). Default `standard`.
+    pub profile: Profile,
 }
 
 impl Default for CodeModeOptions {
@@ -46,6 +52,7 @@ impl Default for CodeModeOptions {
             memory_bytes: limits.memory_bytes,
             max_output_bytes: limits.max_output_bytes,
             max_code_bytes: 1 << 20,
+            profile: Profile::Standard,
         }
     }
 }

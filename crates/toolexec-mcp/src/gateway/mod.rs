@@ -87,6 +87,7 @@ use toolexec::{
     RunResult, StreamEvent, StreamRequest, ToolMatch,
 };
 use toolexec_code::{CodeEngine, CodeLimits, CodeRequest};
+use toolexec_runtime::{Profile, Runtimes};
 
 pub use code::CodeModeOptions;
 pub use http::{DEFAULT_ALLOWED_ORIGINS, HttpAuth, HttpOptions, MCP_PATH, bind_http, serve_http};
@@ -95,6 +96,10 @@ pub use names::{id_to_mcp_name, mcp_name_to_id};
 pub use result::RESULT_KEY;
 
 use result::Shape;
+
+/// How long a cancelled hardened script's runtime gets to stop its unit
+/// before its future is dropped (which kills the unit too).
+const HARDENED_CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Largest page of `tools/list` (meta-tools come on the first page).
 pub const TOOLS_PAGE: usize = 1000;
@@ -173,8 +178,13 @@ pub struct GatewayOptions {
     /// otherwise); `Some("")` sends none.
     pub instructions: Option<String>,
     /// How `execute_code` runs scripts: worker pool, default and maximum
-    /// limits.
+    /// limits, profile.
     pub code: CodeModeOptions,
+    /// The sandbox runtimes `execute_code` uses when
+    /// [`CodeModeOptions::profile`] is `hardened`. `None`: no runtime, so
+    /// hardened scripts fail `backend_unavailable` (never silently in
+    /// process).
+    pub runtimes: Option<Arc<Runtimes>>,
 }
 
 impl Default for GatewayOptions {
@@ -184,6 +194,7 @@ impl Default for GatewayOptions {
             server_name: "toolexec".into(),
             instructions: None,
             code: CodeModeOptions::default(),
+            runtimes: None,
         }
     }
 }
@@ -214,6 +225,9 @@ struct Shared {
     options: GatewayOptions,
     /// Runs `execute_code` scripts (one bounded pool for every connection).
     code: CodeEngine,
+    /// Bounds hardened scripts at once, like the engine's pool does for
+    /// scripts in process.
+    hardened_slots: Arc<tokio::sync::Semaphore>,
     /// Initialized clients to notify of catalog changes.
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Catalog changes since the gateway was created, until the watcher
@@ -267,11 +281,15 @@ impl Gateway {
     pub fn new(exec: Exec, options: GatewayOptions) -> Self {
         let changes = options.expose.direct().then(|| exec.catalog().subscribe());
         let code = CodeEngine::new(exec.clone(), options.code.max_concurrent);
+        let hardened_slots = Arc::new(tokio::sync::Semaphore::new(
+            options.code.max_concurrent.max(1),
+        ));
         Gateway {
             shared: Arc::new(Shared {
                 exec,
                 options,
                 code,
+                hardened_slots,
                 peers: Mutex::new(Vec::new()),
                 changes: Mutex::new(changes),
                 watcher_started: AtomicBool::new(false),
@@ -502,23 +520,66 @@ impl Gateway {
         }
     }
 
-    /// Runs a script on the gateway's code engine. The client's cancellation
-    /// drops the execution, which stops the script at once and cancels its
-    /// tool calls in flight.
+    /// Runs a script on the gateway's code engine (profiles `dev` and
+    /// `standard`) or in a sandbox runtime (`hardened`). The client's
+    /// cancellation drops the execution, which stops the script at once
+    /// and cancels its tool calls in flight.
     async fn execute_code(
         &self,
         code: String,
         limits: CodeLimits,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let run = self.shared.code.execute(CodeRequest { code, limits });
-        tokio::select! {
-            outcome = run => code::outcome_result(&outcome),
-            _ = context.ct.cancelled() => result::error(&ErrorBody {
+        let cancelled = || {
+            result::error(&ErrorBody {
                 code: ErrorCode::Cancelled,
-                message: "cancelled: the client cancelled the request; the script was stopped".into(),
+                message: "cancelled: the client cancelled the request; the script was stopped"
+                    .into(),
                 details: None,
-            }),
+            })
+        };
+        if self.shared.options.code.profile != Profile::Hardened {
+            let run = self.shared.code.execute(CodeRequest { code, limits });
+            return tokio::select! {
+                outcome = run => code::outcome_result(&outcome),
+                _ = context.ct.cancelled() => cancelled(),
+            };
+        }
+        let no_runtimes = Runtimes::default();
+        let runtimes = self
+            .shared
+            .options
+            .runtimes
+            .as_deref()
+            .unwrap_or(&no_runtimes);
+        // Cancelled on the client's cancellation, and when this future is
+        // dropped (the guard): the runtime then stops its unit.
+        let cancel = CancellationToken::new();
+        let _stop = cancel.clone().drop_guard();
+        let run = async {
+            let _slot = self.shared.hardened_slots.acquire().await;
+            toolexec_code::hardened::execute_code_in(
+                runtimes,
+                &self.shared.exec,
+                &code,
+                limits,
+                cancel.clone(),
+            )
+            .await
+        };
+        tokio::pin!(run);
+        tokio::select! {
+            outcome = &mut run => match outcome {
+                Ok(outcome) => code::outcome_result(&outcome),
+                Err(body) => result::error(&body),
+            },
+            _ = context.ct.cancelled() => {
+                // Let the runtime wind down: tool calls in flight see the
+                // cancellation, the sandbox is killed and reaped.
+                cancel.cancel();
+                let _ = tokio::time::timeout(HARDENED_CANCEL_GRACE, run).await;
+                cancelled()
+            }
         }
     }
 

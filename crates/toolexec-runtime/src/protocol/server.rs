@@ -259,7 +259,10 @@ fn encode(response: &Response, max: usize) -> Vec<u8> {
 fn frame_error(e: std::io::Error, max: usize) -> ProtocolError {
     if e.kind() == std::io::ErrorKind::InvalidData {
         ProtocolError::FrameTooLarge { max }
-    } else if e.kind() == std::io::ErrorKind::UnexpectedEof {
+    } else if e.kind() == std::io::ErrorKind::UnexpectedEof
+        // tokio-util's codec reports EOF inside a frame as `Other`.
+        || e.to_string().contains("bytes remaining on stream")
+    {
         ProtocolError::Malformed {
             detail: "the connection closed inside a frame".into(),
         }

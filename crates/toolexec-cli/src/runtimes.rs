@@ -1,0 +1,264 @@
+//! The sandbox runtimes the CLI registers, and `toolexec runtimes`.
+//!
+//! Registration is a list of functions, one per runtime: adding a runtime
+//! is one line in [`REGISTRARS`]. A runtime the configuration does not set
+//! up (no root filesystem, image or URL) is still listed, as unavailable
+//! with the reason ([`Unconfigured`]).
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use serde_json::json;
+use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
+use toolexec_runtime::{HostRuntime, Runtimes, UnsandboxedOptIn};
+
+use toolexec_docker::{DockerConfig, DockerRuntime};
+use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, RootfsSource};
+use toolexec_remote::{RemoteConfig, RemoteRuntime};
+use toolexec_runtime::{Profile, UnitKind};
+use toolexec_wasm::{WasmConfig, WasmRuntime};
+
+use crate::config::RuntimesConfig;
+use crate::render;
+use crate::unconfigured::Unconfigured;
+
+/// Registers one runtime (or none, when the configuration does not want it).
+type Registrar = fn(&RuntimesConfig, &mut Runtimes);
+
+/// Every runtime the CLI knows, in listing order.
+const REGISTRARS: &[Registrar] = &[
+    register_bubblewrap,
+    register_runc,
+    register_runsc,
+    register_docker,
+    register_wasm,
+    register_remote,
+    register_host,
+];
+
+/// The bubblewrap namespaces sandbox; scripts run as `toolexec
+/// __script-worker` (this executable) inside it.
+fn register_bubblewrap(config: &RuntimesConfig, runtimes: &mut Runtimes) {
+    let defaults = BubblewrapConfig::default();
+    let options = &config.bubblewrap;
+    runtimes.register(BubblewrapRuntime::new(BubblewrapConfig {
+        bwrap: options.bwrap.clone().unwrap_or(defaults.bwrap.clone()),
+        init: sandbox_init(),
+        script_worker: current_exe(),
+        pool_size: options.pool_size.unwrap_or(defaults.pool_size),
+        ..defaults
+    }));
+}
+
+/// runc on the `[runtimes.oci]` root filesystem (profile standard).
+fn register_runc(config: &RuntimesConfig, runtimes: &mut Runtimes) {
+    register_oci(OciFlavor::Runc, config, runtimes);
+}
+
+/// gVisor runsc on the `[runtimes.oci]` root filesystem (profile hardened).
+fn register_runsc(config: &RuntimesConfig, runtimes: &mut Runtimes) {
+    register_oci(OciFlavor::Runsc, config, runtimes);
+}
+
+fn register_oci(flavor: OciFlavor, config: &RuntimesConfig, runtimes: &mut Runtimes) {
+    let options = &config.oci;
+    let Some(rootfs) = &options.rootfs else {
+        runtimes.register(Unconfigured {
+            name: flavor.name(),
+            isolation: match flavor {
+                OciFlavor::Runc => "OCI container (runc): namespaces, cgroups, seccomp",
+                OciFlavor::Runsc => "gVisor (runsc, ptrace): a user-space kernel",
+            },
+            max_profile: flavor.max_profile(),
+            unit_kinds: vec![UnitKind::Command],
+            reason: "no root filesystem: set rootfs (a directory or tarball) in [runtimes.oci]"
+                .into(),
+        });
+        return;
+    };
+    // A file is a tarball; a directory (or a path that does not exist, which
+    // the runtime reports as unavailable) is used in place.
+    let source = if rootfs.is_file() {
+        RootfsSource::Tarball(rootfs.clone())
+    } else {
+        RootfsSource::Dir(rootfs.clone())
+    };
+    let mut oci = OciConfig::new(flavor, source);
+    let binary = match flavor {
+        OciFlavor::Runc => &options.runc,
+        OciFlavor::Runsc => &options.runsc,
+    };
+    if let Some(binary) = binary {
+        oci.binary = binary.clone();
+    }
+    runtimes.register(OciRuntime::new(oci));
+}
+
+/// Docker containers from `[runtimes.docker]` (image required).
+fn register_docker(config: &RuntimesConfig, runtimes: &mut Runtimes) {
+    let options = &config.docker;
+    let Some(image) = &options.image else {
+        runtimes.register(Unconfigured {
+            name: DockerRuntime::NAME,
+            isolation: "docker container: namespaces, no network, read-only root, cgroups",
+            max_profile: Profile::Standard,
+            unit_kinds: vec![UnitKind::Command],
+            reason: "no image: set image in [runtimes.docker]".into(),
+        });
+        return;
+    };
+    let mut docker = DockerConfig::new(image.clone());
+    docker.socket = options.socket.clone();
+    match DockerRuntime::new(docker) {
+        Ok(runtime) => {
+            runtimes.register(runtime);
+        }
+        // Checked when the file was read; kept visible if it ever differs.
+        Err(e) => {
+            runtimes.register(Unconfigured {
+                name: DockerRuntime::NAME,
+                isolation: "docker container",
+                max_profile: Profile::Standard,
+                unit_kinds: vec![UnitKind::Command],
+                reason: e.to_string(),
+            });
+        }
+    }
+}
+
+/// wasmtime, in process.
+fn register_wasm(config: &RuntimesConfig, runtimes: &mut Runtimes) {
+    let mut wasm = WasmConfig::default();
+    if let Some(n) = config.wasm.pool_instances {
+        wasm.pool_instances = n;
+    }
+    if let Some(m) = config.wasm.max_memory {
+        wasm.max_memory_bytes = m;
+    }
+    runtimes.register(WasmRuntime::new(wasm));
+}
+
+/// A `toolexec runtime-server` from `[runtimes.remote]`; the key is read
+/// here and never printed.
+fn register_remote(config: &RuntimesConfig, runtimes: &mut Runtimes) {
+    let options = &config.remote;
+    let unconfigured = |reason: String| Unconfigured {
+        name: RemoteRuntime::NAME,
+        isolation: "remote: units run on a toolexec runtime-server",
+        max_profile: options.max_profile,
+        unit_kinds: options.unit_kinds.clone(),
+        reason,
+    };
+    let Some(url) = &options.url else {
+        runtimes.register(unconfigured(
+            "no server: set url and key_file or key_env in [runtimes.remote]".into(),
+        ));
+        return;
+    };
+    let key = match options.key.as_ref().map(|k| k.load()).transpose() {
+        Ok(key) => key,
+        Err(e) => {
+            runtimes.register(unconfigured(e.to_string()));
+            return;
+        }
+    };
+    let mut remote = RemoteConfig::new(url.clone(), key);
+    remote.max_profile = options.max_profile;
+    remote.unit_kinds = options.unit_kinds.clone();
+    match RemoteRuntime::new(remote) {
+        Ok(runtime) => {
+            runtimes.register(runtime);
+        }
+        Err(e) => {
+            runtimes.register(unconfigured(e.to_string()));
+        }
+    }
+}
+
+/// The unsandboxed host runtime, only with `allow_unsandboxed_host = true`.
+fn register_host(config: &RuntimesConfig, runtimes: &mut Runtimes) {
+    if config.allow_unsandboxed_host {
+        runtimes.register(HostRuntime::new(
+            UnsandboxedOptIn::i_understand_units_run_unsandboxed(),
+        ));
+    }
+}
+
+/// The current executable: the script worker sandboxes run
+/// (`toolexec __script-worker`).
+pub fn current_exe() -> Option<PathBuf> {
+    std::env::current_exe().ok()
+}
+
+/// A `toolexec-sandbox-init` binary next to the current executable.
+pub fn sandbox_init() -> Option<PathBuf> {
+    let path = current_exe()?.with_file_name("toolexec-sandbox-init");
+    path.is_file().then_some(path)
+}
+
+/// The registry for `config`.
+pub fn build(config: &RuntimesConfig) -> Runtimes {
+    let mut runtimes = Runtimes::new(config.map.clone());
+    for register in REGISTRARS {
+        register(config, &mut runtimes);
+    }
+    runtimes
+}
+
+/// `toolexec runtimes [--json]`.
+pub fn list(runtimes: &Runtimes, json_out: bool) -> io::Result<()> {
+    let infos = runtimes.list();
+    let mut out = io::stdout().lock();
+    if json_out {
+        return render::json(
+            &mut out,
+            &json!({"runtimes": infos, "profiles": runtimes.profile_map()}),
+        );
+    }
+    let rows: Vec<Vec<String>> = infos
+        .iter()
+        .map(|i| {
+            vec![
+                i.name.clone(),
+                i.max_profile.to_string(),
+                i.unit_kinds
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                i.profiles
+                    .iter()
+                    .map(|p| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                match &i.reason {
+                    None => "yes".into(),
+                    Some(r) => format!("no: {r}"),
+                },
+                i.isolation.clone(),
+            ]
+        })
+        .collect();
+    render::table(
+        &mut out,
+        &[
+            "NAME",
+            "MAX PROFILE",
+            "UNITS",
+            "SERVES",
+            "AVAILABLE",
+            "ISOLATION",
+        ],
+        &rows,
+        160,
+    )?;
+    writeln!(out)?;
+    let map = runtimes.profile_map();
+    for p in toolexec_runtime::Profile::ALL {
+        writeln!(out, "{p}: {}", map.candidates(p).join(", "))?;
+    }
+    if infos.is_empty() {
+        writeln!(out, "(no runtime is registered)")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! Hardened code mode, host side: the script runs as a [`Unit::Script`] in
+//! a sandbox runtime (its worker: [`crate::worker`]), and the outcome is
+//! rebuilt here in the same [`CodeOutcome`] shape as in-process code mode.
+//!
+//! What the sandbox says is trusted only for what it cannot lie about to
+//! its advantage: the script's status, value and console output. The tool
+//! calls come from the host's own log ([`RunOutcome::tool_calls`]), and a
+//! sandbox-level ending (deadline, memory, output, a broken protocol) is
+//! mapped onto [`CodeStatus`] by the host.
+
+use serde::Deserialize;
+use serde_json::Value as Json;
+use toolexec::{CancellationToken, ErrorBody, ErrorCode, Exec};
+use toolexec_runtime::{LimitKind, Profile, RunOutcome, RunRequest, RunStatus, Runtimes, Unit};
+
+use crate::{
+    CodeLimit, CodeLimits, CodeOutcome, CodeStatus, ToolCallRecord, runtime_limits_from_code,
+};
+
+/// Runs `code` under `limits` in the runtime `runtimes` selects for
+/// [`Profile::Hardened`], with tools from `exec`. `Err` only when nothing
+/// ran (no runtime available, invalid limits); every run gives an outcome.
+pub async fn execute_code_in(
+    runtimes: &Runtimes,
+    exec: &Exec,
+    code: &str,
+    limits: CodeLimits,
+    cancel: CancellationToken,
+) -> Result<CodeOutcome, ErrorBody> {
+    execute_code_with_profile(runtimes, exec, code, limits, Profile::Hardened, cancel).await
+}
+
+/// [`execute_code_in`] under any profile (the runtime is chosen by the
+/// registry's mapping for it).
+pub async fn execute_code_with_profile(
+    runtimes: &Runtimes,
+    exec: &Exec,
+    code: &str,
+    limits: CodeLimits,
+    profile: Profile,
+    cancel: CancellationToken,
+) -> Result<CodeOutcome, ErrorBody> {
+    let request = RunRequest::new(Unit::javascript(code), profile)
+        .with_limits(runtime_limits_from_code(&limits));
+    let run = runtimes.run(request, Some(exec), cancel).await;
+    outcome_from_run(run, &limits)
+}
+
+/// What the worker reports; everything else about the run comes from the host.
+#[derive(Deserialize)]
+struct Reported {
+    status: CodeStatus,
+    #[serde(default)]
+    value: Option<Json>,
+    #[serde(default)]
+    stdout: String,
+    #[serde(default)]
+    stderr: String,
+}
+
+/// Rebuilds the [`CodeOutcome`] of a hardened run. `Err` when the run never
+/// started (the runtime is `none`: selection or validation failed).
+pub fn outcome_from_run(run: RunOutcome, limits: &CodeLimits) -> Result<CodeOutcome, ErrorBody> {
+    let tool_calls: Vec<ToolCallRecord> = run
+        .tool_calls
+        .iter()
+        .map(|c| ToolCallRecord {
+            tool_id: c.tool_id.clone(),
+            args: c.args.clone(),
+            ok: c.ok,
+            result: c.result.clone(),
+            error: c.error.clone(),
+            duration_ms: c.duration_ms,
+        })
+        .collect();
+    let reported = run.value.clone().map(serde_json::from_value::<Reported>);
+    let mut outcome = CodeOutcome {
+        status: CodeStatus::Ok,
+        value: None,
+        stdout: String::new(),
+        stderr: String::new(),
+        tool_calls,
+        duration_ms: run.duration_ms,
+    };
+    let exception = |message: String| CodeStatus::Exception {
+        message,
+        stack: None,
+    };
+    let limit = |limit: CodeLimit, message: String| CodeStatus::LimitExceeded { limit, message };
+    outcome.status = match (&run.status, reported) {
+        (RunStatus::Ok, Some(Ok(r))) => {
+            outcome.stdout = r.stdout;
+            outcome.stderr = r.stderr;
+            outcome.value = if r.status.is_ok() { r.value } else { None };
+            check_tool_error(r.status, &outcome.tool_calls)
+        }
+        (RunStatus::Ok, Some(Err(e))) => exception(format!(
+            "sandbox error: the worker's result is not a code outcome: {e}"
+        )),
+        (RunStatus::Ok, None) => exception(format!(
+            "sandbox error: the worker exited without a result{}",
+            stderr_tail(&run.stderr)
+        )),
+        (
+            RunStatus::LimitExceeded {
+                limit: kind,
+                message,
+            },
+            _,
+        ) => {
+            let message = format!("sandbox ({}): {message}", run.runtime);
+            match kind {
+                LimitKind::WallTime | LimitKind::CpuTime => limit(CodeLimit::Timeout, message),
+                LimitKind::Memory => limit(CodeLimit::Memory, message),
+                LimitKind::Output => limit(CodeLimit::Output, message),
+                LimitKind::ToolCalls => limit(CodeLimit::ToolCalls, message),
+                other => exception(format!("sandbox limit {other} exceeded: {message}")),
+            }
+        }
+        (RunStatus::Cancelled, _) => limit(
+            CodeLimit::Timeout,
+            "the execution was cancelled by its caller".into(),
+        ),
+        (RunStatus::Failed { message }, _) => {
+            if run.stderr.contains("memory allocation of") {
+                limit(
+                    CodeLimit::Memory,
+                    format!(
+                        "the sandboxed worker ran out of memory (limit {} bytes of heap): {message}",
+                        limits.memory_bytes
+                    ),
+                )
+            } else {
+                exception(format!(
+                    "sandbox error: the worker failed: {message}{}",
+                    stderr_tail(&run.stderr)
+                ))
+            }
+        }
+        (RunStatus::Error { error }, _) if run.runtime == "none" => return Err(error.clone()),
+        (RunStatus::Error { error }, _) => exception(format!("sandbox error: {}", error.message)),
+    };
+    Ok(outcome)
+}
+
+/// A reported tool error must name a call the host saw fail; the sandbox
+/// cannot blame (or invent) a call. Sandbox-local failures (arguments that
+/// are not JSON, a non-string id) never reach the host and are kept as
+/// reported when no host call carries their index.
+fn check_tool_error(status: CodeStatus, calls: &[ToolCallRecord]) -> CodeStatus {
+    let CodeStatus::ToolError {
+        call_index,
+        tool_id,
+        error,
+    } = status
+    else {
+        return status;
+    };
+    let local = matches!(
+        error.code,
+        ErrorCode::ValidationInput | ErrorCode::InvalidToolId
+    );
+    match calls.get(call_index) {
+        Some(c) if c.tool_id == tool_id && !c.ok => CodeStatus::ToolError {
+            call_index,
+            tool_id,
+            error: c.error.clone().unwrap_or(error),
+        },
+        _ if local => CodeStatus::ToolError {
+            call_index,
+            tool_id,
+            error,
+        },
+        _ => CodeStatus::Exception {
+            message: format!(
+                "sandbox error: the worker reported a failure of tool call {call_index} ({tool_id}) that the host did not see"
+            ),
+            stack: None,
+        },
+    }
+}
+
+fn stderr_tail(stderr: &str) -> String {
+    let t = stderr.trim_end();
+    if t.is_empty() {
+        return String::new();
+    }
+    let start = t.len().saturating_sub(500);
+    let start = (start..=t.len())
+        .find(|i| t.is_char_boundary(*i))
+        .unwrap_or(t.len());
+    format!("; stderr: {}", &t[start..])
+}

@@ -1,0 +1,185 @@
+//! The sandbox side of hardened code mode: a process started inside a
+//! sandbox reads its script from stdin, runs it in the [`CodeEngine`] with
+//! tool access through the gateway protocol (descriptor 3), and sends the
+//! [`CodeOutcome`] back as its gateway `result`.
+//!
+//! Input on stdin, one JSON object: `{"language": "javascript", "source":
+//! "...", "limits": <toolexec_runtime::RuntimeLimits>}`.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value as Json;
+use tokio::net::UnixStream;
+use tokio_util::sync::CancellationToken;
+use toolexec::{DetailLevel, ErrorBody, ErrorCode};
+use toolexec_runtime::RuntimeLimits;
+use toolexec_runtime::protocol::{ClientError, DEFAULT_MAX_FRAME_BYTES, GatewayClient};
+
+use crate::access::{BoxFuture, ToolAccess};
+use crate::{
+    CodeEngine, CodeLimit, CodeOutcome, CodeRequest, CodeStatus, code_limits_from_runtime,
+};
+
+/// Largest input accepted on stdin (a 1 MiB script, JSON-escaped, and limits).
+pub const MAX_INPUT_BYTES: u64 = 8 << 20;
+
+/// What the sandbox runtime writes to the worker's stdin.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct WorkerInput {
+    /// The engine: only `javascript`.
+    pub language: String,
+    /// The script.
+    pub source: String,
+    /// The run's limits; the script's limits are derived with
+    /// [`code_limits_from_runtime`].
+    #[serde(default)]
+    pub limits: RuntimeLimits,
+}
+
+/// Why the worker could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Stdin is unreadable, too large or not a [`WorkerInput`].
+    #[error("invalid_request: stdin: {0}")]
+    Input(String),
+    /// No usable gateway.
+    #[error("backend_unavailable: gateway: {0}")]
+    Gateway(#[from] ClientError),
+}
+
+/// Reads the [`WorkerInput`] from `reader` (at most [`MAX_INPUT_BYTES`]).
+pub fn read_input(reader: impl Read) -> Result<WorkerInput, WorkerError> {
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| WorkerError::Input(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(WorkerError::Input(format!(
+            "more than {MAX_INPUT_BYTES} bytes"
+        )));
+    }
+    let input: WorkerInput = serde_json::from_slice(&bytes)
+        .map_err(|e| WorkerError::Input(format!("not a script request: {e}")))?;
+    if input.language != "javascript" {
+        return Err(WorkerError::Input(format!(
+            "language {:?} is not supported (only javascript)",
+            input.language
+        )));
+    }
+    Ok(input)
+}
+
+/// Runs one script as the sandboxed worker: stdin → engine → gateway
+/// `result`. Must run inside a Tokio runtime; returns once the result is
+/// sent (the caller then exits 0).
+///
+/// The engine forwards every tool call to the host (its own allowlist is
+/// left open): the host's [`toolexec_runtime::ToolHost`] enforces the
+/// allowlist and the budget and keeps the authoritative call log.
+pub async fn run_script_worker() -> Result<(), WorkerError> {
+    let input = read_input(std::io::stdin().lock())?;
+    let client = Arc::new(GatewayClient::from_env().await?);
+    client.hello().await?;
+    let outcome = run_with(client.clone(), &input).await;
+    client.send_result(result_value(&outcome)).await?;
+    Ok(())
+}
+
+/// Runs `input` with tools through `client`.
+async fn run_with(client: Arc<GatewayClient<UnixStream>>, input: &WorkerInput) -> CodeOutcome {
+    let mut limits = code_limits_from_runtime(&input.limits);
+    limits.allowed_tools.clear();
+    let engine = CodeEngine::with_tools(Arc::new(GatewayTools(client)), 1);
+    engine
+        .execute(CodeRequest::new(input.source.clone()).with_limits(limits))
+        .await
+}
+
+/// The outcome as the worker sends it: the [`CodeOutcome`] JSON, cut to
+/// fit one gateway frame (console output shortened, the status then
+/// `limit_exceeded: output`).
+pub fn result_value(outcome: &CodeOutcome) -> Json {
+    let value = serde_json::to_value(outcome).unwrap_or(Json::Null);
+    let budget = DEFAULT_MAX_FRAME_BYTES - 4096;
+    if serde_json::to_vec(&value).map_or(0, |b| b.len()) <= budget {
+        return value;
+    }
+    // Each kept character may take up to 6 bytes escaped.
+    let keep = budget / 2 / 6 / 2;
+    let cut = |s: &str| {
+        let mut end = keep.min(s.len());
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s[..end].to_owned()
+    };
+    let mut short = outcome.clone();
+    short.stdout = cut(&outcome.stdout);
+    short.stderr = cut(&outcome.stderr);
+    short.value = None;
+    short.tool_calls.clear();
+    short.status = CodeStatus::LimitExceeded {
+        limit: CodeLimit::Output,
+        message: format!(
+            "the outcome does not fit one gateway frame of {DEFAULT_MAX_FRAME_BYTES} bytes"
+        ),
+    };
+    serde_json::to_value(&short).unwrap_or(Json::Null)
+}
+
+/// Tool access through the gateway.
+struct GatewayTools(Arc<GatewayClient<UnixStream>>);
+
+fn client_error(e: ClientError) -> ErrorBody {
+    match e {
+        ClientError::Tool(body) => body,
+        other => ErrorBody {
+            code: ErrorCode::BackendUnavailable,
+            message: format!("backend_unavailable: {other}"),
+            details: None,
+        },
+    }
+}
+
+impl ToolAccess for GatewayTools {
+    fn call(
+        &self,
+        tool_id: &str,
+        args: Json,
+        cancel: CancellationToken,
+    ) -> BoxFuture<Result<Json, ErrorBody>> {
+        let client = self.0.clone();
+        let id = tool_id.to_owned();
+        Box::pin(async move {
+            tokio::select! {
+                r = client.call(&id, args) => r.map_err(client_error),
+                _ = cancel.cancelled() => Err(toolexec::Error::Cancelled { tool: id.clone() }.to_body()),
+            }
+        })
+    }
+
+    fn search(&self, query: &str, limit: usize) -> BoxFuture<Json> {
+        let client = self.0.clone();
+        let query = query.to_owned();
+        Box::pin(async move {
+            client
+                .search(&query, limit.clamp(1, 50))
+                .await
+                .unwrap_or(Json::Array(Vec::new()))
+        })
+    }
+
+    fn describe(&self, tool_id: &str, level: DetailLevel) -> BoxFuture<Result<Json, ErrorBody>> {
+        let client = self.0.clone();
+        let id = tool_id.to_owned();
+        let detail = match level {
+            DetailLevel::Summary => "summary",
+            DetailLevel::Schema => "schema",
+            DetailLevel::Full => "full",
+        };
+        Box::pin(async move { client.describe(&id, detail).await.map_err(client_error) })
+    }
+}

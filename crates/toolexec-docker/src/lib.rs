@@ -1,0 +1,49 @@
+//! # toolexec-docker
+//!
+//! The Docker runtime for toolexec: command units run in locked-down
+//! containers through the Docker Engine API ([bollard]), with the tool
+//! gateway on a bind-mounted Unix socket. See [`DockerRuntime`].
+//!
+//! ```
+//! use toolexec_docker::{DockerConfig, DockerRuntime};
+//! use toolexec_runtime::{Profile, Runtime};
+//!
+//! let runtime = DockerRuntime::new(DockerConfig::new("toolexec-test/busybox:1")).unwrap();
+//! assert_eq!(runtime.name(), "docker");
+//! assert_eq!(runtime.max_profile(), Profile::Standard);
+//! // Bad configuration is refused with the field.
+//! let err = DockerRuntime::new(DockerConfig { user: "0:0".into(), ..DockerConfig::new("img") });
+//! assert_eq!(err.unwrap_err().field, "user");
+//! ```
+#![warn(missing_docs)]
+
+mod capture;
+mod cgroup;
+mod cleanup;
+mod config;
+mod gateway;
+mod runtime;
+mod spec;
+mod sweep;
+
+pub use config::DockerConfig;
+pub use runtime::{DockerRuntime, MIN_API_VERSION};
+pub use spec::{CONTAINER_GATEWAY_SOCKET, RUN_LABEL};
+pub use sweep::{OWNER_LABEL, RUNTIME_LABEL, owner_id};
+
+/// A [`DockerConfig`] that cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid_request: docker.{field}: {message}")]
+pub struct ConfigError {
+    /// The failing field.
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// The stable error code: `invalid_request`.
+    pub fn code(&self) -> toolexec::ErrorCode {
+        toolexec::ErrorCode::InvalidRequest
+    }
+}

@@ -1,0 +1,85 @@
+//! Errors setting up a container run.
+
+use std::path::Path;
+
+use serde_json::json;
+use toolexec::{ErrorBody, ErrorCode};
+
+/// Why a run could not be set up. Each maps to a stable [`ErrorCode`] and
+/// names the failing field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OciError {
+    /// The request asks for something this runtime refuses (a field of
+    /// the unit or the limits).
+    #[error("invalid_request: {field}: {message}")]
+    Invalid {
+        /// The field (`unit.argv`, `limits.network`, ...).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The root filesystem is unusable.
+    #[error("backend_unavailable: rootfs {path}: {message}")]
+    Rootfs {
+        /// The path.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The runtime is not configured for the request (e.g. a script unit
+    /// without a script worker).
+    #[error("backend_unavailable: {field}: {message}")]
+    NotConfigured {
+        /// The missing setting (`runtime.script_worker`).
+        field: String,
+        /// What is missing.
+        message: String,
+    },
+    /// The host could not prepare the run (bundle, cgroups, runtime binary).
+    #[error("backend_unavailable: {0}")]
+    Setup(String),
+}
+
+impl OciError {
+    pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Self {
+        OciError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn not_configured(field: &str, message: impl Into<String>) -> Self {
+        OciError::NotConfigured {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn rootfs(path: &Path, message: impl Into<String>) -> Self {
+        OciError::Rootfs {
+            path: path.display().to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn setup(message: impl Into<String>) -> Self {
+        OciError::Setup(message.into())
+    }
+
+    /// The error as a run reports it.
+    pub fn to_body(&self) -> ErrorBody {
+        let (code, field) = match self {
+            OciError::Invalid { field, .. } => (ErrorCode::InvalidRequest, field.as_str()),
+            OciError::Rootfs { .. } => (ErrorCode::BackendUnavailable, "rootfs"),
+            OciError::NotConfigured { field, .. } => {
+                (ErrorCode::BackendUnavailable, field.as_str())
+            }
+            OciError::Setup(_) => (ErrorCode::BackendUnavailable, "runtime"),
+        };
+        ErrorBody {
+            code,
+            message: self.to_string(),
+            details: Some(json!({"field": field})),
+        }
+    }
+}

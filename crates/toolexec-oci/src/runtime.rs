@@ -1,0 +1,603 @@
+//! [`OciRuntime`]: units as OCI containers under runc or runsc.
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use toolexec::{Availability, BoxFuture};
+use toolexec_runtime::process::{Ended, ProcessSpec, run_process};
+use toolexec_runtime::protocol::{GatewayConfig, GatewayServer, ProtocolError};
+use toolexec_runtime::{
+    CommandUnit, Enforcement, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome,
+    RunRequest, RunStatus, Runtime, RuntimeLimits, ScriptUnit, Unit, UnitKind,
+};
+
+use crate::bundle::{RunGuard, container_id};
+use crate::cgroup::{self, RunCgroup};
+use crate::config::{OciConfig, OciFlavor};
+use crate::spec::{self, GatewayMode, SpecInput};
+use crate::{OciError, rootfs};
+
+/// Host tasks the gVisor sandbox itself (sentry, gofer, ptrace stubs)
+/// needs besides the unit's processes; added to `pids.max` for runsc.
+pub const RUNSC_PIDS_OVERHEAD: u64 = 96;
+
+/// How often the host reads the run's CPU time.
+const CPU_POLL: Duration = Duration::from_millis(50);
+
+/// Runs [`Unit::Command`]s (and [`Unit::Script`]s through a configured
+/// script worker) as OCI containers: a bundle per run with a
+/// read-only root, a sized `/tmp`, no network, no capabilities, a seccomp
+/// deny-list, rlimits and a per-run cgroup; the gateway reaches the unit
+/// as descriptor 3 (runc) or a bound Unix socket (runsc).
+///
+/// ```no_run
+/// use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, RootfsSource};
+/// use toolexec_runtime::Runtime;
+/// let runc = OciRuntime::new(OciConfig::new(OciFlavor::Runc, RootfsSource::Dir("/srv/rootfs".into())));
+/// assert_eq!(runc.name(), "runc");
+/// ```
+pub struct OciRuntime {
+    config: OciConfig,
+    isolation: String,
+    availability: OnceLock<Availability>,
+}
+
+impl std::fmt::Debug for OciRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OciRuntime")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl OciRuntime {
+    /// A runtime with `config`. Nothing is checked until
+    /// [`Runtime::availability`] or the first run.
+    pub fn new(config: OciConfig) -> Self {
+        let isolation = match config.flavor {
+            OciFlavor::Runc => {
+                "OCI container under runc: namespaces (pid, net, mount, ipc, uts, cgroup), read-only root, no capabilities, seccomp deny-list, cgroup v1 limits"
+            }
+            OciFlavor::Runsc => {
+                "OCI container under gVisor runsc (ptrace platform): user-space kernel, no network, read-only root, no capabilities, seccomp deny-list inside the sandbox, cgroup v1 limits on the whole sandbox"
+            }
+        };
+        OciRuntime {
+            config,
+            isolation: isolation.into(),
+            availability: OnceLock::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OciConfig {
+        &self.config
+    }
+
+    /// The runtime binary, resolved on `PATH`.
+    fn binary(&self) -> Result<PathBuf, OciError> {
+        find_binary(&self.config.binary).ok_or_else(|| {
+            OciError::setup(format!(
+                "{} not found on PATH",
+                self.config.binary.display()
+            ))
+        })
+    }
+
+    /// The configured script worker, checked to be a file.
+    fn script_worker(&self) -> Result<PathBuf, OciError> {
+        let Some(worker) = &self.config.script_worker else {
+            return Err(OciError::not_configured(
+                "runtime.script_worker",
+                format!(
+                    "{} runs script units through a script worker, and none is configured",
+                    self.config.flavor.name()
+                ),
+            ));
+        };
+        if !worker.is_file() {
+            return Err(OciError::not_configured(
+                "runtime.script_worker",
+                format!("script worker {} is not a file", worker.display()),
+            ));
+        }
+        Ok(worker.clone())
+    }
+
+    /// The launcher's arguments for `run`.
+    fn launcher_args(&self, bundle: &Path, id: &str) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec!["--root".into(), self.config.state_dir.clone().into()];
+        match self.config.flavor {
+            OciFlavor::Runc => {
+                args.extend(
+                    ["run", "--keep", "--preserve-fds", "1", "--bundle"].map(OsString::from),
+                );
+            }
+            OciFlavor::Runsc => {
+                args.extend(
+                    [
+                        "--platform=ptrace",
+                        "--network=none",
+                        "--oci-seccomp",
+                        "--host-uds=open",
+                        "run",
+                        "--bundle",
+                    ]
+                    .map(OsString::from),
+                );
+            }
+        }
+        args.push(bundle.into());
+        args.push(id.into());
+        args
+    }
+
+    /// Checks binary, privileges, cgroups and the root filesystem, then
+    /// runs the probe command once.
+    fn probe(&self) -> Availability {
+        let name = self.config.flavor.name();
+        if let Err(e) = self.binary() {
+            return unavailable(e.to_string());
+        }
+        // SAFETY: plain syscall.
+        if unsafe { libc::geteuid() } != 0 {
+            return unavailable(format!(
+                "{name} needs root here (rootless containers are not configured)"
+            ));
+        }
+        if let Err(why) = cgroup::check(&self.config.cgroup_root, &self.config.cgroup_parent) {
+            return unavailable(why);
+        }
+        if let Err(e) = rootfs::resolve(&self.config.rootfs, &self.config.cache_dir) {
+            return unavailable(e.to_string());
+        }
+        let request = RunRequest::new(
+            Unit::command(self.config.probe_argv.clone()),
+            self.config.flavor.max_profile(),
+        )
+        .with_limits(RuntimeLimits {
+            wall_time: Duration::from_secs(30),
+            ..RuntimeLimits::default()
+        });
+        let outcome = std::thread::scope(|s| {
+            s.spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()?;
+                let ctx = RunContext {
+                    host: toolexec_runtime::ToolHost::without_tools(&request.limits),
+                    cancel: Default::default(),
+                };
+                Some(rt.block_on(self.run_unit(request.clone(), ctx)))
+            })
+            .join()
+            .ok()
+            .flatten()
+        });
+        match outcome {
+            Some(o) if o.is_ok() => Availability::Available,
+            Some(o) => {
+                let detail = o
+                    .stderr
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                let status = match &o.status {
+                    RunStatus::Error { error } => error.message.clone(),
+                    other => other.as_str().to_owned(),
+                };
+                let platform = if self.config.flavor == OciFlavor::Runsc {
+                    " with --platform=ptrace"
+                } else {
+                    ""
+                };
+                unavailable(
+                    format!("{name} cannot start a container here{platform}: {status} {detail}")
+                        .trim()
+                        .to_owned(),
+                )
+            }
+            None => unavailable(format!("{name}: the probe run could not start")),
+        }
+    }
+
+    async fn run_unit(&self, request: RunRequest, ctx: RunContext) -> RunOutcome {
+        let name = self.config.flavor.name();
+        match self.run_checked(&request, &ctx).await {
+            Ok(outcome) => outcome,
+            Err(e) => RunOutcome::new(name, RunStatus::Error { error: e.to_body() }),
+        }
+    }
+
+    async fn run_checked(
+        &self,
+        request: &RunRequest,
+        ctx: &RunContext,
+    ) -> Result<RunOutcome, OciError> {
+        let flavor = self.config.flavor;
+        let name = flavor.name();
+        let limits = &request.limits;
+        limits
+            .validate()
+            .map_err(|m| OciError::invalid("limits", m))?;
+        let script_command;
+        let (command, worker) = match &request.unit {
+            Unit::Command(command) => (command, None),
+            Unit::Script(script) => {
+                let worker = self.script_worker()?;
+                script_command = worker_command(script, limits);
+                (&script_command, Some(worker))
+            }
+            other => {
+                return Err(OciError::invalid(
+                    "unit.kind",
+                    format!(
+                        "runtime {name} does not run {} units",
+                        other.kind().as_str()
+                    ),
+                ));
+            }
+        };
+        if let NetworkPolicy::Allow { .. } = limits.network {
+            return Err(OciError::invalid(
+                "limits.network",
+                format!("{name} containers have no network; host allowlists are not supported"),
+            ));
+        }
+        let binary = self.binary()?;
+        let source = self.config.rootfs.clone();
+        let cache = self.config.cache_dir.clone();
+        let root = tokio::task::spawn_blocking(move || rootfs::resolve(&source, &cache))
+            .await
+            .map_err(|e| OciError::setup(format!("rootfs task failed: {e}")))??;
+
+        let id = container_id();
+        let mut guard = RunGuard::create(
+            flavor,
+            &binary,
+            &self.config.state_dir,
+            &self.config.work_dir,
+            &id,
+        )?;
+        let pids_max = limits.max_processes.map(|n| match flavor {
+            OciFlavor::Runc => u64::from(n),
+            OciFlavor::Runsc => u64::from(n) + RUNSC_PIDS_OVERHEAD,
+        });
+        let cgroup = RunCgroup::create(
+            &self.config.cgroup_root,
+            &self.config.cgroup_parent,
+            &id,
+            limits.memory_bytes,
+            pids_max,
+        )?;
+        let cgroups_path = cgroup.container_path(flavor);
+        guard.set_cgroup(cgroup);
+
+        // The gateway: descriptor 3 for runc, a bound socket for runsc.
+        let (gateway, listener) = match flavor {
+            OciFlavor::Runc => (GatewayMode::Fd, None),
+            OciFlavor::Runsc => {
+                // Unix socket paths are short (108 bytes): not in the bundle.
+                let dir = std::env::temp_dir()
+                    .join(format!("txgw-{}", id.trim_start_matches("toolexec-")));
+                guard.set_extra_dir(dir.clone());
+                let listener = bind_gateway(&dir)?;
+                (GatewayMode::Socket(dir), Some(listener))
+            }
+        };
+        let spec = spec::build(&SpecInput {
+            flavor,
+            rootfs: &root,
+            command,
+            limits,
+            user: self.config.user,
+            binds: &self.config.binds,
+            cgroups_path,
+            gateway,
+            worker: worker.as_deref(),
+        })?;
+        let config_path = guard.bundle().join("config.json");
+        std::fs::write(&config_path, spec.to_string())
+            .map_err(|e| OciError::setup(format!("cannot write {}: {e}", config_path.display())))?;
+
+        let run_cancel = ctx.cancel.child_token();
+        let inner_ctx = RunContext {
+            host: ctx.host.clone(),
+            cancel: run_cancel.clone(),
+        };
+        let cpu_exceeded = Arc::new(AtomicBool::new(false));
+        let mut watchers = Vec::new();
+        if let (Some(cpu), Some(cg)) = (limits.cpu_time, guard.cgroup()) {
+            let usage_path = cg.display("cpuacct");
+            watchers.push(tokio::spawn(watch_cpu(
+                usage_path.into(),
+                cpu,
+                cpu_exceeded.clone(),
+                run_cancel.clone(),
+            )));
+        }
+        let server = GatewayServer::new(ctx.host.clone(), GatewayConfig::default());
+        let protocol_error: Arc<Mutex<Option<ProtocolError>>> = Arc::default();
+        if let Some(listener) = listener {
+            watchers.push(tokio::spawn(serve_socket(
+                listener,
+                server.clone(),
+                protocol_error.clone(),
+                run_cancel.clone(),
+            )));
+        }
+
+        let process = ProcessSpec {
+            program: binary.clone(),
+            args: self.launcher_args(guard.bundle(), &id),
+            env: vec![(
+                "PATH".into(),
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            )],
+            cwd: Some(guard.bundle().to_owned()),
+            stdin: command.stdin.clone().map(String::into_bytes),
+            gateway: flavor == OciFlavor::Runc,
+            ..ProcessSpec::default()
+        };
+        let run = run_process(process, limits, &inner_ctx).await;
+        for w in &watchers {
+            w.abort();
+        }
+        let run = run.map_err(|e| OciError::setup(e.to_string()))?;
+        let ended = run.ended.clone();
+        let signal = run.signal(true);
+        let mut outcome = run.into_outcome(name, ctx, limits, true);
+        if flavor == OciFlavor::Runsc && outcome.value.is_none() {
+            outcome.value = server.value();
+        }
+        let (oom, failcnt, refused) = guard
+            .cgroup()
+            .map(|c| (c.oom_kills(), c.memory_failcnt(), c.pids_refused()))
+            .unwrap_or_default();
+        // Our own stops first, then what the cgroups saw.
+        let own_cancel = matches!(ended, Some(Ended::Cancelled)) && !ctx.cancel.is_cancelled();
+        if own_cancel && cpu_exceeded.load(Ordering::Relaxed) {
+            outcome.status = cpu_status(limits, "cgroup cpuacct.usage");
+        } else if let Some(e) = protocol_error.lock().take().filter(|_| own_cancel) {
+            outcome.status = RunStatus::Error { error: e.to_body() };
+        } else if matches!(outcome.status, RunStatus::Failed { .. })
+            || (ended.is_none() && !outcome.is_ok())
+        {
+            if oom > 0 || (signal == Some(libc::SIGKILL) && failcnt > 0) {
+                outcome.status = RunStatus::LimitExceeded {
+                    limit: LimitKind::Memory,
+                    message: format!(
+                        "the unit went over its {} bytes of memory and was OOM-killed (cgroup v1 memory)",
+                        limits.memory_bytes.unwrap_or_default()
+                    ),
+                };
+            } else if refused > 0 {
+                outcome.status = processes_status(limits, refused);
+            }
+        } else if matches!(ended, Some(Ended::WallTime)) && refused > 0 {
+            outcome.status = processes_status(limits, refused);
+        }
+        outcome.enforcement = self.enforcement(limits, guard.cgroup(), pids_max);
+        guard.cleanup().await;
+        Ok(outcome)
+    }
+
+    fn enforcement(
+        &self,
+        limits: &RuntimeLimits,
+        cgroup: Option<&RunCgroup>,
+        pids_max: Option<u64>,
+    ) -> Vec<Enforcement> {
+        let flavor = self.config.flavor;
+        let path = |ctrl: &str| cgroup.map(|c| c.display(ctrl)).unwrap_or_default();
+        let sandbox = if flavor == OciFlavor::Runsc {
+            ", counting the gVisor sandbox itself"
+        } else {
+            ""
+        };
+        let none = |limit| Enforcement::not_enforced(limit, "no limit requested");
+        let mut list = vec![
+            Enforcement::by(
+                LimitKind::WallTime,
+                format!("host timer, SIGKILL to {} and forced delete", flavor.name()),
+            ),
+            Enforcement::by(LimitKind::Output, "host pipe capture"),
+            Enforcement::by(LimitKind::ToolCalls, "host gateway budget"),
+            Enforcement::by(
+                LimitKind::Network,
+                match flavor {
+                    OciFlavor::Runc => "empty network namespace (loopback only)",
+                    OciFlavor::Runsc => "runsc --network=none (loopback only)",
+                },
+            ),
+        ];
+        list.push(match (limits.cpu_time, flavor) {
+            (None, _) => none(LimitKind::CpuTime),
+            (Some(cpu), OciFlavor::Runc) => Enforcement::by(
+                LimitKind::CpuTime,
+                format!(
+                    "RLIMIT_CPU {} s per process + cgroup v1 cpuacct.usage watch ({})",
+                    spec::cpu_secs(cpu),
+                    path("cpuacct")
+                ),
+            ),
+            (Some(_), OciFlavor::Runsc) => Enforcement::by(
+                LimitKind::CpuTime,
+                format!(
+                    "cgroup v1 cpuacct.usage watch ({}){sandbox}",
+                    path("cpuacct")
+                ),
+            ),
+        });
+        list.push(match limits.memory_bytes {
+            None => none(LimitKind::Memory),
+            Some(m) => Enforcement::by(
+                LimitKind::Memory,
+                format!(
+                    "cgroup v1 memory.limit_in_bytes {m} ({}){sandbox}",
+                    path("memory")
+                ),
+            ),
+        });
+        list.push(match pids_max {
+            None => none(LimitKind::Processes),
+            Some(n) if flavor == OciFlavor::Runsc => Enforcement::by(LimitKind::Processes, format!(
+                "cgroup v1 pids.max {n} = limit + {RUNSC_PIDS_OVERHEAD} host tasks of the gVisor sandbox ({})", path("pids"))),
+            Some(n) => Enforcement::by(LimitKind::Processes, format!("cgroup v1 pids.max {n} ({})", path("pids"))),
+        });
+        list.push(match limits.disk_bytes {
+            None => none(LimitKind::Disk),
+            Some(d) => Enforcement::by(
+                LimitKind::Disk,
+                format!("tmpfs /tmp size={d}, read-only root, RLIMIT_FSIZE"),
+            ),
+        });
+        list
+    }
+}
+
+/// The command that runs `script` through the worker bound at
+/// [`spec::WORKER_PATH`]: `{"language","source","limits"}` on stdin.
+fn worker_command(script: &ScriptUnit, limits: &RuntimeLimits) -> CommandUnit {
+    let input = serde_json::json!({
+        "language": script.language,
+        "source": script.source,
+        "limits": limits,
+    });
+    CommandUnit {
+        argv: vec![spec::WORKER_PATH.into(), "__script-worker".into()],
+        stdin: Some(input.to_string()),
+        cwd: Some("/tmp".into()),
+        ..CommandUnit::default()
+    }
+}
+
+fn cpu_status(limits: &RuntimeLimits, how: &str) -> RunStatus {
+    RunStatus::LimitExceeded {
+        limit: LimitKind::CpuTime,
+        message: format!(
+            "the unit used more than {} s of CPU time ({how})",
+            limits.cpu_time.map(|d| d.as_secs_f64()).unwrap_or_default()
+        ),
+    }
+}
+
+fn processes_status(limits: &RuntimeLimits, refused: u64) -> RunStatus {
+    RunStatus::LimitExceeded {
+        limit: LimitKind::Processes,
+        message: format!(
+            "the unit tried to run more than {} processes ({refused} forks refused by cgroup pids.max)",
+            limits.max_processes.unwrap_or_default()
+        ),
+    }
+}
+
+/// Cancels the run once the cgroup's CPU time passes `limit`.
+async fn watch_cpu(
+    dir: PathBuf,
+    limit: Duration,
+    exceeded: Arc<AtomicBool>,
+    cancel: toolexec::CancellationToken,
+) {
+    let file = dir.join("cpuacct.usage");
+    let max = limit.as_nanos().min(u64::MAX as u128) as u64;
+    loop {
+        tokio::time::sleep(CPU_POLL).await;
+        let used: u64 = tokio::fs::read_to_string(&file)
+            .await
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        if used > max {
+            exceeded.store(true, Ordering::Relaxed);
+            cancel.cancel();
+            return;
+        }
+    }
+}
+
+/// A listening socket in `dir` the unit (any uid) can connect to.
+fn bind_gateway(dir: &Path) -> Result<tokio::net::UnixListener, OciError> {
+    let err =
+        |e: std::io::Error| OciError::setup(format!("gateway socket in {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(err)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(err)?;
+    let path = dir.join(spec::GATEWAY_SOCKET_NAME);
+    let listener = tokio::net::UnixListener::bind(&path).map_err(err)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+    Ok(listener)
+}
+
+/// Accepts the unit's one gateway connection and serves it; a protocol
+/// violation ends the run.
+async fn serve_socket(
+    listener: tokio::net::UnixListener,
+    server: GatewayServer,
+    error: Arc<Mutex<Option<ProtocolError>>>,
+    cancel: toolexec::CancellationToken,
+) {
+    let Ok((stream, _)) = listener.accept().await else {
+        return;
+    };
+    // One connection per run: later ones are refused.
+    drop(listener);
+    if let Err(e) = server.serve(stream).await {
+        *error.lock() = Some(e);
+        cancel.cancel();
+    }
+}
+
+fn find_binary(binary: &Path) -> Option<PathBuf> {
+    if binary.components().count() > 1 {
+        return binary.is_file().then(|| binary.to_owned());
+    }
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(binary))
+        .find(|p| p.is_file())
+}
+
+impl Runtime for OciRuntime {
+    fn name(&self) -> &str {
+        self.config.flavor.name()
+    }
+
+    fn isolation(&self) -> &str {
+        &self.isolation
+    }
+
+    fn max_profile(&self) -> Profile {
+        self.config.flavor.max_profile()
+    }
+
+    fn unit_kinds(&self) -> &[UnitKind] {
+        if self.config.script_worker.is_some() {
+            &[UnitKind::Command, UnitKind::Script]
+        } else {
+            &[UnitKind::Command]
+        }
+    }
+
+    /// Probes once (a trivial container run) and caches the answer.
+    fn availability(&self) -> Availability {
+        self.availability.get_or_init(|| self.probe()).clone()
+    }
+
+    fn run<'a>(&'a self, request: RunRequest, ctx: RunContext) -> BoxFuture<'a, RunOutcome> {
+        Box::pin(self.run_unit(request, ctx))
+    }
+}
+
+fn unavailable(reason: impl Into<String>) -> Availability {
+    Availability::Unavailable {
+        reason: reason.into(),
+    }
+}

@@ -1,0 +1,188 @@
+//! The OCI runtime spec (`config.json`) of one run.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GATEWAY_SOCKET_ENV};
+use toolexec_runtime::{CommandUnit, RuntimeLimits};
+
+use crate::config::{OciFlavor, ReadOnlyBind};
+use crate::{OciError, seccomp};
+
+/// Where the gateway socket directory is mounted in socket mode.
+pub(crate) const GATEWAY_DIR: &str = "/run/toolexec";
+/// The socket's name in [`GATEWAY_DIR`].
+pub(crate) const GATEWAY_SOCKET_NAME: &str = "gateway.sock";
+/// Where the script worker is bound (read-only) inside the container: in
+/// the `/tmp` tmpfs, so the runtime never creates a mount point in the
+/// host's root filesystem directory.
+pub(crate) const WORKER_PATH: &str = "/tmp/.toolexec-worker";
+/// Open descriptors per process.
+pub(crate) const NOFILE: u64 = 1024;
+
+/// How the unit reaches the gateway.
+#[derive(Debug, Clone)]
+pub(crate) enum GatewayMode {
+    /// Descriptor 3, passed in with `--preserve-fds 1` (runc).
+    Fd,
+    /// A socket in a host directory bound at [`GATEWAY_DIR`] (runsc).
+    Socket(std::path::PathBuf),
+}
+
+/// Everything [`build`] needs.
+pub(crate) struct SpecInput<'a> {
+    pub flavor: OciFlavor,
+    pub rootfs: &'a Path,
+    pub command: &'a CommandUnit,
+    pub limits: &'a RuntimeLimits,
+    pub user: (u32, u32),
+    pub binds: &'a [ReadOnlyBind],
+    pub cgroups_path: String,
+    pub gateway: GatewayMode,
+    /// The script worker on the host, bound at [`WORKER_PATH`].
+    pub worker: Option<&'a Path>,
+}
+
+/// Checks the unit's fields and builds the spec.
+pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
+    let command = input.command;
+    if command.argv.is_empty() || command.argv[0].is_empty() {
+        return Err(OciError::invalid("unit.argv", "must name a program"));
+    }
+    if command.argv.iter().any(|a| a.contains('\0')) {
+        return Err(OciError::invalid("unit.argv", "contains a NUL byte"));
+    }
+    let cwd = command.cwd.as_deref().unwrap_or("/tmp");
+    if !cwd.starts_with('/') || cwd.contains('\0') {
+        return Err(OciError::invalid("unit.cwd", "must be an absolute path"));
+    }
+    let mut env = vec![
+        "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".to_owned(),
+        "HOME=/tmp".to_owned(),
+    ];
+    for (key, value) in &command.env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return Err(OciError::invalid(
+                "unit.env",
+                format!("bad variable {key:?}: names must be non-empty without '=' or NUL"),
+            ));
+        }
+        if key.starts_with("TOOLEXEC_GATEWAY") {
+            return Err(OciError::invalid(
+                "unit.env",
+                format!("{key} is set by the runtime"),
+            ));
+        }
+        env.retain(|e| !e.starts_with(&format!("{key}=")));
+        env.push(format!("{key}={value}"));
+    }
+    match &input.gateway {
+        GatewayMode::Fd => env.push(format!("{GATEWAY_FD_ENV}={GATEWAY_FD}")),
+        GatewayMode::Socket(_) => env.push(format!(
+            "{GATEWAY_SOCKET_ENV}={GATEWAY_DIR}/{GATEWAY_SOCKET_NAME}"
+        )),
+    }
+
+    let limits = input.limits;
+    let mut rlimits = vec![
+        json!({"type": "RLIMIT_CORE", "soft": 0, "hard": 0}),
+        json!({"type": "RLIMIT_NOFILE", "soft": NOFILE, "hard": NOFILE}),
+    ];
+    if let Some(cpu) = limits.cpu_time {
+        let secs = cpu_secs(cpu);
+        rlimits.push(json!({"type": "RLIMIT_CPU", "soft": secs, "hard": secs + 1}));
+    }
+    if let Some(disk) = limits.disk_bytes {
+        rlimits.push(json!({"type": "RLIMIT_FSIZE", "soft": disk, "hard": disk}));
+    }
+
+    let mut tmp_options = vec![
+        "nosuid".to_owned(),
+        "nodev".to_owned(),
+        "mode=1777".to_owned(),
+    ];
+    if let Some(disk) = limits.disk_bytes {
+        // tmpfs sizes round up to pages; at least one page.
+        tmp_options.push(format!("size={}", disk.max(4096)));
+    }
+    let mut mounts = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc",
+               "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+               "options": ["nosuid", "strictatime", "mode=755", "size=65536"]}),
+        json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": tmp_options}),
+    ];
+    for bind in input.binds {
+        if !bind.destination.starts_with('/') || bind.destination.split('/').any(|c| c == "..") {
+            return Err(OciError::invalid(
+                "binds.destination",
+                format!(
+                    "{:?} must be an absolute path without '..'",
+                    bind.destination
+                ),
+            ));
+        }
+        mounts.push(json!({"destination": bind.destination, "type": "bind",
+            "source": bind.source, "options": ["rbind", "ro", "nosuid", "nodev"]}));
+    }
+    if let Some(worker) = input.worker {
+        mounts.push(json!({"destination": WORKER_PATH, "type": "bind",
+            "source": worker, "options": ["bind", "ro", "nosuid", "nodev"]}));
+    }
+    if let GatewayMode::Socket(dir) = &input.gateway {
+        mounts.push(json!({"destination": GATEWAY_DIR, "type": "bind",
+            "source": dir, "options": ["bind", "nosuid", "nodev", "noexec"]}));
+    }
+
+    let mut namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "network"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+    ];
+    if input.flavor == OciFlavor::Runc {
+        namespaces.push(json!({"type": "cgroup"}));
+    }
+
+    Ok(json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": input.user.0, "gid": input.user.1},
+            "args": command.argv,
+            "env": env,
+            "cwd": cwd,
+            "capabilities": {"bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": []},
+            "rlimits": rlimits,
+            "noNewPrivileges": true,
+        },
+        "root": {"path": input.rootfs, "readonly": true},
+        "hostname": "toolexec",
+        "mounts": mounts,
+        "linux": {
+            "namespaces": namespaces,
+            "cgroupsPath": input.cgroups_path,
+            "resources": {
+                "devices": [{"allow": false, "access": "rwm"}],
+                // At most one core; the time limit is RLIMIT_CPU and the
+                // host's cpuacct watch.
+                "cpu": {"shares": 512, "quota": 100_000, "period": 100_000},
+            },
+            "maskedPaths": [
+                "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+                "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+                "/proc/sched_debug", "/proc/scsi", "/sys/firmware"
+            ],
+            "readonlyPaths": [
+                "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"
+            ],
+            "seccomp": seccomp::profile(input.flavor),
+        },
+    }))
+}
+
+/// Whole seconds of CPU for RLIMIT_CPU (at least 1).
+pub(crate) fn cpu_secs(cpu: std::time::Duration) -> u64 {
+    cpu.as_secs_f64().ceil().max(1.0) as u64
+}

@@ -1,0 +1,546 @@
+//! Hostile units against runc and runsc, each on a busybox root built by
+//! `scripts/make-test-rootfs.sh`. A missing runtime prints
+//! `SKIPPED: <test>: <why>`, or fails under `CI`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::json;
+use toolexec::{Availability, CancellationToken, Exec};
+use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, ReadOnlyBind, RootfsSource};
+use toolexec_runtime::{
+    LimitKind, NetworkPolicy, RunContext, RunOutcome, RunRequest, RunStatus, Runtime,
+    RuntimeLimits, ToolHost, Unit,
+};
+
+fn skip(test: &str, why: &str) {
+    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
+}
+
+fn base_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("toolexec-oci-tests-{}", std::process::id()))
+}
+
+/// The busybox rootfs, built once per test process.
+fn busybox_rootfs() -> Result<PathBuf, String> {
+    static ROOTFS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ROOTFS
+        .get_or_init(|| {
+            let dir = base_dir().join("busybox-rootfs");
+            let script =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/make-test-rootfs.sh");
+            let out = std::process::Command::new("sh")
+                .arg(script)
+                .arg(&dir)
+                .arg("--tar")
+                .arg(base_dir().join("busybox.tar"))
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!(
+                    "make-test-rootfs.sh failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            Ok(dir)
+        })
+        .clone()
+}
+
+/// A configuration with work and cgroup directories of the test's own.
+fn config(flavor: OciFlavor, rootfs: RootfsSource, test: &str) -> OciConfig {
+    let mut config = OciConfig::new(flavor, rootfs);
+    let base = base_dir();
+    config.work_dir = base.join(format!("bundles-{}-{test}", flavor.name()));
+    config.cache_dir = base.join("cache");
+    config.state_dir = base.join(format!("state-{}", flavor.name()));
+    config.cgroup_parent = format!(
+        "toolexec-oci-test-{}/{}-{test}",
+        std::process::id(),
+        flavor.name()
+    );
+    config
+}
+
+/// The runtime on the busybox root, or `None` after saying why.
+fn runtime(test: &str, flavor: OciFlavor) -> Option<OciRuntime> {
+    let rootfs = match busybox_rootfs() {
+        Ok(dir) => dir,
+        Err(why) => {
+            skip(test, &why);
+            return None;
+        }
+    };
+    available(
+        test,
+        OciRuntime::new(config(flavor, RootfsSource::Dir(rootfs), test)),
+    )
+}
+
+fn available(test: &str, runtime: OciRuntime) -> Option<OciRuntime> {
+    match runtime.availability() {
+        Availability::Available => Some(runtime),
+        Availability::Unavailable { reason } => {
+            skip(test, &reason);
+            None
+        }
+    }
+}
+
+fn limits() -> RuntimeLimits {
+    RuntimeLimits {
+        wall_time: Duration::from_secs(30),
+        cpu_time: Some(Duration::from_secs(3)),
+        memory_bytes: Some(64 << 20),
+        max_processes: Some(32),
+        max_output_bytes: 1 << 20,
+        disk_bytes: Some(4 << 20),
+        ..RuntimeLimits::default()
+    }
+}
+
+async fn run_with(
+    rt: &OciRuntime,
+    unit: Unit,
+    limits: RuntimeLimits,
+    host: ToolHost,
+    cancel: CancellationToken,
+) -> RunOutcome {
+    let request = RunRequest::new(unit, rt.max_profile()).with_limits(limits);
+    rt.run(request, RunContext { host, cancel }).await
+}
+
+async fn sh(rt: &OciRuntime, script: &str, limits: RuntimeLimits) -> RunOutcome {
+    let host = ToolHost::without_tools(&limits);
+    run_with(
+        rt,
+        Unit::command(["sh", "-c", script]),
+        limits,
+        host,
+        CancellationToken::new(),
+    )
+    .await
+}
+
+fn assert_clean(rt: &OciRuntime) {
+    let work = &rt.config().work_dir;
+    let left: Vec<_> = std::fs::read_dir(work)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "bundles left behind: {left:?}");
+    let cg = rt
+        .config()
+        .cgroup_root
+        .join("memory")
+        .join(&rt.config().cgroup_parent);
+    let runs: Vec<_> = std::fs::read_dir(&cg)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(runs.is_empty(), "cgroups left behind: {runs:?}");
+    // Empty parents go too, below every controller.
+    for ctrl in ["memory", "pids", "cpuacct", "cpu", "devices", "freezer"] {
+        let parent = rt
+            .config()
+            .cgroup_root
+            .join(ctrl)
+            .join(&rt.config().cgroup_parent);
+        assert!(
+            !parent.exists(),
+            "parent cgroup left behind: {}",
+            parent.display()
+        );
+    }
+}
+
+fn limit_of(outcome: &RunOutcome) -> Option<LimitKind> {
+    outcome.status.limit()
+}
+
+/// A configuration whose root is the host's `/usr` bound read-only (for
+/// dynamically linked programs: python3, the script worker).
+fn usr_config(flavor: OciFlavor, test: &str) -> OciConfig {
+    let root = base_dir().join(format!("usr-rootfs-{}-{test}", flavor.name()));
+    for dir in ["usr", "tmp", "proc", "dev", "etc", "run"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    for (link, to) in [
+        ("bin", "usr/bin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+        ("sbin", "usr/sbin"),
+    ] {
+        let _ = std::os::unix::fs::symlink(to, root.join(link));
+    }
+    let mut config = config(flavor, RootfsSource::Dir(root), test);
+    config.binds = vec![ReadOnlyBind {
+        source: "/usr".into(),
+        destination: "/usr".into(),
+    }];
+    config
+}
+
+/// The `script-worker` example next to this test binary (built by
+/// `cargo test -p toolexec-oci`, which builds the crate's examples).
+fn script_worker() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let worker = exe.parent()?.parent()?.join("examples/script-worker");
+    worker.is_file().then_some(worker)
+}
+
+const SCRIPT: &str = r#"
+const r = await tools.math.add({a: 1, b: 2});
+console.log("sum", r.result);
+const s = await tools.math.add({a: r.result, b: 0});
+return s.result * 2;
+"#;
+
+macro_rules! hostile_suite {
+    ($module:ident, $flavor:expr) => {
+        mod $module {
+            use super::*;
+
+            const FLAVOR: OciFlavor = $flavor;
+
+            #[tokio::test]
+            async fn echo_and_exit_codes() {
+                let Some(rt) = runtime("echo_and_exit_codes", FLAVOR) else { return };
+                let ok = sh(&rt, "echo hello; id -u", limits()).await;
+                assert!(ok.is_ok(), "{ok:?}");
+                assert_eq!(ok.stdout, "hello\n65534\n");
+                assert!(ok.enforcement.iter().all(|e| e.is_enforced()), "{:?}", ok.enforcement);
+                let failed = sh(&rt, "echo oops >&2; exit 7", limits()).await;
+                assert_eq!(failed.exit_code, Some(7), "{failed:?}");
+                assert!(matches!(failed.status, RunStatus::Failed { .. }));
+                assert_eq!(failed.stderr, "oops\n");
+                let stdin = run_with(&rt, Unit::Command(toolexec_runtime::CommandUnit {
+                    argv: vec!["cat".into()], stdin: Some("piped".into()), ..Default::default()
+                }), limits(), ToolHost::without_tools(&limits()), CancellationToken::new()).await;
+                assert_eq!(stdin.stdout, "piped", "{stdin:?}");
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn host_secrets_stay_out() {
+                let Some(rt) = runtime("host_secrets_stay_out", FLAVOR) else { return };
+                // SAFETY: set once, before any container starts from this test.
+                unsafe { std::env::set_var("TOOLEXEC_OCI_TEST_SECRET", "s3cr3t-value") };
+                let out = sh(&rt, "env; cat /etc/shadow; cat /proc/1/environ; ls /root", limits()).await;
+                assert!(!out.stdout.contains("s3cr3t-value") && !out.stderr.contains("s3cr3t-value"), "{out:?}");
+                if let Ok(shadow) = std::fs::read_to_string("/etc/shadow") {
+                    let first = shadow.lines().next().unwrap_or("root:");
+                    assert!(!out.stdout.contains(first), "host /etc/shadow leaked: {out:?}");
+                }
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn writes_outside_tmp_fail() {
+                let Some(rt) = runtime("writes_outside_tmp_fail", FLAVOR) else { return };
+                let marker = rt.config().work_dir.parent().unwrap().join(format!("marker-{}", FLAVOR.name()));
+                std::fs::write(&marker, "untouched").unwrap();
+                let script = format!(
+                    "echo x > /pwned || echo ro1; echo x >> /etc/passwd || echo ro2; echo x > {m} || echo ro3; \
+                     echo ok > /tmp/f && cat /tmp/f; head -c 8000000 /dev/zero > /tmp/big || echo full",
+                    m = marker.display()
+                );
+                let out = sh(&rt, &script, limits()).await;
+                for word in ["ro1", "ro2", "ro3", "ok", "full"] {
+                    assert!(out.stdout.contains(word), "missing {word}: {out:?}");
+                }
+                assert_eq!(std::fs::read_to_string(&marker).unwrap(), "untouched");
+                assert!(!rt.config().work_dir.join("pwned").exists());
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn network_is_off() {
+                let Some(rt) = runtime("network_is_off", FLAVOR) else { return };
+                let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                listener.set_nonblocking(true).unwrap();
+                let port = listener.local_addr().unwrap().port();
+                let out = sh(&rt, &format!("echo hi | nc -w 2 127.0.0.1 {port} && echo connected; ip link 2>/dev/null; cat /proc/net/dev"), limits()).await;
+                assert!(!out.stdout.contains("connected"), "{out:?}");
+                assert!(listener.accept().is_err(), "the container reached the host listener");
+                assert!(!out.stdout.contains("eth0"), "an interface besides loopback: {out:?}");
+                let mut allow = limits();
+                allow.network = NetworkPolicy::Allow { hosts: vec!["example.com".into()] };
+                let refused = sh(&rt, "true", allow).await;
+                let RunStatus::Error { error } = &refused.status else { panic!("{refused:?}") };
+                assert_eq!(error.code.as_str(), "invalid_request");
+                assert_eq!(error.details.as_ref().unwrap()["field"], "limits.network");
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn fork_bomb_hits_pids_limit() {
+                let Some(rt) = runtime("fork_bomb_hits_pids_limit", FLAVOR) else { return };
+                let mut l = limits();
+                l.wall_time = Duration::from_secs(4);
+                let out = sh(&rt, "f() { f | f & }; f; sleep 30", l).await;
+                assert_eq!(limit_of(&out), Some(LimitKind::Processes), "{:?}", out.status);
+                assert_clean(&rt);
+                assert!(sh(&rt, "echo alive", limits()).await.is_ok());
+            }
+
+            #[tokio::test]
+            async fn memory_bomb_is_oom_killed() {
+                let Some(rt) = runtime("memory_bomb_is_oom_killed", FLAVOR) else { return };
+                let mut l = limits();
+                l.wall_time = Duration::from_secs(60);
+                l.cpu_time = None;
+                let out = sh(&rt, "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived ${#x}", l).await;
+                assert_eq!(limit_of(&out), Some(LimitKind::Memory), "{out:?}");
+                assert!(!out.stdout.contains("survived"));
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn cpu_spin_hits_cpu_limit() {
+                let Some(rt) = runtime("cpu_spin_hits_cpu_limit", FLAVOR) else { return };
+                let mut l = limits();
+                l.cpu_time = Some(Duration::from_secs(1));
+                let out = sh(&rt, "while :; do :; done", l).await;
+                assert_eq!(limit_of(&out), Some(LimitKind::CpuTime), "{out:?}");
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn giant_output_is_cut() {
+                let Some(rt) = runtime("giant_output_is_cut", FLAVOR) else { return };
+                let mut l = limits();
+                l.max_output_bytes = 64 * 1024;
+                let out = sh(&rt, "yes aaaaaaaaaaaaaaaaaaaaaaaa", l).await;
+                assert_eq!(limit_of(&out), Some(LimitKind::Output), "{:?}", out.status);
+                assert!(out.stdout.len() + out.stderr.len() <= 64 * 1024);
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn sleep_past_deadline_and_cancel() {
+                let Some(rt) = runtime("sleep_past_deadline_and_cancel", FLAVOR) else { return };
+                let mut l = limits();
+                l.wall_time = Duration::from_millis(1500);
+                let out = sh(&rt, "sleep 60", l).await;
+                assert_eq!(limit_of(&out), Some(LimitKind::WallTime), "{out:?}");
+                assert_clean(&rt);
+                let cancel = CancellationToken::new();
+                let c = cancel.clone();
+                tokio::spawn(async move { tokio::time::sleep(Duration::from_millis(800)).await; c.cancel() });
+                let out = run_with(&rt, Unit::command(["sleep", "60"]), limits(), ToolHost::without_tools(&limits()), cancel).await;
+                assert_eq!(out.status, RunStatus::Cancelled, "{out:?}");
+                assert_clean(&rt);
+                // Dropping the future midway cleans up too.
+                let run = sh(&rt, "sleep 60", limits());
+                let _ = tokio::time::timeout(Duration::from_millis(1500), run).await;
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn symlink_proc_and_syscall_escapes() {
+                let Some(rt) = runtime("symlink_proc_and_syscall_escapes", FLAVOR) else { return };
+                let script = "ln -s / /tmp/up; cat /tmp/up/etc/shadow /tmp/up/../../etc/shadow /proc/1/root/etc/shadow; \
+                     ls /proc/1/cwd/; cat /proc/self/mountinfo >/dev/null; \
+                     unshare -U true && echo unshared; mount -t tmpfs none /tmp && echo mounted; \
+                     chroot / true && echo chrooted; echo 1 > /proc/sysrq-trigger && echo sysrq; \
+                     kill -9 1; echo still-here";
+                let out = sh(&rt, script, limits()).await;
+                for bad in ["unshared", "mounted", "chrooted", "sysrq"] {
+                    assert!(!out.stdout.contains(bad), "{bad}: {out:?}");
+                }
+                if let Ok(shadow) = std::fs::read_to_string("/etc/shadow") {
+                    let first = shadow.lines().next().unwrap_or("root:");
+                    assert!(!out.stdout.contains(first), "host /etc/shadow leaked: {out:?}");
+                }
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn signals_cannot_reach_the_parent() {
+                let Some(rt) = runtime("signals_cannot_reach_the_parent", FLAVOR) else { return };
+                let me = std::process::id();
+                let out = sh(&rt, &format!("kill -9 {me} && echo killed; kill -9 -1; echo after"), limits()).await;
+                assert!(!out.stdout.contains("killed"), "{out:?}");
+                // Still alive: a normal unit runs.
+                let ok = sh(&rt, "echo alive", limits()).await;
+                assert!(ok.is_ok() && ok.stdout == "alive\n", "{ok:?}");
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn bad_requests_are_typed_errors() {
+                let Some(rt) = runtime("bad_requests_are_typed_errors", FLAVOR) else { return };
+                let cases = [
+                    (Unit::command(Vec::<String>::new()), "unit.argv"),
+                    (Unit::command(["echo", "a\0b"]), "unit.argv"),
+                    (Unit::Wasm(toolexec_runtime::WasmUnit {
+                        code: toolexec_runtime::WasmCode::Wat("(module)".into()),
+                        entry: None, input: None, args: Vec::new(),
+                    }), "unit.kind"),
+                    (Unit::Command(toolexec_runtime::CommandUnit {
+                        argv: vec!["true".into()], cwd: Some("relative".into()), ..Default::default()
+                    }), "unit.cwd"),
+                    (Unit::Command(toolexec_runtime::CommandUnit {
+                        argv: vec!["true".into()],
+                        env: [("TOOLEXEC_GATEWAY_FD".to_owned(), "9".to_owned())].into(),
+                        ..Default::default()
+                    }), "unit.env"),
+                    (Unit::Command(toolexec_runtime::CommandUnit {
+                        argv: vec!["true".into()],
+                        env: [("A=B".to_owned(), "x".to_owned())].into(),
+                        ..Default::default()
+                    }), "unit.env"),
+                ];
+                for (unit, field) in cases {
+                    let out = run_with(&rt, unit, limits(), ToolHost::without_tools(&limits()), CancellationToken::new()).await;
+                    let RunStatus::Error { error } = &out.status else { panic!("{field}: {out:?}") };
+                    assert_eq!(error.code.as_str(), "invalid_request", "{error:?}");
+                    assert_eq!(error.details.as_ref().unwrap()["field"], field);
+                }
+                let missing = sh(&rt, "exec /no/such/program", limits()).await;
+                assert!(!missing.is_ok());
+                assert_clean(&rt);
+            }
+
+            #[tokio::test]
+            async fn tarball_rootfs_is_unpacked_once() {
+                let test = "tarball_rootfs_is_unpacked_once";
+                if let Err(why) = busybox_rootfs() { return skip(test, &why) }
+                let Some(rt) = available(test, OciRuntime::new(config(FLAVOR, RootfsSource::Tarball(base_dir().join("busybox.tar")), test))) else { return };
+                let out = sh(&rt, "echo from-tar", limits()).await;
+                assert!(out.is_ok(), "{out:?}");
+                assert_eq!(out.stdout, "from-tar\n");
+                let cached = std::fs::read_dir(&rt.config().cache_dir).unwrap().count();
+                assert!(sh(&rt, "true", limits()).await.is_ok());
+                assert_eq!(std::fs::read_dir(&rt.config().cache_dir).unwrap().count(), cached);
+                let hostile = base_dir().join(format!("not-a-tar-{}", FLAVOR.name()));
+                std::fs::write(&hostile, b"definitely not a tarball").unwrap();
+                let broken = OciRuntime::new(config(FLAVOR, RootfsSource::Tarball(hostile), "broken-tar"));
+                let out = sh(&broken, "true", limits()).await;
+                let RunStatus::Error { error } = &out.status else { panic!("{out:?}") };
+                assert_eq!(error.code.as_str(), "backend_unavailable");
+                assert!(matches!(broken.availability(), Availability::Unavailable { .. }));
+            }
+
+            /// Threads start (glibc tries clone3 first; the seccomp
+            /// profile must let it fall back or succeed).
+            #[tokio::test]
+            async fn threads_start() {
+                let test = "threads_start";
+                if !Path::new("/usr/bin/python3").exists() {
+                    return skip(test, "/usr/bin/python3 is missing");
+                }
+                let Some(rt) = available(test, OciRuntime::new(usr_config(FLAVOR, test))) else { return };
+                let mut l = limits();
+                l.memory_bytes = Some(256 << 20);
+                let py = "import threading\nt = threading.Thread(target=lambda: print('thread ok'))\nt.start(); t.join()";
+                let out = run_with(&rt, Unit::command(["python3", "-c", py]), l.clone(), ToolHost::without_tools(&l), CancellationToken::new()).await;
+                assert!(out.is_ok() && out.stdout == "thread ok\n", "{out:?}");
+                assert_clean(&rt);
+            }
+
+            /// A script unit runs through the worker bound into the
+            /// container and calls tools via the gateway under the budget;
+            /// without a worker, script units are a typed refusal.
+            #[tokio::test]
+            async fn script_unit_through_worker() {
+                let test = "script_unit_through_worker";
+                let Some(worker) = script_worker() else {
+                    return skip(test, "examples/script-worker is not built (cargo build -p toolexec-oci --example script-worker)");
+                };
+                let mut config = usr_config(FLAVOR, test);
+                config.script_worker = Some(worker);
+                let Some(rt) = available(test, OciRuntime::new(config)) else { return };
+                assert!(rt.unit_kinds().contains(&toolexec_runtime::UnitKind::Script));
+                let run = |budget: usize| {
+                    let exec = Exec::builder().catalog(toolexec_builtins::catalog()).build();
+                    let mut l = limits();
+                    l.max_tool_calls = budget;
+                    l.memory_bytes = Some(256 << 20);
+                    let host = ToolHost::new(exec, &l, CancellationToken::new());
+                    run_with(&rt, Unit::javascript(SCRIPT), l, host, CancellationToken::new())
+                };
+                let out = run(5).await;
+                assert!(out.is_ok(), "{out:?}");
+                let value = out.value.clone().unwrap_or_else(|| panic!("no value: {out:?}"));
+                assert_eq!(value["value"], json!(6), "{out:?}");
+                assert!(value["stdout"].as_str().unwrap_or("").contains("sum 3"), "{out:?}");
+                assert_eq!(out.tool_calls.len(), 2, "{out:?}");
+                // Budget 1: the second call is refused, the host logs one.
+                let out = run(1).await;
+                let value = out.value.clone().unwrap_or_else(|| panic!("no value: {out:?}"));
+                assert_eq!(value["status"]["limit"], json!("tool_calls"), "{out:?}");
+                assert_eq!(out.tool_calls.len(), 1, "{out:?}");
+                assert!(out.tool_calls[0].ok, "{out:?}");
+                assert_clean(&rt);
+
+                let mut missing = usr_config(FLAVOR, "script-missing-worker");
+                missing.script_worker = None;
+                let rt = OciRuntime::new(missing);
+                assert!(!rt.unit_kinds().contains(&toolexec_runtime::UnitKind::Script));
+                let out = run_with(&rt, Unit::javascript("1"), limits(), ToolHost::without_tools(&limits()), CancellationToken::new()).await;
+                let RunStatus::Error { error } = &out.status else { panic!("{out:?}") };
+                assert_eq!(error.code.as_str(), "backend_unavailable");
+                assert_eq!(error.details.as_ref().unwrap()["field"], "runtime.script_worker");
+            }
+
+            /// A Python unit on a root made of the host's `/usr` (read-only)
+            /// calls tools through the gateway; the host enforces the budget.
+            #[tokio::test]
+            async fn gateway_tool_calls_and_budget() {
+                let test = "gateway_tool_calls_and_budget";
+                if !Path::new("/usr/bin/python3").exists() {
+                    return skip(test, "/usr/bin/python3 is missing");
+                }
+                let config = usr_config(FLAVOR, test);
+                let Some(rt) = available(test, OciRuntime::new(config)) else { return };
+                let exec = Exec::builder().catalog(toolexec_builtins::catalog()).build();
+                let mut l = limits();
+                l.max_tool_calls = 2;
+                l.memory_bytes = Some(256 << 20);
+                let host = ToolHost::new(exec, &l, CancellationToken::new());
+                let out = run_with(&rt, Unit::command(["python3", "-c", PY_CLIENT]), l, host, CancellationToken::new()).await;
+                assert_eq!(out.tool_calls.len(), 3, "{out:?}");
+                assert!(out.tool_calls[0].ok && out.tool_calls[1].ok, "{out:?}");
+                assert_eq!(out.tool_calls[0].result, Some(json!({"result": 3.0})));
+                assert!(!out.tool_calls[2].ok);
+                assert_eq!(out.tool_calls[2].error.as_ref().unwrap().code.as_str(), "limit_exceeded");
+                assert_eq!(limit_of(&out), Some(LimitKind::ToolCalls), "{out:?}");
+                assert_clean(&rt);
+            }
+        }
+    };
+}
+
+/// A gateway client in plain Python: length-prefixed JSON over the
+/// descriptor or socket the runtime announces.
+const PY_CLIENT: &str = r#"
+import json, os, socket, struct, sys
+if 'TOOLEXEC_GATEWAY_FD' in os.environ:
+    s = socket.socket(fileno=int(os.environ['TOOLEXEC_GATEWAY_FD']))
+else:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(os.environ['TOOLEXEC_GATEWAY_SOCKET'])
+def recv(n):
+    b = b''
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c: sys.exit(3)
+        b += c
+    return b
+for i in range(1, 4):
+    body = json.dumps({"id": i, "method": "call", "tool": "math:add", "args": {"a": 1, "b": 2}}).encode()
+    s.sendall(struct.pack('>I', len(body)) + body)
+    (n,) = struct.unpack('>I', recv(4))
+    print(recv(n).decode(), flush=True)
+"#;
+
+hostile_suite!(runc, OciFlavor::Runc);
+hostile_suite!(runsc, OciFlavor::Runsc);

@@ -1,0 +1,319 @@
+//! Request signing: HMAC-SHA256 over a canonical string, and the shared key.
+//!
+//! The canonical string (see `docs/remote-protocol.md`) is five lines joined
+//! by `\n`, after a fixed version line:
+//!
+//! ```text
+//! toolexec-remote-v1
+//! <METHOD>
+//! <path and query, as sent>
+//! <timestamp: unix seconds>
+//! <nonce>
+//! <lowercase hex SHA-256 of the body>
+//! ```
+//!
+//! The signature header is `v1=<lowercase hex HMAC-SHA256(key, canonical)>`.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use toolexec::Secret;
+
+/// Header carrying the signature (`v1=<hex>`).
+pub const SIGNATURE_HEADER: &str = "x-toolexec-signature";
+/// Header carrying the timestamp (unix seconds).
+pub const TIMESTAMP_HEADER: &str = "x-toolexec-timestamp";
+/// Header carrying the nonce (16 to 128 characters of `[A-Za-z0-9_-]`).
+pub const NONCE_HEADER: &str = "x-toolexec-nonce";
+/// First line of the canonical string.
+pub const CANONICAL_VERSION: &str = "toolexec-remote-v1";
+/// Shortest accepted key, in bytes.
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// The three signing headers of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signature {
+    /// Unix seconds.
+    pub timestamp: u64,
+    /// Random, unique per request.
+    pub nonce: String,
+    /// `v1=<hex>`.
+    pub signature: String,
+}
+
+/// The canonical string that is signed.
+///
+/// ```
+/// let s = toolexec_remote::auth::canonical_string("POST", "/v1/runs", 1700000000, "abcdefghijklmnop", b"");
+/// assert_eq!(s.lines().count(), 6);
+/// assert!(s.ends_with("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+/// ```
+pub fn canonical_string(
+    method: &str,
+    path_and_query: &str,
+    timestamp: u64,
+    nonce: &str,
+    body: &[u8],
+) -> String {
+    format!(
+        "{CANONICAL_VERSION}\n{method}\n{path_and_query}\n{timestamp}\n{nonce}\n{}",
+        hex(&Sha256::digest(body))
+    )
+}
+
+fn mac(key: &Secret) -> Hmac<Sha256> {
+    // HMAC accepts keys of any length; this cannot fail.
+    <Hmac<Sha256> as Mac>::new_from_slice(key.expose().as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"))
+}
+
+/// Signs a request now, with a fresh random nonce.
+pub fn sign(key: &Secret, method: &str, path_and_query: &str, body: &[u8]) -> Signature {
+    sign_at(
+        key,
+        method,
+        path_and_query,
+        body,
+        unix_now(),
+        &random_nonce(),
+    )
+}
+
+/// Signs a request with a given timestamp and nonce.
+pub fn sign_at(
+    key: &Secret,
+    method: &str,
+    path_and_query: &str,
+    body: &[u8],
+    timestamp: u64,
+    nonce: &str,
+) -> Signature {
+    let mut mac = mac(key);
+    mac.update(canonical_string(method, path_and_query, timestamp, nonce, body).as_bytes());
+    Signature {
+        timestamp,
+        nonce: nonce.to_owned(),
+        signature: format!("v1={}", hex(&mac.finalize().into_bytes())),
+    }
+}
+
+/// Checks `signature` (`v1=<hex>`) in constant time.
+pub fn verify(
+    key: &Secret,
+    method: &str,
+    path_and_query: &str,
+    body: &[u8],
+    timestamp: u64,
+    nonce: &str,
+    signature: &str,
+) -> bool {
+    let Some(bytes) = signature.strip_prefix("v1=").and_then(unhex) else {
+        return false;
+    };
+    let mut mac = mac(key);
+    mac.update(canonical_string(method, path_and_query, timestamp, nonce, body).as_bytes());
+    // `verify_slice` compares in constant time.
+    mac.verify_slice(&bytes).is_ok()
+}
+
+/// Whether `nonce` has the accepted shape.
+pub fn valid_nonce(nonce: &str) -> bool {
+    (16..=128).contains(&nonce.len())
+        && nonce
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// 16 random bytes as 32 hex characters.
+pub fn random_nonce() -> String {
+    let mut bytes = [0u8; 16];
+    fill_random(&mut bytes);
+    hex(&bytes)
+}
+
+/// Fills `buf` from the OS random source.
+pub(crate) fn fill_random(buf: &mut [u8]) {
+    if getrandom::fill(buf).is_err() {
+        // No OS randomness: fall back to time-derived bytes, still unique
+        // per request together with the timestamp (nonces only need
+        // uniqueness, not secrecy).
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let digest = Sha256::digest(seed.to_le_bytes());
+        for (b, d) in buf.iter_mut().zip(digest.iter().cycle()) {
+            *b = *d;
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Where the shared key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// A file; one trailing newline (`\n` or `\r\n`) is dropped.
+    File(PathBuf),
+    /// An environment variable.
+    Env(String),
+}
+
+/// Why a key could not be loaded. Never contains the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The file could not be read.
+    #[error("invalid_request: key file {path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// The OS error.
+        reason: String,
+    },
+    /// The variable is not set or not UTF-8.
+    #[error("invalid_request: key variable {0} is not set")]
+    Env(String),
+    /// Shorter than [`MIN_KEY_BYTES`].
+    #[error("invalid_request: key from {0} is shorter than {MIN_KEY_BYTES} bytes")]
+    TooShort(String),
+}
+
+impl KeySource {
+    /// Reads the key.
+    ///
+    /// ```
+    /// use toolexec_remote::auth::{KeyError, KeySource};
+    /// let err = KeySource::Env("TOOLEXEC_DOC_TEST_UNSET_KEY".into()).load().unwrap_err();
+    /// assert!(matches!(err, KeyError::Env(_)));
+    /// ```
+    pub fn load(&self) -> Result<Secret, KeyError> {
+        let (value, from) = match self {
+            KeySource::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| KeyError::File {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+                (text, format!("file {}", path.display()))
+            }
+            KeySource::Env(name) => (
+                std::env::var(name).map_err(|_| KeyError::Env(name.clone()))?,
+                format!("variable {name}"),
+            ),
+        };
+        let value = value
+            .strip_suffix("\r\n")
+            .or_else(|| value.strip_suffix('\n'))
+            .unwrap_or(&value);
+        if value.len() < MIN_KEY_BYTES {
+            return Err(KeyError::TooShort(from));
+        }
+        Ok(Secret::new(value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_then_verify_and_tamper() {
+        let key = Secret::new("0123456789abcdef0123");
+        let sig = sign_at(&key, "POST", "/v1/runs", b"{}", 100, "nonce-nonce-nonce");
+        assert!(verify(
+            &key,
+            "POST",
+            "/v1/runs",
+            b"{}",
+            100,
+            "nonce-nonce-nonce",
+            &sig.signature
+        ));
+        for (m, p, b, t, n) in [
+            ("GET", "/v1/runs", &b"{}"[..], 100, "nonce-nonce-nonce"),
+            ("POST", "/v1/run", b"{}", 100, "nonce-nonce-nonce"),
+            ("POST", "/v1/runs", b"{ }", 100, "nonce-nonce-nonce"),
+            ("POST", "/v1/runs", b"{}", 101, "nonce-nonce-nonce"),
+            ("POST", "/v1/runs", b"{}", 100, "nonce-nonce-noncE"),
+        ] {
+            assert!(
+                !verify(&key, m, p, b, t, n, &sig.signature),
+                "{m} {p} {t} {n}"
+            );
+        }
+        let other = Secret::new("0123456789abcdef0124");
+        assert!(!verify(
+            &other,
+            "POST",
+            "/v1/runs",
+            b"{}",
+            100,
+            "nonce-nonce-nonce",
+            &sig.signature
+        ));
+        for bad in ["", "v1=", "v1=zz", "v2=00", "v1=abc", &sig.signature[3..]] {
+            assert!(!verify(
+                &key,
+                "POST",
+                "/v1/runs",
+                b"{}",
+                100,
+                "nonce-nonce-nonce",
+                bad
+            ));
+        }
+    }
+
+    #[test]
+    fn nonce_shape() {
+        assert!(valid_nonce(&random_nonce()));
+        assert_ne!(random_nonce(), random_nonce());
+        assert!(!valid_nonce("short"));
+        assert!(!valid_nonce("has space in it, long enough"));
+        assert!(!valid_nonce(&"a".repeat(129)));
+    }
+
+    #[test]
+    fn key_file_trailing_newline_and_short_keys() {
+        let dir = std::env::temp_dir().join(format!("toolexec-remote-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("key");
+        std::fs::write(&path, "0123456789abcdef-key\n").unwrap();
+        let key = KeySource::File(path.clone()).load().unwrap();
+        assert_eq!(key.expose(), "0123456789abcdef-key");
+        std::fs::write(&path, "short\n").unwrap();
+        let err = KeySource::File(path.clone()).load().unwrap_err();
+        assert!(matches!(err, KeyError::TooShort(_)));
+        assert!(!err.to_string().contains("short\n"));
+        let missing = KeySource::File(dir.join("missing")).load().unwrap_err();
+        assert!(matches!(missing, KeyError::File { .. }));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

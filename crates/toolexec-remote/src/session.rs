@@ -1,0 +1,268 @@
+//! The server side of one upgraded run connection: runs the unit, forwards
+//! its tool calls to the caller, streams the output and the outcome, and
+//! stops the unit when the caller goes away.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::{SinkExt, StreamExt};
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::Framed;
+use toolexec::{BoxFuture, CancellationToken, DetailLevel, ErrorBody, ErrorCode};
+use toolexec_runtime::{RunContext, RunRequest, Runtime, ToolCallRecord, ToolCaller, ToolHost};
+
+use crate::server::ServerState;
+use crate::wire::{self, ClientFrame, ServerFrame, ToolRequest};
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, ErrorBody>>>>>;
+
+/// Forwards the unit's allowed tool requests to the caller over the
+/// connection. The server's [`ToolHost`] has already checked the budget
+/// and allowlist before a call gets here.
+struct ForwardingCaller {
+    frames: mpsc::UnboundedSender<ServerFrame>,
+    pending: Pending,
+    next_id: AtomicU64,
+    /// `(tool, args)` of every call forwarded, to tell them apart from the
+    /// calls the server refused itself.
+    forwarded: Mutex<Vec<(String, Value)>>,
+}
+
+fn gone() -> ErrorBody {
+    ErrorBody {
+        code: ErrorCode::Cancelled,
+        message: "cancelled: the remote caller disconnected".into(),
+        details: None,
+    }
+}
+
+impl ForwardingCaller {
+    fn ask(&self, request: ToolRequest) -> BoxFuture<'static, Result<Value, ErrorBody>> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id, tx);
+        let sent = self.frames.send(ServerFrame::ToolCall { id, request });
+        let pending = self.pending.clone();
+        Box::pin(async move {
+            if sent.is_err() {
+                pending.lock().remove(&id);
+                return Err(gone());
+            }
+            rx.await.unwrap_or_else(|_| Err(gone()))
+        })
+    }
+}
+
+impl ToolCaller for ForwardingCaller {
+    fn call(&self, tool_id: String, args: Value) -> BoxFuture<'static, Result<Value, ErrorBody>> {
+        self.forwarded.lock().push((tool_id.clone(), args.clone()));
+        self.ask(ToolRequest::Call {
+            tool: tool_id,
+            args,
+        })
+    }
+
+    fn search(&self, query: String, limit: usize) -> BoxFuture<'static, Value> {
+        let answer = self.ask(ToolRequest::Search { query, limit });
+        Box::pin(async move { answer.await.unwrap_or_else(|_| Value::Array(Vec::new())) })
+    }
+
+    fn describe(
+        &self,
+        tool_id: String,
+        level: DetailLevel,
+    ) -> BoxFuture<'static, Result<Value, ErrorBody>> {
+        self.ask(ToolRequest::Describe {
+            tool: tool_id,
+            detail: level,
+        })
+    }
+}
+
+/// The calls in `log` that were never forwarded (refused by the server's
+/// own budget or allowlist).
+fn refused(log: Vec<ToolCallRecord>, forwarded: Vec<(String, Value)>) -> Vec<ToolCallRecord> {
+    let mut forwarded = forwarded;
+    log.into_iter()
+        .filter(|record| {
+            match forwarded
+                .iter()
+                .position(|(t, a)| *t == record.tool_id && *a == record.args)
+            {
+                Some(i) => {
+                    forwarded.swap_remove(i);
+                    false
+                }
+                None => true,
+            }
+        })
+        .collect()
+}
+
+/// Serves one run over `io` (the upgraded connection).
+pub(crate) async fn serve<IO>(
+    state: Arc<ServerState>,
+    runtime: Arc<dyn Runtime>,
+    request: RunRequest,
+    io: IO,
+) where
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let counters = &state.counters;
+    counters.runs_started.fetch_add(1, Ordering::Relaxed);
+    counters.runs_active.fetch_add(1, Ordering::Relaxed);
+    let (mut sink, mut stream) = StreamExt::split::<bytes::Bytes>(Framed::new(io, wire::codec()));
+    let (frames, mut outbox) = mpsc::unbounded_channel::<ServerFrame>();
+    let cancel = CancellationToken::new();
+
+    // The writer runs on its own so that a caller that stops reading never
+    // stalls the unit's deadline or cancellation.
+    let writer_cancel = cancel.clone();
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = outbox.recv().await {
+            let bytes = match serde_json::to_vec(&frame) {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    tracing::error!(error = %e, "remote run: cannot encode a frame");
+                    continue;
+                }
+            };
+            if sink.send(bytes.into()).await.is_err() {
+                writer_cancel.cancel();
+                return;
+            }
+        }
+        let _ = sink.close().await;
+    });
+
+    let pending: Pending = Arc::default();
+    let caller = Arc::new(ForwardingCaller {
+        frames: frames.clone(),
+        pending: pending.clone(),
+        next_id: AtomicU64::new(1),
+        forwarded: Mutex::new(Vec::new()),
+    });
+    let host = ToolHost::with_caller(caller.clone(), &request.limits, cancel.clone());
+    let _ = frames.send(ServerFrame::Started {
+        runtime: runtime.name().to_owned(),
+    });
+    tracing::info!(
+        runtime = runtime.name(),
+        kind = request.unit.kind().as_str(),
+        "remote run started"
+    );
+    let run = runtime.run(
+        request,
+        RunContext {
+            host,
+            cancel: cancel.clone(),
+        },
+    );
+    tokio::pin!(run);
+
+    let mut disconnected = false;
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut run => break Some(outcome),
+            frame = stream.next(), if !disconnected => {
+                let answer = match frame {
+                    Some(Ok(bytes)) => serde_json::from_slice::<ClientFrame>(&bytes).ok(),
+                    _ => None,
+                };
+                match answer {
+                    Some(ClientFrame::ToolResult { id, result, error }) => {
+                        if let Some(tx) = pending.lock().remove(&id) {
+                            let _ = tx.send(match error {
+                                Some(error) => Err(error),
+                                None => Ok(result.unwrap_or(Value::Null)),
+                            });
+                        }
+                    }
+                    None => {
+                        // EOF, a broken connection or a frame that is not
+                        // a valid answer: the caller is gone.
+                        disconnected = true;
+                        cancel.cancel();
+                        pending.lock().clear();
+                    }
+                }
+            }
+            _ = cancel.cancelled(), if !disconnected => {
+                // The writer failed: same as a disconnect.
+                disconnected = true;
+                pending.lock().clear();
+            }
+        }
+        if disconnected {
+            // Give the runtime its grace to stop the unit on cancellation;
+            // dropping `run` afterwards kills whatever is left.
+            let grace = state.config.cleanup_grace;
+            let finished = tokio::time::timeout(grace, &mut run).await.ok();
+            if finished.is_none() {
+                tracing::warn!("remote run: unit did not stop within the grace; dropping it");
+            }
+            break None;
+        }
+    };
+    counters.runs_active.fetch_sub(1, Ordering::Relaxed);
+    let Some(mut outcome) = outcome else {
+        counters.runs_abandoned.fetch_add(1, Ordering::Relaxed);
+        tracing::info!("remote run abandoned: the caller disconnected; unit stopped");
+        writer.abort();
+        return;
+    };
+    tracing::info!(status = outcome.status.as_str(), "remote run finished");
+    let forwarded = std::mem::take(&mut *caller.forwarded.lock());
+    outcome.tool_calls = refused(std::mem::take(&mut outcome.tool_calls), forwarded);
+    let stdout = std::mem::take(&mut outcome.stdout);
+    let stderr = std::mem::take(&mut outcome.stderr);
+    for data in wire::chunks(&stdout) {
+        let _ = frames.send(ServerFrame::Stdout { data: data.into() });
+    }
+    for data in wire::chunks(&stderr) {
+        let _ = frames.send(ServerFrame::Stderr { data: data.into() });
+    }
+    let outcome = serde_json::to_value(&outcome).unwrap_or(Value::Null);
+    let _ = frames.send(ServerFrame::Outcome { outcome });
+    drop(frames);
+    drop(caller);
+    // The caller closes once it has the outcome; don't wait forever for a
+    // caller that never reads.
+    let _ = tokio::time::timeout(state.config.cleanup_grace, writer).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tool: &str, n: i64) -> ToolCallRecord {
+        ToolCallRecord {
+            tool_id: tool.into(),
+            args: serde_json::json!({"n": n}),
+            ok: true,
+            result: None,
+            error: None,
+            duration_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn refused_keeps_only_unforwarded_calls() {
+        let log = vec![
+            record("a:b", 1),
+            record("a:b", 1),
+            record("x:y", 2),
+            record("a:b", 3),
+        ];
+        let forwarded = vec![
+            ("a:b".into(), serde_json::json!({"n": 1})),
+            ("a:b".into(), serde_json::json!({"n": 3})),
+        ];
+        let left = refused(log, forwarded);
+        assert_eq!(left, vec![record("a:b", 1), record("x:y", 2)]);
+    }
+}

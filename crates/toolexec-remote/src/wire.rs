@@ -1,0 +1,263 @@
+//! Frames exchanged after the upgrade, and the outcome's wire form.
+//!
+//! Each frame is a 4-byte big-endian length and that many bytes of UTF-8
+//! JSON (the framing of the sandbox gateway protocol), at most
+//! [`MAX_FRAME_BYTES`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolexec::{DetailLevel, ErrorBody};
+use toolexec_runtime::{Enforcement, LimitKind, RunOutcome, RunStatus, ToolCallRecord};
+
+/// Largest frame either side accepts: 16 MiB.
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+
+/// stdout and stderr travel in chunks of at most this many bytes.
+pub const OUTPUT_CHUNK_BYTES: usize = 64 << 10;
+
+/// The length-delimited codec both sides use.
+pub(crate) fn codec() -> tokio_util::codec::LengthDelimitedCodec {
+    tokio_util::codec::LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .big_endian()
+        .max_frame_length(MAX_FRAME_BYTES)
+        .new_codec()
+}
+
+/// Server → caller.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerFrame {
+    /// The unit is starting on `runtime`; the request is not retried from here on.
+    Started {
+        /// The server's runtime chosen for the profile.
+        runtime: String,
+    },
+    /// A chunk of the unit's stdout.
+    Stdout {
+        /// Text (lossy UTF-8, as in [`RunOutcome::stdout`]).
+        data: String,
+    },
+    /// A chunk of the unit's stderr.
+    Stderr {
+        /// Text.
+        data: String,
+    },
+    /// The unit asks the caller's catalog for something.
+    ToolCall {
+        /// Correlates the caller's `tool_result`.
+        id: u64,
+        /// What it asks.
+        #[serde(flatten)]
+        request: ToolRequest,
+    },
+    /// The run is over; the connection closes after this frame.
+    Outcome {
+        /// The outcome, with `stdout`/`stderr` empty (they came as chunks)
+        /// and `tool_calls` holding only the calls the server refused.
+        outcome: Value,
+    },
+}
+
+/// A tool request forwarded from the server's gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "method", rename_all = "snake_case")]
+pub enum ToolRequest {
+    /// Run a tool.
+    Call {
+        /// The id.
+        tool: String,
+        /// The arguments.
+        args: Value,
+    },
+    /// Rank tools.
+    Search {
+        /// Free text.
+        query: String,
+        /// Maximum hits.
+        limit: usize,
+    },
+    /// Document a tool.
+    Describe {
+        /// The id.
+        tool: String,
+        /// How much.
+        detail: DetailLevel,
+    },
+}
+
+/// Caller → server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientFrame {
+    /// The answer to a `tool_call`: `error` when it failed, else `result`.
+    ToolResult {
+        /// The request's id.
+        id: u64,
+        /// The value (absent means `null`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        /// The error.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<ErrorBody>,
+    },
+}
+
+/// Splits `text` into chunks of at most [`OUTPUT_CHUNK_BYTES`], on char boundaries.
+pub(crate) fn chunks(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(OUTPUT_CHUNK_BYTES);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (head, tail) = rest.split_at(end);
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+/// [`RunOutcome`] as the server serializes it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireOutcome {
+    runtime: String,
+    status: WireStatus,
+    #[serde(default)]
+    value: Option<Value>,
+    #[serde(default)]
+    stdout: String,
+    #[serde(default)]
+    stderr: String,
+    #[serde(default)]
+    exit_code: Option<i32>,
+    #[serde(default)]
+    tool_calls: Vec<WireToolCall>,
+    #[serde(default)]
+    enforcement: Vec<Enforcement>,
+    duration_ms: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+enum WireStatus {
+    Ok,
+    Failed { message: String },
+    LimitExceeded { limit: LimitKind, message: String },
+    Cancelled,
+    Error { error: ErrorBody },
+}
+
+#[derive(Debug, Deserialize)]
+struct WireToolCall {
+    tool_id: String,
+    args: Value,
+    ok: bool,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<ErrorBody>,
+    duration_ms: f64,
+}
+
+/// Parses an outcome the server sent; the error names the failing field.
+pub fn outcome_from_value(value: Value) -> Result<RunOutcome, String> {
+    let wire: WireOutcome = serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("{}: {}", e.path(), e.inner()))?;
+    let status = match wire.status {
+        WireStatus::Ok => RunStatus::Ok,
+        WireStatus::Failed { message } => RunStatus::Failed { message },
+        WireStatus::LimitExceeded { limit, message } => RunStatus::LimitExceeded { limit, message },
+        WireStatus::Cancelled => RunStatus::Cancelled,
+        WireStatus::Error { error } => RunStatus::Error { error },
+    };
+    let mut outcome = RunOutcome::new(wire.runtime, status);
+    outcome.value = wire.value;
+    outcome.stdout = wire.stdout;
+    outcome.stderr = wire.stderr;
+    outcome.exit_code = wire.exit_code;
+    outcome.tool_calls = wire
+        .tool_calls
+        .into_iter()
+        .map(|c| ToolCallRecord {
+            tool_id: c.tool_id,
+            args: c.args,
+            ok: c.ok,
+            result: c.result,
+            error: c.error,
+            duration_ms: c.duration_ms,
+        })
+        .collect();
+    outcome.enforcement = wire.enforcement;
+    outcome.duration_ms = wire.duration_ms;
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolexec::ErrorCode;
+
+    #[test]
+    fn outcome_round_trips() {
+        let mut outcome = RunOutcome::new(
+            "host",
+            RunStatus::LimitExceeded {
+                limit: LimitKind::WallTime,
+                message: "late".into(),
+            },
+        );
+        outcome.stdout = "out".into();
+        outcome.exit_code = Some(3);
+        outcome.value = Some(serde_json::json!({"a": 1}));
+        outcome.enforcement = vec![Enforcement::by(LimitKind::WallTime, "timer")];
+        outcome.tool_calls = vec![ToolCallRecord {
+            tool_id: "math:add".into(),
+            args: serde_json::json!({}),
+            ok: false,
+            result: None,
+            error: Some(ErrorBody {
+                code: ErrorCode::NotAllowed,
+                message: "no".into(),
+                details: None,
+            }),
+            duration_ms: 1.0,
+        }];
+        outcome.duration_ms = 12.5;
+        let back = outcome_from_value(serde_json::to_value(&outcome).unwrap()).unwrap();
+        assert_eq!(back, outcome);
+        for status in [
+            RunStatus::Ok,
+            RunStatus::Cancelled,
+            RunStatus::Failed {
+                message: "x".into(),
+            },
+        ] {
+            let o = RunOutcome::new("r", status);
+            assert_eq!(
+                outcome_from_value(serde_json::to_value(&o).unwrap()).unwrap(),
+                o
+            );
+        }
+    }
+
+    #[test]
+    fn bad_outcome_names_the_field() {
+        let err = outcome_from_value(serde_json::json!({
+            "runtime": "r", "status": {"status": "weird"}, "duration_ms": 1.0
+        }))
+        .unwrap_err();
+        assert!(err.starts_with("status"), "{err}");
+    }
+
+    #[test]
+    fn chunks_respect_char_boundaries() {
+        let text = "é".repeat(OUTPUT_CHUNK_BYTES);
+        let parts = chunks(&text);
+        assert!(parts.iter().all(|p| p.len() <= OUTPUT_CHUNK_BYTES));
+        assert_eq!(parts.concat(), text);
+        assert!(chunks("").is_empty());
+    }
+}

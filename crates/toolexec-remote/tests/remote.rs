@@ -1,0 +1,499 @@
+//! The remote runtime end to end: a real server on loopback running real
+//! runtimes (the opt-in host runtime; bubblewrap when available), a real
+//! client runtime with the built-in catalog on the caller's side.
+
+mod support;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolexec::{Availability, CancellationToken, ErrorCode, Exec, ToolError};
+use toolexec_remote::{RemoteRuntime, ServerConfig};
+use toolexec_runtime::{
+    CommandUnit, LimitKind, Profile, ProfileMap, RunContext, RunRequest, RunStatus, Runtime,
+    RuntimeLimits, Runtimes, ToolHost, Unit,
+};
+
+use support::*;
+
+fn catalog() -> Exec {
+    Exec::new(toolexec_builtins::catalog())
+}
+
+// Multi-threaded: the first availability probe blocks its thread while the
+// server (in this process) answers on another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdout_stderr_exit_code_and_stdin_come_back() {
+    let server = start(ServerConfig::new(key())).await;
+    let remote = client(&server.url());
+    let runtimes = caller_runtimes(remote.clone());
+    let exec = catalog();
+
+    let out = runtimes
+        .run(
+            dev(Unit::command([
+                "sh",
+                "-c",
+                "echo out; echo err >&2; exit 3",
+            ])),
+            Some(&exec),
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(out.stdout, "out\n", "{out:?}");
+    assert_eq!(out.stderr, "err\n");
+    assert_eq!(out.exit_code, Some(3));
+    assert!(matches!(out.status, RunStatus::Failed { .. }), "{out:?}");
+    assert_eq!(out.runtime, "remote:host");
+    // The server's runtime reports its enforcement.
+    assert!(
+        out.enforced_by(LimitKind::WallTime)
+            .is_some_and(|e| e.is_enforced())
+    );
+
+    let unit = Unit::Command(CommandUnit {
+        argv: vec!["cat".into()],
+        stdin: Some("from stdin ✓".into()),
+        ..CommandUnit::default()
+    });
+    let out = run_direct(&remote, dev(unit), &exec).await;
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(out.stdout, "from stdin ✓");
+
+    // More than one output chunk (64 KiB) arrives whole and in order.
+    let out = run_direct(
+        &remote,
+        dev(Unit::command(["sh", "-c", "seq 1 40000"])),
+        &exec,
+    )
+    .await;
+    assert!(out.is_ok(), "{out:?}");
+    let expected: String = (1..=40000).map(|i| format!("{i}\n")).collect();
+    assert!(expected.len() > 64 << 10);
+    assert_eq!(out.stdout, expected);
+    assert_eq!(server.server.stats().runs_started, 3);
+    assert_eq!(server.server.stats().runs_active, 0);
+}
+
+#[tokio::test]
+async fn deadline_and_output_cap_through_the_remote_path() {
+    let server = start(ServerConfig::new(key())).await;
+    let remote = client(&server.url());
+    let exec = catalog();
+    let limits = RuntimeLimits {
+        wall_time: Duration::from_millis(400),
+        ..RuntimeLimits::default()
+    };
+    let started = Instant::now();
+    let out = run_direct(
+        &remote,
+        dev(Unit::command(["sleep", "30"])).with_limits(limits),
+        &exec,
+    )
+    .await;
+    assert_eq!(out.status.limit(), Some(LimitKind::WallTime), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let limits = RuntimeLimits {
+        max_output_bytes: 1000,
+        ..RuntimeLimits::default()
+    };
+    let out = run_direct(
+        &remote,
+        dev(Unit::command(["yes"])).with_limits(limits),
+        &exec,
+    )
+    .await;
+    assert_eq!(out.status.limit(), Some(LimitKind::Output), "{out:?}");
+    assert_eq!(out.stdout.len(), 1000);
+}
+
+/// The unit's tool calls are answered by the caller's catalog (a tool only
+/// the caller has), and both the server's and the caller's budget and
+/// allowlist hold.
+#[tokio::test]
+async fn tool_calls_come_back_to_the_callers_catalog() {
+    if !python3("tool_calls_come_back_to_the_callers_catalog") {
+        return;
+    }
+    let server = start(ServerConfig::new(key())).await;
+    let remote = client(&server.url());
+    let exec = catalog();
+    exec.catalog()
+        .tool(
+            "caller:secret",
+            "A tool only the caller's catalog has",
+            |_: serde_json::Value| async move { Ok::<_, ToolError>(json!("only-on-the-caller")) },
+        )
+        .unwrap();
+    let script = format!(
+        "{PY_GATEWAY}
+a = call('math:add', {{'a': 40, 'b': 2}})
+print('add', a['result']['result'])
+b = call('caller:secret', {{}})
+print('secret', b['result'])
+c = call('hash:sha256', {{'text': 'abc'}})
+print('sha', c['error']['code'])
+hits = search('add numbers')
+print('hits', sorted(h['id'] for h in hits['result']))
+send({{'method': 'result', 'value': {{'sum': a['result']['result']}}}})
+d = call('math:multiply', {{'a': 2, 'b': 3}})
+print('over budget', d.get('error', {{}}).get('code'))
+sys.stdout.flush()
+import time; time.sleep(5)
+"
+    );
+    let limits = RuntimeLimits {
+        max_tool_calls: 2,
+        allowed_tools: vec!["math:*".into(), "caller:*".into()],
+        ..RuntimeLimits::default()
+    };
+    let out = run_direct(
+        &remote,
+        dev(Unit::command(["python3", "-u", "-c", &script])).with_limits(limits),
+        &exec,
+    )
+    .await;
+    assert!(out.stdout.contains("add 42.0\n"), "{out:?}");
+    assert!(
+        out.stdout.contains("secret only-on-the-caller\n"),
+        "{out:?}"
+    );
+    assert!(out.stdout.contains("sha not_allowed\n"), "{out:?}");
+    assert!(out.stdout.contains("hits ['math:add'"), "{out:?}");
+    // The third allowed call is past the budget: the run ends there.
+    assert_eq!(out.status.limit(), Some(LimitKind::ToolCalls), "{out:?}");
+    assert_eq!(out.value, Some(json!({"sum": 42.0})));
+    let calls: Vec<(&str, bool, Option<ErrorCode>)> = out
+        .tool_calls
+        .iter()
+        .map(|c| (c.tool_id.as_str(), c.ok, c.error.as_ref().map(|e| e.code)))
+        .collect();
+    // The caller's log (what ran against its catalog), then the calls the
+    // server refused itself.
+    assert_eq!(
+        calls,
+        vec![
+            ("math:add", true, None),
+            ("caller:secret", true, None),
+            ("hash:sha256", false, Some(ErrorCode::NotAllowed)),
+            ("math:multiply", false, Some(ErrorCode::LimitExceeded)),
+        ],
+        "{out:?}"
+    );
+}
+
+/// A server that forwards more than the caller allows (a server with a
+/// bigger budget than the caller's) still cannot spend the caller's tools:
+/// the caller's own host refuses.
+#[tokio::test]
+async fn the_callers_host_enforces_its_own_budget_and_allowlist() {
+    if !python3("the_callers_host_enforces_its_own_budget_and_allowlist") {
+        return;
+    }
+    let server = start(ServerConfig::new(key())).await;
+    let remote = client(&server.url());
+    let exec = catalog();
+    let script = format!(
+        "{PY_GATEWAY}
+print('a', call('math:add', {{'a': 1, 'b': 2}}).get('error', {{}}).get('code'))
+print('b', call('text:case', {{'text': 'a b', 'to': 'snake'}}).get('error', {{}}).get('code'))
+"
+    );
+    // The request the server gets allows everything, 10 calls; the caller's
+    // host allows only `math:*` and 1 call.
+    let request = dev(Unit::command(["python3", "-c", &script]));
+    let caller_limits = RuntimeLimits {
+        max_tool_calls: 1,
+        allowed_tools: vec!["text:*".into()],
+        ..RuntimeLimits::default()
+    };
+    let cancel = CancellationToken::new();
+    let host = ToolHost::new(exec.clone(), &caller_limits, cancel.clone());
+    let out = remote.run(request, RunContext { host, cancel }).await;
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(out.stdout, "a not_allowed\nb None\n", "{out:?}");
+    assert_eq!(out.tool_calls.len(), 2);
+    assert_eq!(
+        out.tool_calls[0].error.as_ref().map(|e| e.code),
+        Some(ErrorCode::NotAllowed)
+    );
+    assert!(out.tool_calls[1].ok);
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie still has /proc/<pid>; a reaped process does not.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+async fn wait_for_pid(path: &std::path::Path) -> i32 {
+    let started = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the unit never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn sleeper(dir: &std::path::Path) -> Unit {
+    let pid_file = dir.join("pid");
+    Unit::command([
+        "sh".to_string(),
+        "-c".into(),
+        format!(
+            "echo $$ > {}.tmp && mv {0}.tmp {0} && exec sleep 30",
+            pid_file.display()
+        ),
+    ])
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolexec-remote-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn until_gone(pid: i32, what: &str) {
+    let started = Instant::now();
+    while alive(pid) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: unit {pid} still running"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_caller_that_disconnects_mid_run_stops_the_unit() {
+    let server = start(ServerConfig::new(key())).await;
+    let remote = client(&server.url());
+    let exec = catalog();
+    let dir = temp_dir("drop");
+    let request = dev(sleeper(&dir));
+    let task = {
+        let remote = remote.clone();
+        tokio::spawn(async move { run_direct(&remote, request, &exec).await })
+    };
+    let pid = wait_for_pid(&dir.join("pid")).await;
+    assert!(alive(pid));
+    assert_eq!(server.server.stats().runs_active, 1);
+    // Dropping the caller's future closes the connection.
+    task.abort();
+    until_gone(pid, "after the caller dropped the run").await;
+    let started = Instant::now();
+    while server.server.stats().runs_active != 0 {
+        assert!(started.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(server.server.stats().runs_abandoned, 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn cancelling_the_run_stops_the_remote_unit() {
+    let server = start(ServerConfig::new(key())).await;
+    let remote = client(&server.url());
+    let exec = catalog();
+    let dir = temp_dir("cancel");
+    let request = dev(sleeper(&dir));
+    let cancel = CancellationToken::new();
+    let host = ToolHost::new(exec, &request.limits, cancel.clone());
+    let task = {
+        let remote = remote.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move { remote.run(request, RunContext { host, cancel }).await })
+    };
+    let pid = wait_for_pid(&dir.join("pid")).await;
+    cancel.cancel();
+    let out = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status, RunStatus::Cancelled);
+    until_gone(pid, "after cancellation").await;
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn retries_until_a_late_server_comes_up() {
+    // Reserve a port, free it, start the server there only later.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let mut config = client_config(&url);
+    config.retry.max_attempts = 30;
+    config.retry.initial_backoff = Duration::from_millis(50);
+    config.retry.max_backoff = Duration::from_millis(100);
+    let remote = Arc::new(RemoteRuntime::new(config).unwrap());
+    let run = {
+        let remote = remote.clone();
+        tokio::spawn(async move {
+            run_direct(&remote, dev(Unit::command(["echo", "late"])), &catalog()).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!run.is_finished());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let server = serve_on(listener, host_runtimes(), ServerConfig::new(key()));
+    let out = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(out.stdout, "late\n");
+    assert!(remote.attempts() >= 2, "attempts: {}", remote.attempts());
+    assert_eq!(server.server.stats().runs_started, 1);
+}
+
+#[tokio::test]
+async fn busy_503_is_retried_a_bounded_number_of_times() {
+    let mut config = ServerConfig::new(key());
+    config.max_concurrent_runs = 1;
+    let server = start(config).await;
+    let remote = client(&server.url());
+    let exec = catalog();
+    let dir = temp_dir("busy");
+    let holder = {
+        let remote = remote.clone();
+        let exec = exec.clone();
+        let request = dev(sleeper(&dir));
+        tokio::spawn(async move { run_direct(&remote, request, &exec).await })
+    };
+    let pid = wait_for_pid(&dir.join("pid")).await;
+    let second = client(&server.url());
+    let before = server.server.stats().requests;
+    let out = run_direct(&second, dev(Unit::command(["true"])), &exec).await;
+    let RunStatus::Error { error } = &out.status else {
+        panic!("{out:?}")
+    };
+    assert_eq!(error.code, ErrorCode::BackendUnavailable, "{out:?}");
+    assert_eq!(second.attempts(), 3, "max_attempts is 3");
+    assert_eq!(server.server.stats().requests - before, 3);
+    holder.abort();
+    until_gone(pid, "holder").await;
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn availability_says_why() {
+    let remote = RemoteRuntime::new(toolexec_remote::RemoteConfig::new(
+        "http://127.0.0.1:9",
+        None,
+    ))
+    .unwrap();
+    assert!(
+        matches!(remote.availability(), Availability::Unavailable { reason } if reason == "no key configured")
+    );
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let unreachable = client(&format!("http://127.0.0.1:{port}"));
+    let Availability::Unavailable { reason } = unreachable.availability() else {
+        panic!()
+    };
+    assert!(reason.contains("unreachable"), "{reason}");
+
+    let server = start(ServerConfig::new(key())).await;
+    let remote = client(&server.url());
+    assert_eq!(remote.availability(), Availability::Available);
+    // Cached: a second call sends no request.
+    let requests = server.server.stats().requests;
+    assert_eq!(remote.availability(), Availability::Available);
+    assert_eq!(server.server.stats().requests, requests);
+
+    let mut config = client_config(&server.url());
+    config.key = Some(toolexec::Secret::new("another-key-0123456789abcdef"));
+    let wrong = RemoteRuntime::new(config).unwrap();
+    let Availability::Unavailable { reason } = wrong.availability() else {
+        panic!()
+    };
+    assert!(reason.contains("bad_signature"), "{reason}");
+    // Through the caller's registry, the remote runtime is selected.
+    let runtimes = caller_runtimes(remote);
+    assert!(
+        runtimes
+            .select(Profile::Dev, toolexec_runtime::UnitKind::Command)
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn the_requested_profile_selects_the_servers_runtime() {
+    let server = start(ServerConfig::new(key())).await;
+    let mut config = client_config(&server.url());
+    config.max_profile = Profile::Hardened;
+    let remote = RemoteRuntime::new(config).unwrap();
+    // The server maps `hardened` to bubblewrap/runsc/wasm, none registered
+    // there: a typed refusal, not retried.
+    let request = RunRequest::new(Unit::command(["true"]), Profile::Hardened);
+    let out = run_direct(&remote, request, &catalog()).await;
+    let RunStatus::Error { error } = &out.status else {
+        panic!("{out:?}")
+    };
+    assert_eq!(error.code, ErrorCode::BackendUnavailable);
+    assert_eq!(error.details.as_ref().unwrap()["http_status"], 422);
+    assert_eq!(remote.attempts(), 1);
+}
+
+#[tokio::test]
+async fn bubblewrap_behind_the_server() {
+    use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
+    let bwrap = BubblewrapRuntime::new(BubblewrapConfig::default());
+    if let Availability::Unavailable { reason } = bwrap.availability() {
+        assert!(std::env::var_os("CI").is_none(), "bubblewrap: {reason}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: bubblewrap_behind_the_server: {reason}"
+        );
+        return;
+    }
+    let map = ProfileMap {
+        hardened: vec![BubblewrapRuntime::NAME.into()],
+        ..ProfileMap::default()
+    };
+    let mut runtimes = Runtimes::new(map);
+    runtimes.register(bwrap);
+    let server = start_with(runtimes, ServerConfig::new(key())).await;
+    let mut config = client_config(&server.url());
+    config.max_profile = Profile::Hardened;
+    let remote = RemoteRuntime::new(config).unwrap();
+    let exec = catalog();
+    let request = RunRequest::new(
+        Unit::command([
+            "sh",
+            "-c",
+            "echo in-sandbox; cat /etc/hostname 2>&1 | head -c 0; id -u",
+        ]),
+        Profile::Hardened,
+    );
+    let out = run_direct(&remote, request, &exec).await;
+    assert!(out.is_ok(), "{out:?}");
+    assert!(out.stdout.starts_with("in-sandbox\n"), "{out:?}");
+    assert_eq!(out.runtime, "remote:bubblewrap");
+    let limits = RuntimeLimits {
+        wall_time: Duration::from_millis(500),
+        ..RuntimeLimits::default()
+    };
+    let request =
+        RunRequest::new(Unit::command(["sleep", "30"]), Profile::Hardened).with_limits(limits);
+    let out = run_direct(&remote, request, &exec).await;
+    assert_eq!(out.status.limit(), Some(LimitKind::WallTime), "{out:?}");
+}

@@ -1,0 +1,165 @@
+//! What `toolexec-sandbox-init` does inside the sandbox: restrict the
+//! filesystem with Landlock, then exec the unit. In pool mode it first
+//! waits for the unit's [`InitSpec`] on a descriptor.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::FromRawFd;
+use std::path::Path;
+
+use landlock::{
+    ABI, Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus,
+};
+use serde::{Deserialize, Serialize};
+
+/// Directories the unit may read and execute from.
+pub const READ_ONLY: &[&str] = &[
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/bin",
+    "/sbin",
+    "/etc",
+    "/proc",
+    "/run/toolexec",
+];
+
+/// Directories the unit may write.
+pub const READ_WRITE: &[&str] = &["/tmp", "/dev"];
+
+/// The Landlock ABI the ruleset is written for.
+const LANDLOCK_ABI: ABI = ABI::V5;
+
+/// The unit a pool sandbox waits for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitSpec {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// The whole environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub cwd: String,
+    /// `(resource, soft, hard)` with the `RLIMIT_*` numbers.
+    pub rlimits: Vec<(u32, u64, u64)>,
+}
+
+/// Errors of the init.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// Landlock could not be applied (fully).
+    #[error("landlock: {0}")]
+    Landlock(String),
+    /// The spec could not be read.
+    #[error("spec: {0}")]
+    Spec(String),
+    /// The unit could not be started.
+    #[error("cannot exec {program}: {source}")]
+    Exec {
+        /// The program.
+        program: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Restricts this process and its future children to [`READ_ONLY`] and
+/// [`READ_WRITE`]. Fails unless the kernel enforces the rules fully.
+pub fn apply_landlock() -> Result<String, InitError> {
+    let err = |e: &dyn std::fmt::Display| InitError::Landlock(e.to_string());
+    let read = AccessFs::from_read(LANDLOCK_ABI);
+    let all = AccessFs::from_all(LANDLOCK_ABI);
+    let mut ruleset = Ruleset::default()
+        .handle_access(all)
+        .map_err(|e| err(&e))?
+        .create()
+        .map_err(|e| err(&e))?;
+    for (dirs, access) in [(READ_ONLY, read), (READ_WRITE, all)] {
+        for dir in dirs.iter().filter(|d| Path::new(d).exists()) {
+            let fd = PathFd::new(dir).map_err(|e| err(&e))?;
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| err(&e))?;
+        }
+    }
+    let status = ruleset.restrict_self().map_err(|e| err(&e))?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok("fully enforced".into()),
+        RulesetStatus::PartiallyEnforced => Ok("partially enforced (older kernel ABI)".into()),
+        RulesetStatus::NotEnforced => Err(InitError::Landlock(
+            "the kernel does not enforce Landlock".into(),
+        )),
+    }
+}
+
+/// Reads an [`InitSpec`] from descriptor `fd` until EOF (at most 4 MiB).
+pub fn read_spec(fd: i32) -> Result<InitSpec, InitError> {
+    // SAFETY: the launcher passes this descriptor for the init to own.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut bytes = Vec::new();
+    file.take(4 << 20)
+        .read_to_end(&mut bytes)
+        .map_err(|e| InitError::Spec(e.to_string()))?;
+    if bytes.is_empty() {
+        return Err(InitError::Spec("no spec (the pool was shut down)".into()));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| InitError::Spec(e.to_string()))
+}
+
+/// Applies `spec`'s environment, working directory and rlimits.
+pub fn apply_spec(spec: &InitSpec) -> Result<(), InitError> {
+    for (key, _) in std::env::vars_os() {
+        // SAFETY: single-threaded init before exec.
+        unsafe { std::env::remove_var(key) };
+    }
+    for (k, v) in &spec.env {
+        if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+            return Err(InitError::Spec(format!("bad environment variable {k:?}")));
+        }
+        // SAFETY: single-threaded init before exec.
+        unsafe { std::env::set_var(k, v) };
+    }
+    std::env::set_current_dir(&spec.cwd)
+        .map_err(|e| InitError::Spec(format!("cwd {}: {e}", spec.cwd)))?;
+    for (resource, soft, hard) in &spec.rlimits {
+        let limit = libc::rlimit {
+            rlim_cur: *soft,
+            rlim_max: *hard,
+        };
+        // SAFETY: plain syscall with a valid struct.
+        if unsafe { libc::setrlimit(*resource as _, &limit) } != 0 {
+            return Err(InitError::Spec(format!(
+                "setrlimit {resource}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Closes descriptors above the gateway's and execs `argv` (looked up on
+/// `PATH`). Returns only on failure.
+pub fn exec(argv: &[String]) -> InitError {
+    let program = argv.first().cloned().unwrap_or_default();
+    let fail = |source| InitError::Exec {
+        program: program.clone(),
+        source,
+    };
+    let args: Result<Vec<CString>, _> = argv.iter().map(|a| CString::new(a.as_str())).collect();
+    let Ok(args) = args else {
+        return fail(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    };
+    if args.is_empty() {
+        return fail(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    }
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: plain syscalls; `ptrs` is a NULL-terminated array of valid
+    // C strings that outlive the call.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32);
+        libc::execvp(ptrs[0], ptrs.as_ptr());
+    }
+    fail(std::io::Error::last_os_error())
+}

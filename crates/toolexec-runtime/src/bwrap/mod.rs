@@ -1,0 +1,760 @@
+//! The bubblewrap namespaces sandbox.
+//!
+//! Every unit runs in new user, pid, net, mount, ipc, uts and cgroup
+//! namespaces (`bwrap --unshare-all`) over a minimal read-only filesystem
+//! (the host's `/usr` and library dirs, only `ld.so.cache` of `/etc`), with
+//! a fresh `/proc`, a minimal `/dev`, a private size-limited `/tmp`, no
+//! capabilities, a seccomp filter, Landlock (through the
+//! `toolexec-sandbox-init` helper), rlimits and a per-run cgroup.
+//!
+//! ```no_run
+//! use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
+//! use toolexec_runtime::{Profile, RunRequest, Runtime, Unit};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let runtime = BubblewrapRuntime::new(BubblewrapConfig {
+//!     init: Some("/usr/libexec/toolexec-sandbox-init".into()),
+//!     ..BubblewrapConfig::default()
+//! });
+//! let request = RunRequest::new(Unit::command(["echo", "hi"]), Profile::Hardened);
+//! let host = toolexec_runtime::ToolHost::without_tools(&request.limits);
+//! let ctx = toolexec_runtime::RunContext { host, cancel: Default::default() };
+//! let outcome = runtime.run(request, ctx).await;
+//! assert_eq!(outcome.stdout, "hi\n");
+//! # }
+//! ```
+
+mod args;
+mod cgroup;
+pub mod init;
+mod pool;
+mod seccomp;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::json;
+use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode};
+
+pub use args::{INIT_PATH, SANDBOX_PATH, WORKER_PATH};
+pub use cgroup::{CgroupEvents, CgroupLayout, CgroupLimits, RunCgroup};
+pub use seccomp::DENIED as SECCOMP_DENIED;
+
+use crate::host_runtime::{invalid, unsupported};
+use crate::process::{ProcessSpec, Rlimit, RlimitResource, Spawned, spawn_process};
+use crate::protocol::{GATEWAY_FD, GATEWAY_FD_ENV};
+use crate::{
+    Enforcement, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome, RunStatus,
+    RuntimeLimits, Unit, UnitKind,
+};
+use args::SandboxShape;
+use pool::{Pool, Warm};
+
+/// Processes of bubblewrap itself inside the run's cgroup: the outer
+/// monitor and the pid-namespace reaper.
+const SUPERVISORS: u64 = 2;
+/// Descriptor numbers of the seccomp programs and the pool's spec pipe.
+const SECCOMP_FDS: [i32; 2] = [4, 5];
+const SPEC_FD: i32 = 6;
+
+/// Settings of [`BubblewrapRuntime`].
+#[derive(Debug, Clone)]
+pub struct BubblewrapConfig {
+    /// The `bwrap` binary; a bare name is looked up on the host's `PATH`.
+    pub bwrap: PathBuf,
+    /// `toolexec-sandbox-init` on the host: applies Landlock inside the
+    /// sandbox and waits for pool units. Without it, no Landlock and no pool.
+    pub init: Option<PathBuf>,
+    /// The script worker binary (`toolexec __script-worker`), for
+    /// [`Unit::Script`]; without it script units fail `backend_unavailable`.
+    pub script_worker: Option<PathBuf>,
+    /// Sandboxes kept started ahead (needs `init`); 0 disables the pool.
+    pub pool_size: usize,
+    /// The `/tmp` size of pool sandboxes; units asking another size start
+    /// cold. Default: the default limits' `disk_bytes`.
+    pub pool_disk_bytes: Option<u64>,
+    /// The cgroup mount (`/sys/fs/cgroup`).
+    pub cgroup_root: PathBuf,
+    /// `RLIMIT_NOFILE` of units.
+    pub max_open_files: u64,
+}
+
+impl Default for BubblewrapConfig {
+    fn default() -> Self {
+        BubblewrapConfig {
+            bwrap: "bwrap".into(),
+            init: None,
+            script_worker: None,
+            pool_size: 0,
+            pool_disk_bytes: RuntimeLimits::default().disk_bytes,
+            cgroup_root: "/sys/fs/cgroup".into(),
+            max_open_files: 1024,
+        }
+    }
+}
+
+/// Runs command and script units in bubblewrap sandboxes; see the module
+/// documentation. Fit for [`Profile::Hardened`].
+pub struct BubblewrapRuntime {
+    shared: Arc<Shared>,
+    pool: OnceLock<Option<Pool>>,
+}
+
+struct Shared {
+    config: BubblewrapConfig,
+    bwrap: Option<PathBuf>,
+    layout: CgroupLayout,
+    landlock_abi: Option<i64>,
+    available: OnceLock<Result<(), String>>,
+    seccomp: OnceLock<Result<[Vec<u8>; 2], String>>,
+}
+
+impl std::fmt::Debug for BubblewrapRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BubblewrapRuntime")
+            .field("config", &self.shared.config)
+            .field("layout", &self.shared.layout)
+            .field("pool", &self.pool.get())
+            .finish()
+    }
+}
+
+fn find_on_path(name: &Path) -> Option<PathBuf> {
+    if name.components().count() > 1 {
+        return name.is_file().then(|| name.to_path_buf());
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+fn landlock_abi() -> Option<i64> {
+    // SAFETY: the version query takes no pointers (attr NULL, size 0).
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    (v > 0).then_some(v)
+}
+
+fn error(code: ErrorCode, field: &str, message: String) -> RunOutcome {
+    RunOutcome::new(
+        BubblewrapRuntime::NAME,
+        RunStatus::Error {
+            error: ErrorBody {
+                code,
+                message: format!("{}: {message}", code.as_str()),
+                details: Some(json!({"field": field})),
+            },
+        },
+    )
+}
+
+/// A unit turned into what runs inside the sandbox.
+struct Prepared {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: String,
+    stdin: Option<Vec<u8>>,
+}
+
+impl BubblewrapRuntime {
+    /// The runtime name.
+    pub const NAME: &'static str = "bubblewrap";
+
+    /// A runtime with `config`. Cheap: nothing runs until the first
+    /// [`crate::Runtime::availability`] or run.
+    pub fn new(config: BubblewrapConfig) -> Self {
+        let layout = CgroupLayout::detect(&config.cgroup_root);
+        BubblewrapRuntime {
+            shared: Arc::new(Shared {
+                bwrap: find_on_path(&config.bwrap),
+                layout,
+                landlock_abi: landlock_abi(),
+                available: OnceLock::new(),
+                seccomp: OnceLock::new(),
+                config,
+            }),
+            pool: OnceLock::new(),
+        }
+    }
+
+    /// The cgroup layout in use.
+    pub fn cgroup_layout(&self) -> &CgroupLayout {
+        &self.shared.layout
+    }
+
+    /// Pool entries ready now (0 without a pool).
+    pub fn pool_ready(&self) -> usize {
+        self.pool().map_or(0, Pool::ready)
+    }
+
+    /// Starts the pool (if configured) now instead of at the first run.
+    pub fn warm_up(&self) {
+        let _ = self.pool();
+    }
+
+    fn pool(&self) -> Option<&Pool> {
+        self.pool
+            .get_or_init(|| {
+                let shared = self.shared.clone();
+                if shared.config.pool_size == 0
+                    || shared.config.init.is_none()
+                    || shared.check().is_err()
+                {
+                    return None;
+                }
+                let tmp = shared.config.pool_disk_bytes;
+                let make = Arc::new(move || shared.warm());
+                Pool::start(self.shared.config.pool_size, tmp, make)
+                    .map_err(|e| tracing::warn!("bubblewrap pool: {e}"))
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    async fn run_unit(&self, request: crate::RunRequest, ctx: RunContext) -> RunOutcome {
+        let shared = &self.shared;
+        if let Err(why) = shared.check() {
+            return error(ErrorCode::BackendUnavailable, "runtime", why.clone());
+        }
+        let limits = &request.limits;
+        if let NetworkPolicy::Allow { hosts } = &limits.network {
+            return error(
+                ErrorCode::BackendUnavailable,
+                "limits.network",
+                format!(
+                    "bubblewrap cannot filter the network by host (asked for {}); \
+                     units run with no network, use network off or another runtime",
+                    hosts.join(", ")
+                ),
+            );
+        }
+        let prepared = match shared.prepare(&request.unit, limits) {
+            Ok(p) => p,
+            Err(outcome) => return *outcome,
+        };
+        let cg_limits = CgroupLimits {
+            memory: limits.memory_bytes,
+            pids: limits.max_processes.map(|n| u64::from(n) + SUPERVISORS),
+        };
+        let has_memory_cg = !matches!(
+            shared.layout,
+            CgroupLayout::None | CgroupLayout::V1 { memory: None, .. }
+        );
+        let rlimits = shared.rlimits(limits, has_memory_cg);
+
+        let warm = self.pool().and_then(|p| p.take(limits.disk_bytes));
+        let pooled = warm.is_some();
+        let started = match warm {
+            Some(warm) => shared.release(warm, &prepared, &rlimits, cg_limits),
+            None => shared.cold(&prepared, &rlimits, cg_limits, limits.disk_bytes),
+        };
+        let (spawned, cgroup) = match started {
+            Ok(s) => s,
+            Err(why) => return error(ErrorCode::BackendUnavailable, "runtime", why),
+        };
+
+        let stop = ctx.cancel.child_token();
+        let inner = RunContext {
+            host: ctx.host.clone(),
+            cancel: stop.clone(),
+        };
+        let tripped: Mutex<Option<(LimitKind, String)>> = Mutex::new(None);
+        let run = tokio::select! {
+            run = spawned.drive(limits, &inner) => run,
+            _ = watch(cgroup.as_ref(), limits, &stop, &tripped) => unreachable!("watch never ends"),
+        };
+        let mut outcome = run.into_outcome(Self::NAME, &ctx, limits, true);
+        let events = cgroup.as_ref().map(RunCgroup::events).unwrap_or_default();
+        if let Some((limit, message)) = tripped.lock().take()
+            && !ctx.cancel.is_cancelled()
+        {
+            outcome.status = RunStatus::LimitExceeded { limit, message };
+        } else if matches!(
+            outcome.status,
+            RunStatus::Failed { .. }
+                | RunStatus::LimitExceeded {
+                    limit: LimitKind::WallTime,
+                    ..
+                }
+        ) {
+            if events.oom_kills > 0 {
+                outcome.status = memory_status(limits, events.oom_kills);
+            } else if events.pids_max_hits > 0 {
+                outcome.status = pids_status(limits, events.pids_max_hits);
+            }
+        }
+        outcome.enforcement = shared.enforcement(limits, cgroup.as_ref(), has_memory_cg, pooled);
+        drop(cgroup);
+        outcome
+    }
+}
+
+fn memory_status(limits: &RuntimeLimits, kills: u64) -> RunStatus {
+    RunStatus::LimitExceeded {
+        limit: LimitKind::Memory,
+        message: format!(
+            "the unit used more than {} bytes of memory (the cgroup OOM killer ended {kills} process(es))",
+            limits.memory_bytes.unwrap_or_default()
+        ),
+    }
+}
+
+fn pids_status(limits: &RuntimeLimits, hits: u64) -> RunStatus {
+    RunStatus::LimitExceeded {
+        limit: LimitKind::Processes,
+        message: format!(
+            "the unit tried to run more than {} processes ({hits} fork(s) refused by pids.max) and was stopped",
+            limits.max_processes.unwrap_or_default()
+        ),
+    }
+}
+
+/// Watches the cgroup while the unit runs: an OOM kill, a refused fork or
+/// CPU time past the limit stops the run (through `stop`) and records why.
+async fn watch(
+    cgroup: Option<&RunCgroup>,
+    limits: &RuntimeLimits,
+    stop: &toolexec::CancellationToken,
+    tripped: &Mutex<Option<(LimitKind, String)>>,
+) {
+    let Some(cgroup) = cgroup else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let events = cgroup.events();
+        let why = if events.oom_kills > 0 {
+            Some(memory_status(limits, events.oom_kills))
+        } else if events.pids_max_hits > 0 {
+            Some(pids_status(limits, events.pids_max_hits))
+        } else {
+            match (events.cpu, limits.cpu_time) {
+                (Some(used), Some(max)) if used > max => Some(RunStatus::LimitExceeded {
+                    limit: LimitKind::CpuTime,
+                    message: format!(
+                        "the unit's processes used {:.2} s of CPU time, over the {} s limit (cgroup cpuacct)",
+                        used.as_secs_f64(),
+                        max.as_secs_f64()
+                    ),
+                }),
+                _ => None,
+            }
+        };
+        if let Some(RunStatus::LimitExceeded { limit, message }) = why {
+            *tripped.lock() = Some((limit, message));
+            stop.cancel();
+            return std::future::pending().await;
+        }
+    }
+}
+
+// The constants are `u32` on glibc and `c_int` elsewhere.
+#[allow(clippy::unnecessary_cast)]
+fn raw_resource(r: RlimitResource) -> u32 {
+    (match r {
+        RlimitResource::Cpu => libc::RLIMIT_CPU,
+        RlimitResource::AddressSpace => libc::RLIMIT_AS,
+        RlimitResource::Processes => libc::RLIMIT_NPROC,
+        RlimitResource::FileSize => libc::RLIMIT_FSIZE,
+        RlimitResource::OpenFiles => libc::RLIMIT_NOFILE,
+        RlimitResource::Core => libc::RLIMIT_CORE,
+    }) as u32
+}
+
+impl Shared {
+    /// Whether bwrap runs here (probed once).
+    fn check(&self) -> Result<(), &String> {
+        self.available
+            .get_or_init(|| {
+                let Some(bwrap) = &self.bwrap else {
+                    return Err(format!("{} not found on PATH", self.config.bwrap.display()));
+                };
+                let out = std::process::Command::new(bwrap)
+                    .args(["--unshare-user", "--ro-bind", "/", "/", "true"])
+                    .env_clear()
+                    .output()
+                    .map_err(|e| format!("cannot run {}: {e}", bwrap.display()))?;
+                if out.status.success() {
+                    Ok(())
+                } else {
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    Err(format!(
+                        "user namespaces unavailable: {}",
+                        err.lines().next().unwrap_or("bwrap --unshare-user failed")
+                    ))
+                }
+            })
+            .as_ref()
+            .map(|_| ())
+    }
+
+    fn prepare(&self, unit: &Unit, limits: &RuntimeLimits) -> Result<Prepared, Box<RunOutcome>> {
+        let bad = |field: &str, msg: &str| Box::new(invalid(BubblewrapRuntime::NAME, field, msg));
+        let mut env = vec![
+            ("PATH".to_owned(), SANDBOX_PATH.to_owned()),
+            ("HOME".to_owned(), "/tmp".to_owned()),
+            (GATEWAY_FD_ENV.to_owned(), GATEWAY_FD.to_string()),
+        ];
+        match unit {
+            Unit::Command(command) => {
+                if command.argv.is_empty() || command.argv[0].is_empty() {
+                    return Err(bad("unit.argv", "must name a program"));
+                }
+                if command.argv.iter().any(|a| a.contains('\0')) {
+                    return Err(bad("unit.argv", "arguments must not contain NUL bytes"));
+                }
+                for (k, v) in &command.env {
+                    if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+                        return Err(bad(
+                            "unit.env",
+                            &format!("bad variable name or value {k:?}"),
+                        ));
+                    }
+                    env.retain(|(key, _)| key != k);
+                    env.push((k.clone(), v.clone()));
+                }
+                let cwd = command.cwd.clone().unwrap_or_else(|| "/tmp".into());
+                if !cwd.starts_with('/') || cwd.contains('\0') {
+                    return Err(bad("unit.cwd", "must be an absolute path"));
+                }
+                Ok(Prepared {
+                    argv: command.argv.clone(),
+                    env,
+                    cwd,
+                    stdin: command.stdin.clone().map(String::into_bytes),
+                })
+            }
+            Unit::Script(script) => {
+                if self.config.script_worker.is_none() {
+                    return Err(Box::new(error(
+                        ErrorCode::BackendUnavailable,
+                        "runtime.script_worker",
+                        "bubblewrap runs script units through a script worker, and none is configured"
+                            .into(),
+                    )));
+                }
+                let input =
+                    json!({"language": script.language, "source": script.source, "limits": limits});
+                Ok(Prepared {
+                    argv: vec![WORKER_PATH.into(), "__script-worker".into()],
+                    env,
+                    cwd: "/tmp".into(),
+                    stdin: Some(serde_json::to_vec(&input).unwrap_or_default()),
+                })
+            }
+            other => Err(Box::new(unsupported(BubblewrapRuntime::NAME, other))),
+        }
+    }
+
+    fn rlimits(&self, limits: &RuntimeLimits, has_memory_cg: bool) -> Vec<Rlimit> {
+        let rl = |resource, soft, hard| Rlimit {
+            resource,
+            soft,
+            hard,
+        };
+        let mut out = vec![
+            rl(RlimitResource::Core, 0, 0),
+            rl(
+                RlimitResource::OpenFiles,
+                self.config.max_open_files,
+                self.config.max_open_files,
+            ),
+        ];
+        if let Some(cpu) = limits.cpu_time {
+            let secs = cpu.as_secs_f64().ceil().max(1.0) as u64;
+            out.push(rl(RlimitResource::Cpu, secs, secs + 1));
+        }
+        if let Some(disk) = limits.disk_bytes {
+            out.push(rl(RlimitResource::FileSize, disk, disk));
+        }
+        if let (Some(mem), false) = (limits.memory_bytes, has_memory_cg) {
+            out.push(rl(RlimitResource::AddressSpace, mem, mem));
+        }
+        out
+    }
+
+    /// The compiled programs, built once per runtime.
+    fn seccomp_programs(&self) -> Result<&[Vec<u8>; 2], String> {
+        self.seccomp
+            .get_or_init(|| {
+                let bytes = |p: Result<_, seccomp::SeccompError>| {
+                    p.map(|p| seccomp::to_bytes(&p)).map_err(|e| e.to_string())
+                };
+                Ok([
+                    bytes(seccomp::deny_filter())?,
+                    bytes(seccomp::clone3_filter())?,
+                ])
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Fresh pipes holding the programs, one per descriptor bwrap reads.
+    fn seccomp_fds(&self) -> Result<Vec<(OwnedFd, i32)>, String> {
+        self.seccomp_programs()?
+            .iter()
+            .zip(SECCOMP_FDS)
+            .map(|(bytes, n)| {
+                let fd = seccomp::pipe_with(bytes).map_err(|e| e.to_string())?;
+                Ok((fd, n))
+            })
+            .collect()
+    }
+
+    fn spec(
+        &self,
+        tmp_bytes: Option<u64>,
+        tail: Vec<OsString>,
+        rlimits: Vec<Rlimit>,
+        join_cgroups: Vec<std::fs::File>,
+        stdin: Option<Vec<u8>>,
+        extra: Option<(OwnedFd, i32)>,
+    ) -> Result<ProcessSpec, String> {
+        let mut inherit = self.seccomp_fds()?;
+        inherit.extend(extra);
+        let shape = SandboxShape {
+            init: self.config.init.as_deref(),
+            worker: self.config.script_worker.as_deref(),
+            tmp_bytes,
+            seccomp_fds: SECCOMP_FDS.to_vec(),
+        };
+        let mut args = args::base_args(&shape);
+        args.extend(tail);
+        Ok(ProcessSpec {
+            program: self.bwrap.clone().unwrap_or_default(),
+            args,
+            env: vec![("PATH".into(), SANDBOX_PATH.into())],
+            cwd: Some("/".into()),
+            stdin,
+            rlimits,
+            gateway: true,
+            inherit,
+            join_cgroups,
+        })
+    }
+
+    fn cgroup(&self, limits: CgroupLimits) -> Result<Option<RunCgroup>, String> {
+        if self.layout == CgroupLayout::None {
+            return Ok(None);
+        }
+        RunCgroup::create(&self.layout, limits)
+            .map(Some)
+            .map_err(|e| format!("cannot create the run's cgroup: {e}"))
+    }
+
+    /// Starts a sandbox for `prepared` now.
+    fn cold(
+        &self,
+        prepared: &Prepared,
+        rlimits: &[Rlimit],
+        cg_limits: CgroupLimits,
+        tmp_bytes: Option<u64>,
+    ) -> Result<(Spawned, Option<RunCgroup>), String> {
+        let cgroup = self.cgroup(cg_limits)?;
+        let join = match &cgroup {
+            Some(cg) => cg.join_files().map_err(|e| e.to_string())?,
+            None => Vec::new(),
+        };
+        let mut argv = Vec::new();
+        if self.config.init.is_some() {
+            argv.extend([INIT_PATH.to_owned(), "exec".into(), "--".into()]);
+        }
+        argv.extend(prepared.argv.iter().cloned());
+        let tail = args::unit_args(&prepared.cwd, &prepared.env, &argv);
+        let spec = self.spec(
+            tmp_bytes,
+            tail,
+            rlimits.to_vec(),
+            join,
+            prepared.stdin.clone(),
+            None,
+        )?;
+        let spawned = spawn_process(spec).map_err(|e| e.to_string())?;
+        Ok((spawned, cgroup))
+    }
+
+    /// Starts a pool entry: the init waits for its spec on [`SPEC_FD`].
+    fn warm(&self) -> Result<Warm, String> {
+        let cgroup = self.cgroup(CgroupLimits::default())?;
+        let join = match &cgroup {
+            Some(cg) => cg.join_files().map_err(|e| e.to_string())?,
+            None => Vec::new(),
+        };
+        let (read, write) = std::io::pipe().map_err(|e| e.to_string())?;
+        let tail = args::unit_args(
+            "/tmp",
+            &[],
+            &[INIT_PATH.into(), "wait".into(), SPEC_FD.to_string()],
+        );
+        let spec = self.spec(
+            self.config.pool_disk_bytes,
+            tail,
+            Vec::new(),
+            join,
+            Some(Vec::new()),
+            Some((read.into(), SPEC_FD)),
+        )?;
+        let spawned = spawn_process(spec).map_err(|e| e.to_string())?;
+        Ok(Warm {
+            spawned,
+            spec: write,
+            cgroup,
+        })
+    }
+
+    /// Hands `prepared` to a waiting pool entry.
+    fn release(
+        &self,
+        warm: Warm,
+        prepared: &Prepared,
+        rlimits: &[Rlimit],
+        cg_limits: CgroupLimits,
+    ) -> Result<(Spawned, Option<RunCgroup>), String> {
+        let Warm {
+            mut spawned,
+            mut spec,
+            mut cgroup,
+        } = warm;
+        if let Some(cg) = &mut cgroup {
+            cg.set_limits(cg_limits).map_err(|e| e.to_string())?;
+        }
+        let init_spec = init::InitSpec {
+            argv: prepared.argv.clone(),
+            env: prepared.env.clone(),
+            cwd: prepared.cwd.clone(),
+            rlimits: rlimits
+                .iter()
+                .map(|r| (raw_resource(r.resource), r.soft, r.hard))
+                .collect(),
+        };
+        let bytes = serde_json::to_vec(&init_spec).map_err(|e| e.to_string())?;
+        spec.write_all(&bytes)
+            .map_err(|e| format!("pool sandbox is gone: {e}"))?;
+        drop(spec);
+        spawned.set_stdin(prepared.stdin.clone().unwrap_or_default());
+        spawned.restart_clock();
+        Ok((spawned, cgroup))
+    }
+
+    fn enforcement(
+        &self,
+        limits: &RuntimeLimits,
+        cgroup: Option<&RunCgroup>,
+        has_memory_cg: bool,
+        pooled: bool,
+    ) -> Vec<Enforcement> {
+        let how = if pooled {
+            "setrlimit in toolexec-sandbox-init"
+        } else {
+            "setrlimit before bwrap"
+        };
+        let mut out = vec![Enforcement::by(
+            LimitKind::WallTime,
+            "host timer; SIGKILL of bwrap's process group tears down the pid namespace",
+        )];
+        if let Some(cpu) = limits.cpu_time {
+            let secs = cpu.as_secs_f64().ceil().max(1.0) as u64;
+            let watch = if cgroup.is_some_and(RunCgroup::has_cpu) {
+                " + cgroup cpu accounting of all processes"
+            } else {
+                ""
+            };
+            out.push(Enforcement::by(
+                LimitKind::CpuTime,
+                format!("RLIMIT_CPU {secs} s per process ({how}){watch}"),
+            ));
+        }
+        if limits.memory_bytes.is_some() {
+            out.push(match cgroup.and_then(|c| c.memory_mechanism.clone()) {
+                Some(m) => Enforcement::by(LimitKind::Memory, m),
+                None if !has_memory_cg => {
+                    Enforcement::by(LimitKind::Memory, format!("RLIMIT_AS ({how})"))
+                }
+                None => Enforcement::not_enforced(LimitKind::Memory, "no memory cgroup"),
+            });
+        }
+        if limits.max_processes.is_some() {
+            out.push(match cgroup.and_then(|c| c.pids_mechanism.clone()) {
+                Some(m) => Enforcement::by(
+                    LimitKind::Processes,
+                    format!("{m} (the unit's limit + bwrap's {SUPERVISORS} supervisors)"),
+                ),
+                None => Enforcement::not_enforced(
+                    LimitKind::Processes,
+                    "no pids cgroup, and RLIMIT_NPROC does not apply to the host's root user",
+                ),
+            });
+        }
+        out.push(Enforcement::by(LimitKind::Output, "host pipe capture"));
+        let landlock = match (&self.config.init, self.landlock_abi) {
+            (Some(_), Some(abi)) => {
+                format!("Landlock (kernel ABI {abi}) via toolexec-sandbox-init")
+            }
+            (Some(_), None) => "Landlock not enforced: the kernel lacks it".into(),
+            (None, _) => "Landlock not enforced: no init helper configured".into(),
+        };
+        out.push(match limits.disk_bytes {
+            Some(bytes) => Enforcement::by(
+                LimitKind::Disk,
+                format!(
+                    "tmpfs /tmp of {} bytes (bwrap --size) + RLIMIT_FSIZE; everything else read-only bind mounts; {landlock}",
+                    bytes.max(4096)
+                ),
+            ),
+            None => Enforcement::not_enforced(
+                LimitKind::Disk,
+                format!("no disk limit set (/tmp is a tmpfs charged to the memory cgroup); {landlock}"),
+            ),
+        });
+        out.push(Enforcement::by(
+            LimitKind::Network,
+            "empty network namespace (bwrap --unshare-net)",
+        ));
+        out.push(Enforcement::by(LimitKind::ToolCalls, "host gateway budget"));
+        out
+    }
+}
+
+impl crate::Runtime for BubblewrapRuntime {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn isolation(&self) -> &str {
+        "bubblewrap: user/pid/net/mount/ipc/uts/cgroup namespaces, read-only minimal filesystem, \
+         no capabilities, seccomp, Landlock, rlimits, per-run cgroup"
+    }
+
+    fn max_profile(&self) -> Profile {
+        Profile::Hardened
+    }
+
+    fn unit_kinds(&self) -> &[UnitKind] {
+        &[UnitKind::Command, UnitKind::Script]
+    }
+
+    fn availability(&self) -> Availability {
+        match self.shared.check() {
+            Ok(()) => Availability::Available,
+            Err(reason) => Availability::Unavailable {
+                reason: reason.clone(),
+            },
+        }
+    }
+
+    fn run<'a>(&'a self, request: crate::RunRequest, ctx: RunContext) -> BoxFuture<'a, RunOutcome> {
+        Box::pin(self.run_unit(request, ctx))
+    }
+}

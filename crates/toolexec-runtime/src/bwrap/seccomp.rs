@@ -1,0 +1,181 @@
+//! The seccomp filters handed to bubblewrap (`--add-seccomp-fd`): built
+//! with `seccompiler`, serialized as raw BPF into a pipe.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// The system calls denied with `EPERM` unconditionally: debugging other
+/// processes, mounts, new namespaces, kernel modules and kexec, BPF and
+/// perf, the keyring, cross-process memory access, userfaultfd, handle
+/// opens, swap, reboot, the kernel log, accounting, quotas and io_uring.
+pub const DENIED: &[(&str, i64)] = &[
+    ("ptrace", libc::SYS_ptrace),
+    ("mount", libc::SYS_mount),
+    ("umount2", libc::SYS_umount2),
+    ("pivot_root", libc::SYS_pivot_root),
+    ("chroot", libc::SYS_chroot),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsmount", libc::SYS_fsmount),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fspick", libc::SYS_fspick),
+    ("move_mount", libc::SYS_move_mount),
+    ("open_tree", libc::SYS_open_tree),
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("unshare", libc::SYS_unshare),
+    ("setns", libc::SYS_setns),
+    ("kexec_load", libc::SYS_kexec_load),
+    ("kexec_file_load", libc::SYS_kexec_file_load),
+    ("init_module", libc::SYS_init_module),
+    ("finit_module", libc::SYS_finit_module),
+    ("delete_module", libc::SYS_delete_module),
+    ("bpf", libc::SYS_bpf),
+    ("perf_event_open", libc::SYS_perf_event_open),
+    ("keyctl", libc::SYS_keyctl),
+    ("add_key", libc::SYS_add_key),
+    ("request_key", libc::SYS_request_key),
+    ("process_vm_readv", libc::SYS_process_vm_readv),
+    ("process_vm_writev", libc::SYS_process_vm_writev),
+    ("userfaultfd", libc::SYS_userfaultfd),
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    ("swapon", libc::SYS_swapon),
+    ("swapoff", libc::SYS_swapoff),
+    ("reboot", libc::SYS_reboot),
+    ("syslog", libc::SYS_syslog),
+    ("acct", libc::SYS_acct),
+    ("quotactl", libc::SYS_quotactl),
+    ("io_uring_setup", libc::SYS_io_uring_setup),
+    ("io_uring_enter", libc::SYS_io_uring_enter),
+    ("io_uring_register", libc::SYS_io_uring_register),
+];
+
+/// The namespace flags `clone` may not carry.
+const CLONE_NS_FLAGS: &[libc::c_int] = &[
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWCGROUP,
+];
+
+/// Errors building a filter.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    /// `seccompiler` refused the filter or the architecture.
+    #[error("seccomp filter: {0}")]
+    Build(String),
+    /// The pipe to bubblewrap failed.
+    #[error("seccomp pipe: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn arch() -> Result<TargetArch, SeccompError> {
+    std::env::consts::ARCH
+        .try_into()
+        .map_err(|e| SeccompError::Build(format!("{e:?}")))
+}
+
+fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value)
+        .map_err(|e| SeccompError::Build(e.to_string()))
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompError> {
+    SeccompRule::new(conditions).map_err(|e| SeccompError::Build(e.to_string()))
+}
+
+/// The main filter: [`DENIED`] and namespace-creating `clone` flags and
+/// `personality` changes (other than the query `0xffffffff` and `0`) fail
+/// with `EPERM`; everything else is allowed.
+pub fn deny_filter() -> Result<BpfProgram, SeccompError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for (_, nr) in DENIED {
+        rules.insert(*nr, Vec::new());
+    }
+    let clone_rules = CLONE_NS_FLAGS
+        .iter()
+        .map(|f| rule(vec![cond(0, SeccompCmpOp::MaskedEq(*f as u64), *f as u64)?]))
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_clone, clone_rules);
+    rules.insert(
+        libc::SYS_personality,
+        vec![rule(vec![
+            cond(0, SeccompCmpOp::Ne, 0)?,
+            cond(0, SeccompCmpOp::Ne, 0xffff_ffff)?,
+        ])?],
+    );
+    compile(rules, SeccompAction::Errno(libc::EPERM as u32))
+}
+
+/// `clone3` fails with `ENOSYS`: its flags live in memory seccomp cannot
+/// inspect, and libc falls back to `clone`, which the main filter checks.
+pub fn clone3_filter() -> Result<BpfProgram, SeccompError> {
+    let mut rules = BTreeMap::new();
+    rules.insert(libc::SYS_clone3, Vec::new());
+    compile(rules, SeccompAction::Errno(libc::ENOSYS as u32))
+}
+
+fn compile(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    action: SeccompAction,
+) -> Result<BpfProgram, SeccompError> {
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch()?)
+        .map_err(|e| SeccompError::Build(e.to_string()))?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| SeccompError::Build(e.to_string()))
+}
+
+/// The program as raw `sock_filter` bytes, as bubblewrap reads them.
+pub fn to_bytes(program: &BpfProgram) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(program.len() * 8);
+    for insn in program {
+        bytes.extend_from_slice(&insn.code.to_ne_bytes());
+        bytes.push(insn.jt);
+        bytes.push(insn.jf);
+        bytes.extend_from_slice(&insn.k.to_ne_bytes());
+    }
+    bytes
+}
+
+/// A pipe's read end holding `bytes` (at most the pipe buffer, 64 KiB),
+/// write end closed, for bubblewrap to read.
+pub fn pipe_with(bytes: &[u8]) -> Result<OwnedFd, SeccompError> {
+    if bytes.len() > 60 * 1024 {
+        return Err(SeccompError::Build(format!(
+            "program of {} bytes does not fit a pipe",
+            bytes.len()
+        )));
+    }
+    let (read, write) = std::io::pipe()?;
+    let mut write = write;
+    write.write_all(bytes)?;
+    drop(write);
+    Ok(read.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_compile_for_this_arch() {
+        let deny = deny_filter().unwrap();
+        assert!(deny.len() > DENIED.len());
+        assert_eq!(to_bytes(&deny).len(), deny.len() * 8);
+        let clone3 = clone3_filter().unwrap();
+        assert!(!clone3.is_empty());
+        let fd = pipe_with(&to_bytes(&clone3)).unwrap();
+        let mut back = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut back).unwrap();
+        assert_eq!(back, to_bytes(&clone3));
+    }
+}

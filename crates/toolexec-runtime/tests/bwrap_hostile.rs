@@ -1,0 +1,531 @@
+//! Hostile units against the bubblewrap runtime: each must be contained
+//! with the right `RunStatus`, and the host must keep serving afterwards.
+//!
+//! Needs `bwrap` with working user namespaces; without it every test
+//! prints `SKIPPED: <test>: <why>` (and fails when `CI` is set).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use toolexec::{Availability, CancellationToken, Exec};
+use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime, CgroupLayout};
+use toolexec_runtime::{
+    CommandUnit, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome, RunRequest, RunStatus,
+    Runtime, RuntimeLimits, ToolHost, Unit,
+};
+
+const INIT: &str = env!("CARGO_BIN_EXE_toolexec-sandbox-init");
+
+fn config(pool_size: usize) -> BubblewrapConfig {
+    BubblewrapConfig {
+        init: Some(INIT.into()),
+        pool_size,
+        ..BubblewrapConfig::default()
+    }
+}
+
+/// The runtime, or `None` after `SKIPPED` (a failure under `CI`).
+fn runtime(test: &str, config: BubblewrapConfig) -> Option<BubblewrapRuntime> {
+    let runtime = BubblewrapRuntime::new(config);
+    match runtime.availability() {
+        Availability::Available => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: runtime bubblewrap ({})",
+                runtime.cgroup_layout().label()
+            );
+            Some(runtime)
+        }
+        Availability::Unavailable { reason } => {
+            assert!(std::env::var_os("CI").is_none(), "{test}: {reason}");
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: bubblewrap: {reason}");
+            None
+        }
+    }
+}
+
+fn limits() -> RuntimeLimits {
+    RuntimeLimits {
+        wall_time: Duration::from_secs(20),
+        ..RuntimeLimits::default()
+    }
+}
+
+async fn run(runtime: &BubblewrapRuntime, unit: Unit, limits: RuntimeLimits) -> RunOutcome {
+    let cancel = CancellationToken::new();
+    let exec = Exec::new(toolexec_builtins::catalog());
+    let host = ToolHost::new(exec, &limits, cancel.clone());
+    let request = RunRequest::new(unit, Profile::Hardened).with_limits(limits);
+    runtime.run(request, RunContext { host, cancel }).await
+}
+
+fn sh(script: &str) -> Unit {
+    Unit::command(["/bin/sh", "-c", script])
+}
+
+fn python(source: &str) -> Unit {
+    Unit::command(["python3", "-c", source])
+}
+
+/// A Python gateway client prelude: `send(obj)`, `recv()`, `raw(bytes)`.
+const PY_GATEWAY: &str = r#"
+import os, json, struct, socket, sys
+s = socket.socket(fileno=int(os.environ["TOOLEXEC_GATEWAY_FD"]))
+def raw(b): s.sendall(b)
+def send(o):
+    b = json.dumps(o).encode(); s.sendall(struct.pack('>I', len(b)) + b)
+def readn(n):
+    buf = b''
+    while len(buf) < n:
+        c = s.recv(n - len(buf))
+        if not c: raise EOFError()
+        buf += c
+    return buf
+def recv():
+    n = struct.unpack('>I', readn(4))[0]; return json.loads(readn(n))
+"#;
+
+async fn still_serving(runtime: &BubblewrapRuntime) {
+    let out = run(
+        runtime,
+        Unit::command(["echo", "still", "serving"]),
+        limits(),
+    )
+    .await;
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(out.stdout, "still serving\n");
+}
+
+#[tokio::test]
+async fn normal_units_run_with_a_clean_environment() {
+    let Some(rt) = runtime("normal_units_run_with_a_clean_environment", config(0)) else {
+        return;
+    };
+    // SAFETY: set once, before any unit runs; tests only read it.
+    unsafe { std::env::set_var("TOOLEXEC_TEST_SECRET", "hunter2-parent-secret") };
+    let mut env = BTreeMap::new();
+    env.insert("GREETING".to_string(), "hello there".to_string());
+    let unit = Unit::Command(CommandUnit {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "env; pwd; read x; echo got=$x".into(),
+        ],
+        stdin: Some("abc\n".into()),
+        env,
+        cwd: None,
+    });
+    let out = run(&rt, unit, limits()).await;
+    assert!(out.is_ok(), "{out:?}");
+    assert!(
+        out.stdout.contains("GREETING=hello there"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("HOME=/tmp\n"));
+    assert!(out.stdout.contains("/tmp\ngot=abc\n"));
+    assert!(!out.stdout.contains("hunter2"), "{}", out.stdout);
+    assert!(!out.stdout.contains("CARGO"), "{}", out.stdout);
+    let network = out.enforced_by(LimitKind::Network).unwrap();
+    assert!(network.mechanism.contains("unshare-net"));
+    let disk = out.enforced_by(LimitKind::Disk).unwrap();
+    assert!(disk.mechanism.contains("Landlock (kernel ABI"), "{disk:?}");
+    let exit = run(&rt, sh("exit 7"), limits()).await;
+    assert_eq!(exit.exit_code, Some(7));
+    assert!(matches!(exit.status, RunStatus::Failed { .. }));
+}
+
+#[tokio::test]
+async fn host_secrets_are_invisible() {
+    let Some(rt) = runtime("host_secrets_are_invisible", config(0)) else {
+        return;
+    };
+    // SAFETY: see normal_units_run_with_a_clean_environment.
+    unsafe { std::env::set_var("TOOLEXEC_TEST_SECRET", "hunter2-parent-secret") };
+    let out = run(
+        &rt,
+        sh(
+            "cat /etc/shadow; cat /etc/passwd; ls /etc; ls /root /home /work; \
+            cat /proc/1/environ | tr '\\0' '\\n'; env",
+        ),
+        limits(),
+    )
+    .await;
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(!all.contains("hunter2"), "{all}");
+    assert!(!all.contains("root:"), "{all}");
+    assert!(all.contains("/etc/shadow: No such file"), "{all}");
+    still_serving(&rt).await;
+}
+
+#[tokio::test]
+async fn writes_outside_tmp_fail_and_the_host_is_untouched() {
+    let Some(rt) = runtime(
+        "writes_outside_tmp_fail_and_the_host_is_untouched",
+        config(0),
+    ) else {
+        return;
+    };
+    let targets = [
+        "/usr/bin/toolexec-pwned",
+        "/etc/toolexec-pwned",
+        "/toolexec-pwned",
+    ];
+    let script = format!(
+        "for f in {}; do echo x > $f && echo WROTE $f; done; \
+         echo x > /proc/self/comm && echo WROTE comm; \
+         echo ok > /tmp/scratch && cat /tmp/scratch",
+        targets.join(" ")
+    );
+    let out = run(&rt, sh(&script), limits()).await;
+    assert!(!out.stdout.contains("WROTE"), "{out:?}");
+    assert!(out.stdout.contains("ok"), "{out:?}");
+    for t in targets {
+        assert!(
+            !std::path::Path::new(t).exists(),
+            "{t} appeared on the host"
+        );
+    }
+    // Without the init there is no Landlock: /proc/self/comm is writable,
+    // which shows the Landlock layer is what stops it above.
+    let plain = runtime("writes_outside_tmp (no init)", BubblewrapConfig::default()).unwrap();
+    let out = run(
+        &plain,
+        sh("echo x > /proc/self/comm && echo WROTE comm"),
+        limits(),
+    )
+    .await;
+    assert!(out.stdout.contains("WROTE comm"), "{out:?}");
+    let disk = out.enforced_by(LimitKind::Disk).unwrap();
+    assert!(
+        disk.mechanism.contains("no init helper configured"),
+        "{disk:?}"
+    );
+}
+
+#[tokio::test]
+async fn disk_is_bounded_by_the_tmpfs_size() {
+    let Some(rt) = runtime("disk_is_bounded_by_the_tmpfs_size", config(0)) else {
+        return;
+    };
+    let limits = RuntimeLimits {
+        disk_bytes: Some(1 << 20),
+        ..limits()
+    };
+    let out = run(
+        &rt,
+        sh("dd if=/dev/zero of=/tmp/a bs=64k count=64 2>&1; ls -l /tmp/a"),
+        limits,
+    )
+    .await;
+    assert!(
+        out.stdout.contains("1048576")
+            || out.stdout.contains("No space")
+            || out.stdout.contains("File too large"),
+        "{out:?}"
+    );
+    assert!(!out.stdout.contains("4194304"), "{out:?}");
+}
+
+#[tokio::test]
+async fn network_is_off() {
+    let Some(rt) = runtime("network_is_off", config(0)) else {
+        return;
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let source = format!(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    print('CONNECTED')\nexcept OSError as e:\n    print('blocked', e)\n"
+    );
+    let out = run(&rt, python(&source), limits()).await;
+    assert!(out.stdout.contains("blocked"), "{out:?}");
+    assert!(listener.accept().is_err(), "the sandbox reached the host");
+    // An allowlist bubblewrap cannot filter is refused, not opened.
+    let allow = RuntimeLimits {
+        network: NetworkPolicy::Allow {
+            hosts: vec!["example.com".into()],
+        },
+        ..limits()
+    };
+    let out = run(&rt, Unit::command(["true"]), allow).await;
+    match &out.status {
+        RunStatus::Error { error } => {
+            assert_eq!(error.code.as_str(), "backend_unavailable");
+            assert!(error.message.contains("cannot filter the network"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn fork_bomb_hits_the_process_limit() {
+    let Some(rt) = runtime("fork_bomb_hits_the_process_limit", config(0)) else {
+        return;
+    };
+    let limits = RuntimeLimits {
+        max_processes: Some(16),
+        wall_time: Duration::from_secs(15),
+        ..limits()
+    };
+    let out = run(&rt, sh("f() { f | f & }; f; sleep 10"), limits).await;
+    if matches!(rt.cgroup_layout(), CgroupLayout::None) {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: fork bomb limit: no cgroups");
+        assert!(std::env::var_os("CI").is_none());
+        return;
+    }
+    assert_eq!(out.status.limit(), Some(LimitKind::Processes), "{out:?}");
+    still_serving(&rt).await;
+}
+
+#[tokio::test]
+async fn memory_bomb_hits_the_memory_limit() {
+    let Some(rt) = runtime("memory_bomb_hits_the_memory_limit", config(0)) else {
+        return;
+    };
+    let limits = RuntimeLimits {
+        memory_bytes: Some(64 << 20),
+        ..limits()
+    };
+    let out = run(
+        &rt,
+        python("a = []\nwhile True:\n    a.append(bytearray(1 << 20))\n"),
+        limits,
+    )
+    .await;
+    assert_eq!(out.status.limit(), Some(LimitKind::Memory), "{out:?}");
+    still_serving(&rt).await;
+}
+
+#[tokio::test]
+async fn cpu_spin_hits_the_cpu_limit() {
+    let Some(rt) = runtime("cpu_spin_hits_the_cpu_limit", config(0)) else {
+        return;
+    };
+    let limits = RuntimeLimits {
+        cpu_time: Some(Duration::from_secs(1)),
+        ..limits()
+    };
+    let out = run(&rt, python("while True:\n    pass\n"), limits).await;
+    assert_eq!(out.status.limit(), Some(LimitKind::CpuTime), "{out:?}");
+}
+
+#[tokio::test]
+async fn giant_output_and_sleep_are_cut() {
+    let Some(rt) = runtime("giant_output_and_sleep_are_cut", config(0)) else {
+        return;
+    };
+    let small = RuntimeLimits {
+        max_output_bytes: 64 << 10,
+        ..limits()
+    };
+    let out = run(&rt, Unit::command(["cat", "/dev/zero"]), small).await;
+    assert_eq!(
+        out.status.limit(),
+        Some(LimitKind::Output),
+        "{:?}",
+        out.status
+    );
+    assert!(out.stdout.len() <= 64 << 10);
+    let short = RuntimeLimits {
+        wall_time: Duration::from_millis(500),
+        ..limits()
+    };
+    let out = run(&rt, Unit::command(["sleep", "30"]), short).await;
+    assert_eq!(out.status.limit(), Some(LimitKind::WallTime), "{out:?}");
+    assert!(out.duration_ms < 10_000.0);
+    still_serving(&rt).await;
+}
+
+#[tokio::test]
+async fn proc_and_symlink_escapes_stay_inside() {
+    let Some(rt) = runtime("proc_and_symlink_escapes_stay_inside", config(0)) else {
+        return;
+    };
+    let host_pid = std::process::id();
+    let script = format!(
+        "ls /proc/1/root/ /proc/self/root/../..; cat /proc/1/root/etc/shadow; \
+         ln -s / /tmp/r && cat /tmp/r/etc/shadow; ln -s /etc/shadow /tmp/s && cat /tmp/s; \
+         test -e /proc/{host_pid} && echo HOSTPID; ls /proc | grep -c '^[0-9]'"
+    );
+    let out = run(&rt, sh(&script), limits()).await;
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(!all.contains("root:"), "{all}");
+    assert!(!out.stdout.contains("HOSTPID"), "{all}");
+    assert!(!out.stdout.contains("work"), "host root listed: {all}");
+    // Only the sandbox's few processes are visible.
+    let count: u32 = out.stdout.lines().last().unwrap().trim().parse().unwrap();
+    assert!(count < 8, "{all}");
+}
+
+#[tokio::test]
+async fn signals_cannot_reach_the_host() {
+    let Some(rt) = runtime("signals_cannot_reach_the_host", config(0)) else {
+        return;
+    };
+    let host_pid = std::process::id();
+    let out = run(
+        &rt,
+        sh(&format!(
+            "kill -9 {host_pid}; kill -9 1; kill -9 -1; echo after"
+        )),
+        limits(),
+    )
+    .await;
+    // The unit may have killed itself with -1; the host is alive.
+    assert!(!matches!(out.status, RunStatus::Error { .. }), "{out:?}");
+    still_serving(&rt).await;
+}
+
+#[tokio::test]
+async fn seccomp_denies_namespaces_and_ptrace() {
+    let Some(rt) = runtime("seccomp_denies_namespaces_and_ptrace", config(0)) else {
+        return;
+    };
+    let source = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+calls = [
+    ('unshare', lambda: libc.unshare(0x10000000)),
+    ('ptrace', lambda: libc.ptrace(16, 1, 0, 0)),
+    ('mount', lambda: libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)),
+]
+for name, call in calls:
+    r = call()
+    print(name, r, os.strerror(ctypes.get_errno()))
+print(open('/proc/self/status').read().split('Seccomp:')[1].split()[0])
+"#;
+    let out = run(&rt, python(source), limits()).await;
+    assert!(out.is_ok(), "{out:?}");
+    for name in ["unshare", "ptrace", "mount"] {
+        assert!(
+            out.stdout
+                .contains(&format!("{name} -1 Operation not permitted")),
+            "{}",
+            out.stdout
+        );
+    }
+    assert!(out.stdout.ends_with("2\n"), "{}", out.stdout);
+}
+
+#[tokio::test]
+async fn gateway_budget_and_forgery_end_the_run() {
+    let Some(rt) = runtime("gateway_budget_and_forgery_end_the_run", config(0)) else {
+        return;
+    };
+    let calls = format!(
+        "{PY_GATEWAY}\nfor i in range(5):\n    send({{'id': i + 1, 'method': 'call', 'tool': 'math:add', 'args': {{'a': i, 'b': 1}}}})\n    print(recv())\n"
+    );
+    let budget = RuntimeLimits {
+        max_tool_calls: 2,
+        ..limits()
+    };
+    let out = run(&rt, python(&calls), budget).await;
+    assert_eq!(out.status.limit(), Some(LimitKind::ToolCalls), "{out:?}");
+    assert_eq!(out.tool_calls.iter().filter(|c| c.ok).count(), 2);
+
+    let garbage = format!(
+        "{PY_GATEWAY}\nraw(struct.pack('>I', 5) + b'{{nope')\nimport time; time.sleep(5)\n"
+    );
+    let out = run(&rt, python(&garbage), limits()).await;
+    match &out.status {
+        RunStatus::Error { error } => assert!(error.message.contains("malformed"), "{error:?}"),
+        other => panic!("{other:?}"),
+    }
+    let oversized = format!(
+        "{PY_GATEWAY}\nraw(struct.pack('>I', 1 << 30) + b'x' * 1024)\nimport time; time.sleep(5)\n"
+    );
+    let out = run(&rt, python(&oversized), limits()).await;
+    match &out.status {
+        RunStatus::Error { error } => assert!(error.message.contains("maximum"), "{error:?}"),
+        other => panic!("{other:?}"),
+    }
+    let result = format!("{PY_GATEWAY}\nsend({{'method': 'result', 'value': {{'answer': 42}}}})\n");
+    let out = run(&rt, python(&result), limits()).await;
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(out.value, Some(serde_json::json!({"answer": 42})));
+    still_serving(&rt).await;
+}
+
+#[tokio::test]
+async fn bad_units_are_typed_errors() {
+    let Some(rt) = runtime("bad_units_are_typed_errors", config(0)) else {
+        return;
+    };
+    let field = |out: RunOutcome| match out.status {
+        RunStatus::Error { error } => (
+            error.code.as_str().to_owned(),
+            error.details.unwrap()["field"].clone(),
+        ),
+        other => panic!("{other:?}"),
+    };
+    let empty = run(&rt, Unit::command(Vec::<String>::new()), limits()).await;
+    assert_eq!(field(empty), ("invalid_request".into(), "unit.argv".into()));
+    let mut env = BTreeMap::new();
+    env.insert("A=B".to_string(), "x".to_string());
+    let bad_env = Unit::Command(CommandUnit {
+        argv: vec!["true".into()],
+        env,
+        ..CommandUnit::default()
+    });
+    assert_eq!(field(run(&rt, bad_env, limits()).await).1, "unit.env");
+    let bad_cwd = Unit::Command(CommandUnit {
+        argv: vec!["true".into()],
+        cwd: Some("relative".into()),
+        ..CommandUnit::default()
+    });
+    assert_eq!(field(run(&rt, bad_cwd, limits()).await).1, "unit.cwd");
+    let script = run(&rt, Unit::javascript("1"), limits()).await;
+    assert_eq!(field(script).0, "backend_unavailable");
+    let missing = run(&rt, Unit::command(["no-such-program-xyz"]), limits()).await;
+    assert_eq!(missing.exit_code, Some(127), "{missing:?}");
+}
+
+#[tokio::test]
+async fn pool_runs_units_single_use() {
+    let Some(rt) = runtime("pool_runs_units_single_use", config(2)) else {
+        return;
+    };
+    rt.warm_up();
+    for _ in 0..100 {
+        if rt.pool_ready() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(rt.pool_ready(), 2);
+    for i in 0..4 {
+        let unit = Unit::Command(CommandUnit {
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "read x; echo $x $$ $N; echo x > /proc/self/comm || echo LANDLOCKED".into(),
+            ],
+            stdin: Some("in\n".into()),
+            env: BTreeMap::from([("N".to_string(), i.to_string())]),
+            cwd: None,
+        });
+        let out = run(&rt, unit, limits()).await;
+        assert!(out.is_ok(), "{out:?}");
+        assert!(out.stdout.starts_with("in "), "{}", out.stdout);
+        assert!(out.stdout.contains(&format!(" {i}\n")), "{}", out.stdout);
+        assert!(out.stdout.contains("LANDLOCKED"), "{}", out.stdout);
+        let cpu = out.enforced_by(LimitKind::CpuTime).unwrap();
+        assert!(
+            cpu.mechanism.contains("toolexec-sandbox-init")
+                || cpu.mechanism.contains("before bwrap")
+        );
+    }
+    let limits = RuntimeLimits {
+        memory_bytes: Some(64 << 20),
+        ..limits()
+    };
+    let out = run(
+        &rt,
+        python("a = []\nwhile True:\n    a.append(bytearray(1 << 20))\n"),
+        limits,
+    )
+    .await;
+    assert_eq!(out.status.limit(), Some(LimitKind::Memory), "{out:?}");
+}

@@ -1,0 +1,227 @@
+//! The gateway protocol over a real socketpair: the host's
+//! `GatewayServer` against the sandbox's `GatewayClient` and raw frames.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use toolexec::{CancellationToken, Exec};
+use toolexec_runtime::protocol::{GatewayClient, GatewayConfig, GatewayServer, ProtocolError};
+use toolexec_runtime::{RuntimeLimits, ToolHost};
+
+fn host(limits: &RuntimeLimits) -> ToolHost {
+    ToolHost::new(
+        Exec::new(toolexec_builtins::catalog()),
+        limits,
+        CancellationToken::new(),
+    )
+}
+
+/// A server on one end of a socketpair (its result on the join handle)
+/// and the other end.
+fn serve(
+    host: ToolHost,
+) -> (
+    GatewayServer,
+    tokio::task::JoinHandle<Result<(), ProtocolError>>,
+    UnixStream,
+) {
+    let (a, b) = UnixStream::pair().unwrap();
+    let server = GatewayServer::new(host, GatewayConfig::default());
+    let s = server.clone();
+    let task = tokio::spawn(async move { s.serve(a).await });
+    (server, task, b)
+}
+
+async fn frame(stream: &mut UnixStream, bytes: &[u8]) {
+    stream
+        .write_all(&(bytes.len() as u32).to_be_bytes())
+        .await
+        .unwrap();
+    stream.write_all(bytes).await.unwrap();
+}
+
+async fn read_frame(stream: &mut UnixStream) -> Value {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await.unwrap();
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut buf).await.unwrap();
+    serde_json::from_slice(&buf).unwrap()
+}
+
+async fn ends_with(task: tokio::task::JoinHandle<Result<(), ProtocolError>>) -> ProtocolError {
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the server ends")
+        .unwrap()
+        .expect_err("a protocol error")
+}
+
+#[tokio::test]
+async fn hello_call_search_describe() {
+    let limits = RuntimeLimits::default();
+    let (_server, _task, end) = serve(host(&limits));
+    let client = GatewayClient::new(end);
+    let hello = client.hello().await.unwrap();
+    assert_eq!(hello["protocol"], "toolexec-gateway");
+    assert_eq!(hello["version"], 1);
+    let sum = client
+        .call("math:add", json!({"a": 2, "b": 3}))
+        .await
+        .unwrap();
+    assert_eq!(sum, json!({"result": 5.0}));
+    let hits = client.search("add two numbers", 3).await.unwrap();
+    assert_eq!(hits[0]["id"], "math:add", "{hits}");
+    let doc = client.describe("math:add", "schema").await.unwrap();
+    assert_eq!(doc["id"], "math:add");
+    let bad = client.describe("math:add", "everything").await.unwrap_err();
+    assert!(bad.to_string().contains("detail"), "{bad}");
+    let bad_args = client
+        .call("math:add", json!({"a": "x"}))
+        .await
+        .unwrap_err();
+    assert!(
+        bad_args.to_string().starts_with("validation_input"),
+        "{bad_args}"
+    );
+}
+
+#[tokio::test]
+async fn version_mismatch_ends_the_session() {
+    let (_server, task, mut end) = serve(host(&RuntimeLimits::default()));
+    frame(
+        &mut end,
+        br#"{"id": 1, "method": "hello", "protocol": "toolexec-gateway", "version": 99}"#,
+    )
+    .await;
+    assert!(matches!(
+        ends_with(task).await,
+        ProtocolError::UnsupportedVersion { version: 99, .. }
+    ));
+}
+
+#[tokio::test]
+async fn allowlist_and_budget() {
+    let limits = RuntimeLimits {
+        allowed_tools: vec!["math:*".into()],
+        max_tool_calls: 2,
+        ..RuntimeLimits::default()
+    };
+    let host = host(&limits);
+    let (_server, _task, end) = serve(host.clone());
+    let client = GatewayClient::new(end);
+    let denied = client
+        .call("text:case", json!({"text": "a", "to": "upper"}))
+        .await;
+    assert!(denied.unwrap_err().to_string().starts_with("not_allowed"));
+    // Search only shows allowed tools; describe refuses the others.
+    let hits = client.search("convert text case", 10).await.unwrap();
+    assert!(
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["id"].as_str().unwrap().starts_with("math:"))
+    );
+    assert!(client.describe("text:case", "summary").await.is_err());
+
+    let exceeded = host.clone();
+    let watcher = tokio::spawn(async move { exceeded.budget_exceeded().await });
+    for i in 0..2 {
+        client
+            .call("math:add", json!({"a": i, "b": 1}))
+            .await
+            .unwrap();
+    }
+    assert!(host.budget_exhausted());
+    let over = client
+        .call("math:add", json!({"a": 1, "b": 1}))
+        .await
+        .unwrap_err();
+    assert!(over.to_string().starts_with("limit_exceeded"), "{over}");
+    // The runtime's stop signal fires.
+    tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .unwrap()
+        .unwrap();
+    let log = host.tool_calls();
+    assert_eq!(log.len(), 4);
+    assert_eq!(log.iter().filter(|c| c.ok).count(), 2);
+    assert_eq!(log[0].error.as_ref().unwrap().code.as_str(), "not_allowed");
+}
+
+#[tokio::test]
+async fn concurrent_calls_get_their_own_answers() {
+    let (_server, _task, end) = serve(host(&RuntimeLimits::default()));
+    let client = std::sync::Arc::new(GatewayClient::new(end));
+    let calls = (0..20).map(|i| {
+        let client = client.clone();
+        async move { client.call("math:add", json!({"a": i, "b": 1000})).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    for (i, r) in results.into_iter().enumerate() {
+        assert_eq!(r.unwrap(), json!({"result": (i + 1000) as f64}));
+    }
+}
+
+#[tokio::test]
+async fn oversized_frame_ends_the_session() {
+    let (_server, task, mut end) = serve(host(&RuntimeLimits::default()));
+    end.write_all(&(64u32 << 20).to_be_bytes()).await.unwrap();
+    end.write_all(&[b'x'; 1024]).await.unwrap();
+    assert!(matches!(
+        ends_with(task).await,
+        ProtocolError::FrameTooLarge { .. }
+    ));
+}
+
+#[tokio::test]
+async fn malformed_json_and_forged_messages_end_the_session() {
+    for bad in [
+        &b"{not json"[..],
+        br#"{"id": 1, "result": 5}"#,
+        br#"{"method": "call", "tool": "math:add", "args": {}}"#,
+        br#"{"id": -1, "method": "call", "tool": "math:add"}"#,
+        br#"{"id": 1, "method": "shell", "cmd": "rm -rf /"}"#,
+        b"",
+    ] {
+        let (_server, task, mut end) = serve(host(&RuntimeLimits::default()));
+        frame(&mut end, bad).await;
+        assert!(
+            matches!(ends_with(task).await, ProtocolError::Malformed { .. }),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    // A frame cut short by the sandbox closing.
+    let (_server, task, mut end) = serve(host(&RuntimeLimits::default()));
+    end.write_all(&100u32.to_be_bytes()).await.unwrap();
+    end.write_all(b"{\"id\"").await.unwrap();
+    drop(end);
+    assert!(matches!(
+        ends_with(task).await,
+        ProtocolError::Malformed { .. }
+    ));
+}
+
+#[tokio::test]
+async fn result_once_and_ids_echoed() {
+    let (server, task, mut end) = serve(host(&RuntimeLimits::default()));
+    // Reused and huge ids are answered as sent; nothing else is trusted.
+    for id in [7u64, 7, u64::MAX] {
+        frame(
+            &mut end,
+            json!({"id": id, "method": "call", "tool": "math:add", "args": {"a": 1, "b": 2}})
+                .to_string()
+                .as_bytes(),
+        )
+        .await;
+        let answer = read_frame(&mut end).await;
+        assert_eq!(answer["id"], json!(id));
+        assert_eq!(answer["result"], json!({"result": 3.0}));
+    }
+    frame(&mut end, br#"{"method": "result", "value": [1, 2]}"#).await;
+    frame(&mut end, br#"{"method": "result", "value": "again"}"#).await;
+    assert_eq!(ends_with(task).await, ProtocolError::DuplicateResult);
+    assert_eq!(server.value(), Some(json!([1, 2])));
+}

@@ -1,0 +1,94 @@
+//! Configuration of the WASM runtime.
+
+use std::time::Duration;
+
+/// Settings of a [`crate::WasmRuntime`]: the engine, the instance pool,
+/// the module cache and the limit mechanisms. Per-run limits come from
+/// [`toolexec_runtime::RuntimeLimits`]; these are the runtime-wide bounds.
+///
+/// ```
+/// use toolexec_wasm::WasmConfig;
+/// let config = WasmConfig { pool_instances: 16, ..WasmConfig::default() };
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct WasmConfig {
+    /// Instances that may run at once (pooling allocator slots). Runs past
+    /// this wait for a free slot.
+    pub pool_instances: u32,
+    /// The largest linear memory of any instance, in bytes (the pool slot
+    /// size). A run's `limits.memory_bytes` is capped at this.
+    pub max_memory_bytes: u64,
+    /// Compiled modules and components kept (LRU, keyed by content hash).
+    pub cache_entries: usize,
+    /// Fuel units granted per second of `limits.cpu_time`. One unit is
+    /// roughly one WebAssembly operator; a tight arithmetic loop burns
+    /// about 7.3 G units per second on a 2-core AMD EPYC VM, so the
+    /// default stops such code at about 0.7 s per CPU-second and lets code
+    /// with costlier operators (memory, calls) run longer: fuel counts
+    /// work, not measured CPU time, and `wall_time` stays the hard bound.
+    pub fuel_per_cpu_second: u64,
+    /// Period of the epoch ticker that interrupts running code to check
+    /// the deadline and cancellation.
+    pub epoch_tick: Duration,
+    /// Largest accepted code (binary or text), in bytes.
+    pub max_code_bytes: usize,
+    /// Largest JSON message crossing the tool ABI (tool id and arguments,
+    /// results, the unit's output value), in bytes.
+    pub max_message_bytes: usize,
+    /// WebAssembly stack per instance, in bytes (deeper recursion traps
+    /// with "call stack exhausted").
+    pub max_wasm_stack: usize,
+    /// Table elements a store may hold in all its tables.
+    pub max_table_elements: usize,
+}
+
+impl Default for WasmConfig {
+    /// 32 pool slots of up to 256 MiB, 64 cached modules, 5 G fuel per CPU
+    /// second, a 5 ms epoch tick, 16 MiB of code, 1 MiB messages, 512 KiB
+    /// of wasm stack, 100 000 table elements.
+    fn default() -> Self {
+        WasmConfig {
+            pool_instances: 32,
+            max_memory_bytes: 256 << 20,
+            cache_entries: 64,
+            fuel_per_cpu_second: 5_000_000_000,
+            epoch_tick: Duration::from_millis(5),
+            max_code_bytes: 16 << 20,
+            max_message_bytes: 1 << 20,
+            max_wasm_stack: 512 << 10,
+            max_table_elements: 100_000,
+        }
+    }
+}
+
+impl WasmConfig {
+    /// Checks the settings are usable; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.pool_instances == 0 || self.pool_instances > 10_000 {
+            return Err("pool_instances must be between 1 and 10000".into());
+        }
+        if self.max_memory_bytes < 1 << 16 || self.max_memory_bytes > 4 << 30 {
+            return Err("max_memory_bytes must be between 64 KiB and 4 GiB".into());
+        }
+        if self.cache_entries == 0 {
+            return Err("cache_entries must be at least 1".into());
+        }
+        if self.fuel_per_cpu_second == 0 {
+            return Err("fuel_per_cpu_second must be greater than zero".into());
+        }
+        if self.epoch_tick.is_zero() || self.epoch_tick > Duration::from_secs(1) {
+            return Err("epoch_tick must be between 1 ns and 1 s".into());
+        }
+        if self.max_code_bytes < 8 {
+            return Err("max_code_bytes must be at least 8".into());
+        }
+        if self.max_message_bytes < 64 || self.max_message_bytes > i32::MAX as usize {
+            return Err("max_message_bytes must be between 64 and i32::MAX".into());
+        }
+        if self.max_wasm_stack < 16 << 10 || self.max_wasm_stack > 64 << 20 {
+            return Err("max_wasm_stack must be between 16 KiB and 64 MiB".into());
+        }
+        Ok(())
+    }
+}
