@@ -35,6 +35,7 @@ fn bench(c: &mut Criterion) {
                 let ctx = RunContext {
                     host: ToolHost::without_tools(&request.limits),
                     cancel: CancellationToken::new(),
+                    output: None,
                 };
                 let outcome = runtime.run(request, ctx).await;
                 assert!(outcome.is_ok(), "{outcome:?}");

@@ -48,10 +48,7 @@ const CGROUP_SAMPLE: Duration = Duration::from_millis(50);
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let runtime = DockerRuntime::new(DockerConfig::new("toolexec-test/busybox:1")).unwrap();
 /// let request = RunRequest::new(Unit::command(["echo", "hi"]), Profile::Standard);
-/// let ctx = RunContext {
-///     host: ToolHost::without_tools(&request.limits),
-///     cancel: Default::default(),
-/// };
+/// let ctx = RunContext::new(ToolHost::without_tools(&request.limits), Default::default());
 /// let outcome = runtime.run(request, ctx).await;
 /// assert_eq!(outcome.stdout, "hi\n");
 /// # }

@@ -93,6 +93,7 @@ async fn run(rt: &DockerRuntime, unit: Unit, limits: RuntimeLimits) -> RunOutcom
     let ctx = RunContext {
         host: ToolHost::without_tools(&limits),
         cancel: CancellationToken::new(),
+        output: None,
     };
     rt.run(
         RunRequest::new(unit, Profile::Standard).with_limits(limits),
@@ -490,6 +491,7 @@ async fn cancellation_removes_the_container() {
     let ctx = RunContext {
         host: ToolHost::without_tools(&limits),
         cancel: cancel.clone(),
+        output: None,
     };
     let canceller = cancel.clone();
     tokio::spawn(async move {
@@ -709,6 +711,7 @@ async fn tool_calls_through_the_gateway_socket_with_budget() {
         let ctx = RunContext {
             host: ToolHost::new(exec.clone(), &limits, CancellationToken::new()),
             cancel: CancellationToken::new(),
+            output: None,
         };
         let request = RunRequest::new(sh(&script), Profile::Standard).with_limits(limits);
         async move { rt.run(request, ctx).await }

@@ -104,6 +104,7 @@ fn run_once(rt: &tokio::runtime::Runtime, runtime: &OciRuntime) {
         RunContext {
             host,
             cancel: Default::default(),
+            output: None,
         },
     ));
     assert!(outcome.is_ok(), "{outcome:?}");

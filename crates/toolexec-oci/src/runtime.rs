@@ -173,6 +173,7 @@ impl OciRuntime {
                 let ctx = RunContext {
                     host: toolexec_runtime::ToolHost::without_tools(&request.limits),
                     cancel: Default::default(),
+                    output: None,
                 };
                 Some(rt.block_on(self.run_unit(request.clone(), ctx)))
             })
@@ -311,6 +312,7 @@ impl OciRuntime {
         let inner_ctx = RunContext {
             host: ctx.host.clone(),
             cancel: run_cancel.clone(),
+            output: ctx.output.clone(),
         };
         let cpu_exceeded = Arc::new(AtomicBool::new(false));
         let mut watchers = Vec::new();

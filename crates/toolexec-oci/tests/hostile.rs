@@ -110,7 +110,15 @@ async fn run_with(
     cancel: CancellationToken,
 ) -> RunOutcome {
     let request = RunRequest::new(unit, rt.max_profile()).with_limits(limits);
-    rt.run(request, RunContext { host, cancel }).await
+    rt.run(
+        request,
+        RunContext {
+            host,
+            cancel,
+            output: None,
+        },
+    )
+    .await
 }
 
 async fn sh(rt: &OciRuntime, script: &str, limits: RuntimeLimits) -> RunOutcome {

@@ -21,7 +21,16 @@ async fn once(runtime: &dyn Runtime, exec: &Exec, unit: &Unit) {
     let request = RunRequest::new(unit.clone(), Profile::Dev);
     let cancel = CancellationToken::new();
     let host = ToolHost::new(exec.clone(), &request.limits, cancel.clone());
-    let out = runtime.run(request, RunContext { host, cancel }).await;
+    let out = runtime
+        .run(
+            request,
+            RunContext {
+                host,
+                cancel,
+                output: None,
+            },
+        )
+        .await;
     assert!(out.is_ok(), "{out:?}");
 }
 

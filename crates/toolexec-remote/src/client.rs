@@ -15,7 +15,8 @@ use serde_json::json;
 use tokio_util::codec::Framed;
 use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode, Secret};
 use toolexec_runtime::{
-    Profile, RunContext, RunOutcome, RunRequest, RunStatus, Runtime, ToolHost, UnitKind,
+    OutputSink, OutputStream, Profile, RunContext, RunOutcome, RunRequest, RunStatus, Runtime,
+    ToolHost, UnitKind,
 };
 
 use crate::error::ApiError;
@@ -287,7 +288,7 @@ impl RemoteRuntime {
         };
         let deadline = tokio::time::sleep(wall_time + self.config.outcome_grace);
         tokio::select! {
-            outcome = relay(upgraded, &ctx.host) => match outcome {
+            outcome = relay(upgraded, &ctx.host, ctx.output.as_ref()) => match outcome {
                 Ok(outcome) => outcome,
                 Err(why) => fail(unavailable_body(format!(
                     "remote run at {}: {why} (not retried: the unit had started)",
@@ -306,7 +307,11 @@ impl RemoteRuntime {
 }
 
 /// Speaks the frame protocol until the outcome.
-async fn relay(upgraded: hyper::upgrade::Upgraded, host: &ToolHost) -> Result<RunOutcome, String> {
+async fn relay(
+    upgraded: hyper::upgrade::Upgraded,
+    host: &ToolHost,
+    live: Option<&OutputSink>,
+) -> Result<RunOutcome, String> {
     let (mut sink, mut stream) =
         StreamExt::split::<Bytes>(Framed::new(TokioIo::new(upgraded), wire::codec()));
     let mut stdout = String::new();
@@ -324,8 +329,18 @@ async fn relay(upgraded: hyper::upgrade::Upgraded, host: &ToolHost) -> Result<Ru
                     .map_err(|e| format!("the server sent an invalid frame: {e}"))?;
                 match frame {
                     ServerFrame::Started { .. } => {}
-                    ServerFrame::Stdout { data } => stdout.push_str(&data),
-                    ServerFrame::Stderr { data } => stderr.push_str(&data),
+                    ServerFrame::Stdout { data } => {
+                        if let Some(live) = live {
+                            live.send(OutputStream::Stdout, data.as_bytes());
+                        }
+                        stdout.push_str(&data);
+                    }
+                    ServerFrame::Stderr { data } => {
+                        if let Some(live) = live {
+                            live.send(OutputStream::Stderr, data.as_bytes());
+                        }
+                        stderr.push_str(&data);
+                    }
                     ServerFrame::ToolCall { id, request } => {
                         let host = host.clone();
                         calls.push(async move { (id, serve_tool(&host, request).await) });

@@ -13,10 +13,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 use toolexec::{BoxFuture, CancellationToken, DetailLevel, ErrorBody, ErrorCode};
-use toolexec_runtime::{RunContext, RunRequest, Runtime, ToolCallRecord, ToolCaller, ToolHost};
+use toolexec_runtime::{
+    OutputChunk, OutputSink, OutputStream, RunContext, RunRequest, Runtime, ToolCallRecord,
+    ToolCaller, ToolHost,
+};
 
 use crate::server::ServerState;
-use crate::wire::{self, ClientFrame, ServerFrame, ToolRequest};
+use crate::wire::{self, ClientFrame, LiveText, ServerFrame, ToolRequest};
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, ErrorBody>>>>>;
 
@@ -155,12 +158,12 @@ pub(crate) async fn serve<IO>(
         kind = request.unit.kind().as_str(),
         "remote run started"
     );
+    let (live_sink, mut live) = OutputSink::channel();
+    let mut live_out = LiveText::default();
+    let mut live_err = LiveText::default();
     let run = runtime.run(
         request,
-        RunContext {
-            host,
-            cancel: cancel.clone(),
-        },
+        RunContext::new(host, cancel.clone()).with_output(live_sink),
     );
     tokio::pin!(run);
 
@@ -168,6 +171,9 @@ pub(crate) async fn serve<IO>(
     let outcome = loop {
         tokio::select! {
             outcome = &mut run => break Some(outcome),
+            Some(chunk) = live.recv() => {
+                forward_live(&frames, &chunk, &mut live_out, &mut live_err);
+            }
             frame = stream.next(), if !disconnected => {
                 let answer = match frame {
                     Some(Ok(bytes)) => serde_json::from_slice::<ClientFrame>(&bytes).ok(),
@@ -218,12 +224,23 @@ pub(crate) async fn serve<IO>(
     tracing::info!(status = outcome.status.as_str(), "remote run finished");
     let forwarded = std::mem::take(&mut *caller.forwarded.lock());
     outcome.tool_calls = refused(std::mem::take(&mut outcome.tool_calls), forwarded);
+    // Chunks still queued when the unit ended, then whatever the runtime
+    // did not stream live (all of it for runtimes that cannot).
+    while let Ok(chunk) = live.try_recv() {
+        forward_live(&frames, &chunk, &mut live_out, &mut live_err);
+    }
+    for (live, text) in [(&mut live_out, false), (&mut live_err, true)] {
+        let data = live.finish();
+        if !data.is_empty() {
+            let _ = frames.send(output_frame(data, text));
+        }
+    }
     let stdout = std::mem::take(&mut outcome.stdout);
     let stderr = std::mem::take(&mut outcome.stderr);
-    for data in wire::chunks(&stdout) {
+    for data in wire::chunks(live_out.rest_of(&stdout)) {
         let _ = frames.send(ServerFrame::Stdout { data: data.into() });
     }
-    for data in wire::chunks(&stderr) {
+    for data in wire::chunks(live_err.rest_of(&stderr)) {
         let _ = frames.send(ServerFrame::Stderr { data: data.into() });
     }
     let outcome = serde_json::to_value(&outcome).unwrap_or(Value::Null);
@@ -233,6 +250,29 @@ pub(crate) async fn serve<IO>(
     // The caller closes once it has the outcome; don't wait forever for a
     // caller that never reads.
     let _ = tokio::time::timeout(state.config.cleanup_grace, writer).await;
+}
+
+/// Sends one live chunk as text frames (complete characters only).
+fn forward_live(
+    frames: &mpsc::UnboundedSender<ServerFrame>,
+    chunk: &OutputChunk,
+    out: &mut LiveText,
+    err: &mut LiveText,
+) {
+    let is_err = chunk.stream == OutputStream::Stderr;
+    let live = if is_err { err } else { out };
+    let text = live.push(&chunk.bytes);
+    for data in wire::chunks(&text) {
+        let _ = frames.send(output_frame(data.into(), is_err));
+    }
+}
+
+fn output_frame(data: String, is_err: bool) -> ServerFrame {
+    if is_err {
+        ServerFrame::Stderr { data }
+    } else {
+        ServerFrame::Stdout { data }
+    }
 }
 
 #[cfg(test)]

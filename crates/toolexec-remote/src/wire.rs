@@ -53,7 +53,8 @@ pub enum ServerFrame {
     },
     /// The run is over; the connection closes after this frame.
     Outcome {
-        /// The outcome, with `stdout`/`stderr` empty (they came as chunks)
+        /// The outcome, with `stdout`/`stderr` empty (they came as chunks,
+        /// live while the unit ran where the runtime streams, else after it)
         /// and `tool_calls` holding only the calls the server refused.
         outcome: Value,
     },
@@ -259,5 +260,78 @@ mod tests {
         assert!(parts.iter().all(|p| p.len() <= OUTPUT_CHUNK_BYTES));
         assert_eq!(parts.concat(), text);
         assert!(chunks("").is_empty());
+    }
+}
+
+/// Turns a stream's bytes into text chunks as they arrive, holding back a
+/// trailing incomplete UTF-8 sequence, so that the chunks concatenated equal
+/// `String::from_utf8_lossy` of all the bytes (what the outcome holds).
+#[derive(Debug, Default)]
+pub(crate) struct LiveText {
+    pending: Vec<u8>,
+    /// Everything sent so far.
+    pub(crate) sent: String,
+}
+
+impl LiveText {
+    /// Adds bytes; returns the text that is complete now (maybe empty).
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut keep_from = self.pending.len();
+        if let Some(chunk) = self.pending.utf8_chunks().last() {
+            let invalid = chunk.invalid();
+            let at_end = !invalid.is_empty()
+                && std::str::from_utf8(invalid).is_err_and(|e| e.error_len().is_none());
+            if at_end {
+                keep_from -= invalid.len();
+            }
+        }
+        let text = String::from_utf8_lossy(&self.pending[..keep_from]).into_owned();
+        self.pending.drain(..keep_from);
+        self.sent.push_str(&text);
+        text
+    }
+
+    /// The held-back bytes, lossily, at the end of the stream.
+    pub(crate) fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        self.sent.push_str(&text);
+        text
+    }
+
+    /// What of the outcome's `full` text was not sent yet.
+    pub(crate) fn rest_of<'a>(&self, full: &'a str) -> &'a str {
+        full.strip_prefix(self.sent.as_str()).unwrap_or("")
+    }
+}
+
+#[cfg(test)]
+mod live_text_tests {
+    use super::LiveText;
+
+    #[test]
+    fn split_characters_are_held_back_until_complete() {
+        let bytes = "héllo wörld €".as_bytes();
+        for cut in 0..bytes.len() {
+            let mut live = LiveText::default();
+            let mut out = live.push(&bytes[..cut]);
+            out.push_str(&live.push(&bytes[cut..]));
+            out.push_str(&live.finish());
+            assert_eq!(out, "héllo wörld €", "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn invalid_bytes_match_lossy_decoding() {
+        let bytes = b"a\xffb\xe2\x82";
+        let mut live = LiveText::default();
+        let mut out = String::new();
+        for b in bytes {
+            out.push_str(&live.push(&[*b]));
+        }
+        out.push_str(&live.finish());
+        assert_eq!(out, String::from_utf8_lossy(bytes));
+        assert_eq!(live.rest_of(&String::from_utf8_lossy(bytes)), "");
     }
 }

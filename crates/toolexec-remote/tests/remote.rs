@@ -212,7 +212,16 @@ print('b', call('text:case', {{'text': 'a b', 'to': 'snake'}}).get('error', {{}}
     };
     let cancel = CancellationToken::new();
     let host = ToolHost::new(exec.clone(), &caller_limits, cancel.clone());
-    let out = remote.run(request, RunContext { host, cancel }).await;
+    let out = remote
+        .run(
+            request,
+            RunContext {
+                host,
+                cancel,
+                output: None,
+            },
+        )
+        .await;
     assert!(out.is_ok(), "{out:?}");
     assert_eq!(out.stdout, "a not_allowed\nb None\n", "{out:?}");
     assert_eq!(out.tool_calls.len(), 2);
@@ -314,7 +323,18 @@ async fn cancelling_the_run_stops_the_remote_unit() {
     let task = {
         let remote = remote.clone();
         let cancel = cancel.clone();
-        tokio::spawn(async move { remote.run(request, RunContext { host, cancel }).await })
+        tokio::spawn(async move {
+            remote
+                .run(
+                    request,
+                    RunContext {
+                        host,
+                        cancel,
+                        output: None,
+                    },
+                )
+                .await
+        })
     };
     let pid = wait_for_pid(&dir.join("pid")).await;
     cancel.cancel();
@@ -496,4 +516,38 @@ async fn bubblewrap_behind_the_server() {
         RunRequest::new(Unit::command(["sleep", "30"]), Profile::Hardened).with_limits(limits);
     let out = run_direct(&remote, request, &exec).await;
     assert_eq!(out.status.limit(), Some(LimitKind::WallTime), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_streams_live_through_the_remote_path() {
+    let server = start(ServerConfig::new(key())).await;
+    let remote = client(&server.url());
+    let limits = RuntimeLimits::default();
+    let host = ToolHost::without_tools(&limits);
+    let (sink, mut live) = toolexec_runtime::OutputSink::channel();
+    let request = dev(Unit::command([
+        "sh",
+        "-c",
+        "echo first; sleep 2; echo second",
+    ]));
+    let run = tokio::spawn(async move {
+        remote
+            .run(
+                request,
+                RunContext::new(host, CancellationToken::new()).with_output(sink),
+            )
+            .await
+    });
+    let first = tokio::time::timeout(Duration::from_secs(1), live.recv())
+        .await
+        .expect("no live output within 1 s of the remote unit's first line")
+        .expect("channel closed");
+    assert_eq!(first.bytes, b"first\n");
+    assert!(
+        !run.is_finished(),
+        "the remote unit ended before its first chunk arrived"
+    );
+    let out = run.await.unwrap();
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(out.stdout, "first\nsecond\n");
 }

@@ -96,6 +96,7 @@ fn run_once(rt: &tokio::runtime::Runtime, runtime: &BubblewrapRuntime) {
         RunContext {
             host,
             cancel: Default::default(),
+            output: None,
         },
     ));
     assert!(outcome.is_ok(), "{outcome:?}");

@@ -50,5 +50,5 @@ pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};
 pub use outcome::{Enforcement, RunOutcome, RunStatus, ToolCallRecord};
 pub use profile::{Profile, ProfileMap, UnknownProfile};
 pub use registry::Runtimes;
-pub use runtime::{RunContext, Runtime, RuntimeInfo};
+pub use runtime::{OutputChunk, OutputSink, OutputStream, RunContext, Runtime, RuntimeInfo};
 pub use unit::{CommandUnit, RunRequest, ScriptUnit, Unit, UnitKind, WasmCode, WasmUnit};

@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use crate::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GatewayConfig, GatewayServer, ProtocolError};
-use crate::{RunContext, RuntimeLimits};
+use crate::{OutputSink, OutputStream, RunContext, RuntimeLimits};
 
 /// A resource limit set with `setrlimit` in the child before exec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,7 +298,7 @@ impl Spawned {
                 let _ = stdin.write_all(&bytes).await;
             });
         }
-        let capture = Capture::new(limits.max_output_bytes);
+        let capture = Capture::new(limits.max_output_bytes, ctx.output.clone());
         // Drained on this task, next to the wait: no cross-thread wake-up
         // between the child's exit and its last output.
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -414,15 +414,17 @@ struct Capture {
     used: Arc<AtomicUsize>,
     buffers: Arc<Mutex<(Vec<u8>, Vec<u8>)>>,
     overflow: Arc<Notify>,
+    live: Option<OutputSink>,
 }
 
 impl Capture {
-    fn new(max: usize) -> Self {
+    fn new(max: usize, live: Option<OutputSink>) -> Self {
         Capture {
             max,
             used: Arc::default(),
             buffers: Arc::default(),
             overflow: Arc::new(Notify::new()),
+            live,
         }
     }
 
@@ -444,6 +446,14 @@ impl Capture {
                     &mut buffers.0
                 };
                 buffer.extend_from_slice(&chunk[..keep]);
+            }
+            if let Some(live) = &self.live {
+                let stream = if is_err {
+                    OutputStream::Stderr
+                } else {
+                    OutputStream::Stdout
+                };
+                live.send(stream, &chunk[..keep]);
             }
             if keep < n {
                 self.overflow.notify_one();

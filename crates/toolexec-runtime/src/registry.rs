@@ -161,6 +161,15 @@ impl Runtimes {
             Some(exec) => ToolHost::new(exec.clone(), &request.limits, cancel.clone()),
             None => ToolHost::without_tools(&request.limits),
         };
-        runtime.run(request, RunContext { host, cancel }).await
+        runtime
+            .run(
+                request,
+                RunContext {
+                    host,
+                    cancel,
+                    output: None,
+                },
+            )
+            .await
     }
 }

@@ -8,13 +8,80 @@ use toolexec::{Availability, BoxFuture, CancellationToken};
 use crate::{Profile, RunOutcome, RunRequest, ToolHost, UnitKind};
 
 /// What one run gets besides its request: the tool host (budget, allowlist,
-/// log) and the caller's cancellation.
+/// log), the caller's cancellation and, optionally, a sink for output as
+/// it is produced.
 #[derive(Debug, Clone)]
 pub struct RunContext {
     /// Tools reachable from the unit, through the gateway.
     pub host: ToolHost,
     /// Cancels the run; the runtime stops the unit and cleans up.
     pub cancel: CancellationToken,
+    /// Receives stdout and stderr while the unit runs, for runtimes that
+    /// can stream (the process runtimes); the outcome still carries all of
+    /// it. `None`: output arrives only with the outcome.
+    pub output: Option<OutputSink>,
+}
+
+impl RunContext {
+    /// A context with no output sink.
+    pub fn new(host: ToolHost, cancel: CancellationToken) -> Self {
+        RunContext {
+            host,
+            cancel,
+            output: None,
+        }
+    }
+
+    /// Streams output to `sink` while the unit runs.
+    pub fn with_output(mut self, sink: OutputSink) -> Self {
+        self.output = Some(sink);
+        self
+    }
+}
+
+/// Which stream an [`OutputChunk`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// Bytes a unit wrote, in the order written (within a stream). The chunks
+/// of a run add up to exactly what its outcome's `stdout`/`stderr` hold:
+/// bytes past the output limit are neither kept nor sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// The stream.
+    pub stream: OutputStream,
+    /// The bytes (not necessarily whole UTF-8 characters).
+    pub bytes: Vec<u8>,
+}
+
+/// The sending side of live output; a dropped receiver is ignored (the
+/// run goes on).
+#[derive(Debug, Clone)]
+pub struct OutputSink(tokio::sync::mpsc::UnboundedSender<OutputChunk>);
+
+impl OutputSink {
+    /// A sink and the receiver its chunks arrive on. The channel holds at
+    /// most what the run's output limit allows.
+    pub fn channel() -> (Self, tokio::sync::mpsc::UnboundedReceiver<OutputChunk>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (OutputSink(tx), rx)
+    }
+
+    /// Sends a chunk (nothing for an empty one).
+    pub fn send(&self, stream: OutputStream, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            let _ = self.0.send(OutputChunk {
+                stream,
+                bytes: bytes.to_vec(),
+            });
+        }
+    }
 }
 
 /// Executes units of work in isolation.

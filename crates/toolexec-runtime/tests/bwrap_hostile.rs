@@ -57,7 +57,16 @@ async fn run(runtime: &BubblewrapRuntime, unit: Unit, limits: RuntimeLimits) -> 
     let exec = Exec::new(toolexec_builtins::catalog());
     let host = ToolHost::new(exec, &limits, cancel.clone());
     let request = RunRequest::new(unit, Profile::Hardened).with_limits(limits);
-    runtime.run(request, RunContext { host, cancel }).await
+    runtime
+        .run(
+            request,
+            RunContext {
+                host,
+                cancel,
+                output: None,
+            },
+        )
+        .await
 }
 
 fn sh(script: &str) -> Unit {

@@ -17,7 +17,16 @@ async fn run(unit: Unit, limits: RuntimeLimits) -> RunOutcome {
         cancel.clone(),
     );
     let request = RunRequest::new(unit, Profile::Dev).with_limits(limits);
-    runtime.run(request, RunContext { host, cancel }).await
+    runtime
+        .run(
+            request,
+            RunContext {
+                host,
+                cancel,
+                output: None,
+            },
+        )
+        .await
 }
 
 #[tokio::test]
@@ -111,4 +120,56 @@ send({"method": "result", "value": {"sum": answer["result"]["result"]}})
     assert_eq!(out.value, Some(serde_json::json!({"sum": 42.0})));
     assert_eq!(out.tool_calls.len(), 1);
     assert_eq!(out.tool_calls[0].tool_id, "math:add");
+}
+
+#[tokio::test]
+async fn output_streams_live_while_the_unit_runs() {
+    let runtime = HostRuntime::new(UnsandboxedOptIn::i_understand_units_run_unsandboxed());
+    let limits = RuntimeLimits::default();
+    let host = ToolHost::without_tools(&limits);
+    let (sink, mut live) = toolexec_runtime::OutputSink::channel();
+    let unit = Unit::command([
+        "sh",
+        "-c",
+        "echo first; echo oops >&2; sleep 2; echo second",
+    ]);
+    let request = RunRequest::new(unit, Profile::Dev).with_limits(limits);
+    let run = tokio::spawn(async move {
+        runtime
+            .run(
+                request,
+                RunContext::new(host, CancellationToken::new()).with_output(sink),
+            )
+            .await
+    });
+    // The first line arrives while the unit still sleeps.
+    let first = tokio::time::timeout(Duration::from_secs(1), live.recv())
+        .await
+        .expect("no live output within 1 s")
+        .expect("channel closed");
+    assert!(
+        !run.is_finished(),
+        "the unit ended before its first chunk arrived"
+    );
+    let mut chunks = vec![first];
+    let out = run.await.unwrap();
+    while let Ok(chunk) = live.try_recv() {
+        chunks.push(chunk);
+    }
+    let joined = |stream| {
+        chunks
+            .iter()
+            .filter(|c| c.stream == stream)
+            .flat_map(|c| c.bytes.clone())
+            .collect::<Vec<u8>>()
+    };
+    assert_eq!(
+        joined(toolexec_runtime::OutputStream::Stdout),
+        out.stdout.as_bytes()
+    );
+    assert_eq!(
+        joined(toolexec_runtime::OutputStream::Stderr),
+        out.stderr.as_bytes()
+    );
+    assert_eq!(out.stdout, "first\nsecond\n");
 }

@@ -76,6 +76,7 @@ fn bench(c: &mut Criterion) {
             RunContext {
                 host,
                 cancel: CancellationToken::new(),
+                output: None,
             },
         ));
         assert!(outcome.is_ok(), "{outcome:?}");
@@ -132,6 +133,7 @@ fn bench(c: &mut Criterion) {
         RunContext {
             host,
             cancel: CancellationToken::new(),
+            output: None,
         },
     ));
     println!(

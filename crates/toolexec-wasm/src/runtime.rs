@@ -141,6 +141,7 @@ impl WasmRuntime {
         let ctx = RunContext {
             host: toolexec_runtime::ToolHost::without_tools(&limits),
             cancel: toolexec::CancellationToken::new(),
+            output: None,
         };
         let result = match &*compiled {
             Compiled::Module(pre) => {

@@ -108,7 +108,14 @@ pub async fn run_direct(remote: &RemoteRuntime, request: RunRequest, exec: &Exec
     let cancel = CancellationToken::new();
     let host = toolexec_runtime::ToolHost::new(exec.clone(), &request.limits, cancel.clone());
     remote
-        .run(request, toolexec_runtime::RunContext { host, cancel })
+        .run(
+            request,
+            toolexec_runtime::RunContext {
+                host,
+                cancel,
+                output: None,
+            },
+        )
         .await
 }
 

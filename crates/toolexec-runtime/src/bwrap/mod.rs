@@ -17,7 +17,7 @@
 //! });
 //! let request = RunRequest::new(Unit::command(["echo", "hi"]), Profile::Hardened);
 //! let host = toolexec_runtime::ToolHost::without_tools(&request.limits);
-//! let ctx = toolexec_runtime::RunContext { host, cancel: Default::default() };
+//! let ctx = toolexec_runtime::RunContext::new(host, Default::default());
 //! let outcome = runtime.run(request, ctx).await;
 //! assert_eq!(outcome.stdout, "hi\n");
 //! # }
@@ -269,6 +269,7 @@ impl BubblewrapRuntime {
         let inner = RunContext {
             host: ctx.host.clone(),
             cancel: stop.clone(),
+            output: ctx.output.clone(),
         };
         let tripped: Mutex<Option<(LimitKind, String)>> = Mutex::new(None);
         let run = tokio::select! {

@@ -72,7 +72,16 @@ pub async fn run_on(
 ) -> RunOutcome {
     let host = ToolHost::new(exec(), &limits, cancel.clone());
     let request = RunRequest::new(unit, Profile::Hardened).with_limits(limits);
-    runtime.run(request, RunContext { host, cancel }).await
+    runtime
+        .run(
+            request,
+            RunContext {
+                host,
+                cancel,
+                output: None,
+            },
+        )
+        .await
 }
 
 /// WAT for the `toolexec` imports, a memory and `$out_i32`, which sets the
