@@ -46,21 +46,5 @@ fn main() -> ExitCode {
 /// `toolexec __script-worker`: no configuration, a single-threaded
 /// runtime, the outcome over the gateway; exit 0 once it is sent.
 fn script_worker() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(toolexec_code::worker::run_script_worker()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    toolexec_code::worker::worker_main()
 }

@@ -61,18 +61,8 @@ struct Reported {
 /// Rebuilds the [`CodeOutcome`] of a hardened run. `Err` when the run never
 /// started (the runtime is `none`: selection or validation failed).
 pub fn outcome_from_run(run: RunOutcome, limits: &CodeLimits) -> Result<CodeOutcome, ErrorBody> {
-    let tool_calls: Vec<ToolCallRecord> = run
-        .tool_calls
-        .iter()
-        .map(|c| ToolCallRecord {
-            tool_id: c.tool_id.clone(),
-            args: c.args.clone(),
-            ok: c.ok,
-            result: c.result.clone(),
-            error: c.error.clone(),
-            duration_ms: c.duration_ms,
-        })
-        .collect();
+    // The host's log, never the sandbox's word.
+    let tool_calls: Vec<ToolCallRecord> = run.tool_calls.clone();
     let reported = run.value.clone().map(serde_json::from_value::<Reported>);
     let mut outcome = CodeOutcome {
         status: CodeStatus::Ok,

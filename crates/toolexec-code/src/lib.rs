@@ -348,25 +348,10 @@ impl CodeStatus {
     }
 }
 
-/// One tool call made by a script, in call order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCallRecord {
-    /// The id as the script wrote it.
-    pub tool_id: String,
-    /// The arguments as JSON (`{}` when the script passed none).
-    pub args: Value,
-    /// True when the call succeeded.
-    pub ok: bool,
-    /// The result's structured value, on success.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
-    /// The error, on failure (a call still running when the execution ended
-    /// is recorded as `cancelled`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorBody>,
-    /// From the call until its result was available, in milliseconds.
-    pub duration_ms: f64,
-}
+/// One tool call made by a script, in call order: the same record as a
+/// sandboxed unit's (a call still running when the execution ended is
+/// recorded as `cancelled`).
+pub use toolexec_runtime::ToolCallRecord;
 
 /// The result of one execution. Always carries the tool-call log and the
 /// output captured so far, whatever the status.

@@ -72,6 +72,31 @@ pub fn read_input(reader: impl Read) -> Result<WorkerInput, WorkerError> {
     Ok(input)
 }
 
+/// The whole worker process: a single-threaded runtime, [`run_script_worker`],
+/// and the exit code (0 once the outcome is sent, 1 if no runtime could
+/// start, 2 on a worker error, printed to stderr). `toolexec __script-worker`
+/// and the `toolexec-code-worker` binary are this function.
+pub fn worker_main() -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run_script_worker()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Runs one script as the sandboxed worker: stdin → engine → gateway
 /// `result`. Must run inside a Tokio runtime; returns once the result is
 /// sent (the caller then exits 0).

@@ -423,7 +423,7 @@ impl CommandTool {
                 after: self.limits.wall_time,
             },
             RunStatus::LimitExceeded { limit, message } => Error::LimitExceeded {
-                limit: core_limit(*limit),
+                limit: *limit,
                 message: format!("(tool {}, runtime {}): {message}", self.id, outcome.runtime),
             },
             RunStatus::Cancelled => Error::Cancelled {
@@ -434,20 +434,6 @@ impl CommandTool {
                 message: error.message.clone(),
             },
         })
-    }
-}
-
-/// The core pipeline's name for a sandbox limit (the same snake_case name).
-fn core_limit(kind: LimitKind) -> toolexec::LimitKind {
-    match kind {
-        LimitKind::WallTime => toolexec::LimitKind::WallTime,
-        LimitKind::CpuTime => toolexec::LimitKind::CpuTime,
-        LimitKind::Memory => toolexec::LimitKind::Memory,
-        LimitKind::Processes => toolexec::LimitKind::Processes,
-        LimitKind::Output => toolexec::LimitKind::Output,
-        LimitKind::Disk => toolexec::LimitKind::Disk,
-        LimitKind::Network => toolexec::LimitKind::Network,
-        LimitKind::ToolCalls => toolexec::LimitKind::ToolCalls,
     }
 }
 

@@ -1,6 +1,5 @@
 //! Limits as data: what a unit of work may consume.
 
-use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -113,49 +112,10 @@ pub enum NetworkPolicy {
     },
 }
 
-/// One limit, as named in outcomes and enforcement reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LimitKind {
-    /// [`RuntimeLimits::wall_time`].
-    WallTime,
-    /// [`RuntimeLimits::cpu_time`].
-    CpuTime,
-    /// [`RuntimeLimits::memory_bytes`].
-    Memory,
-    /// [`RuntimeLimits::max_processes`].
-    Processes,
-    /// [`RuntimeLimits::max_output_bytes`].
-    Output,
-    /// [`RuntimeLimits::disk_bytes`].
-    Disk,
-    /// [`RuntimeLimits::network`].
-    Network,
-    /// [`RuntimeLimits::max_tool_calls`].
-    ToolCalls,
-}
-
-impl LimitKind {
-    /// The stable snake_case name.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            LimitKind::WallTime => "wall_time",
-            LimitKind::CpuTime => "cpu_time",
-            LimitKind::Memory => "memory",
-            LimitKind::Processes => "processes",
-            LimitKind::Output => "output",
-            LimitKind::Disk => "disk",
-            LimitKind::Network => "network",
-            LimitKind::ToolCalls => "tool_calls",
-        }
-    }
-}
-
-impl fmt::Display for LimitKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// One limit, as named in outcomes and enforcement reports: the core's
+/// [`toolexec::LimitKind`] (`wall_time`, `cpu_time`, `memory`, `processes`,
+/// `output`, `disk`, `network`, `tool_calls` for sandboxed runs).
+pub use toolexec::LimitKind;
 
 mod duration_ms {
     use std::time::Duration;

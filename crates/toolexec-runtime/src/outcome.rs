@@ -146,7 +146,7 @@ impl Enforcement {
 }
 
 /// One tool call a unit made through the gateway.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallRecord {
     /// The tool id as the unit sent it.
     pub tool_id: String,

@@ -100,8 +100,10 @@ impl fmt::Display for ValidationFailure {
     }
 }
 
-/// Which limit an [`Error::LimitExceeded`] refers to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Which limit an [`Error::LimitExceeded`] refers to: the pipeline's own
+/// (argument and result size and depth, chain length) and those of
+/// sandboxed runs (`toolexec-runtime` reports its outcomes with this type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum LimitKind {
@@ -151,6 +153,12 @@ impl LimitKind {
             LimitKind::Network => "network",
             LimitKind::ToolCalls => "tool_calls",
         }
+    }
+}
+
+impl std::fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
