@@ -12,6 +12,7 @@ use serde_json::json;
 use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
 use toolexec_runtime::{HostRuntime, Runtimes, UnsandboxedOptIn};
 
+use toolexec_code::InProcessRuntime;
 use toolexec_docker::{DockerConfig, DockerRuntime};
 use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, RootfsSource};
 use toolexec_remote::{RemoteConfig, RemoteRuntime};
@@ -32,6 +33,7 @@ const REGISTRARS: &[Registrar] = &[
     register_runsc,
     register_docker,
     register_wasm,
+    register_in_process,
     register_remote,
     register_host,
 ];
@@ -136,6 +138,11 @@ fn register_wasm(config: &RuntimesConfig, runtimes: &mut Runtimes) {
         wasm.max_memory_bytes = m;
     }
     runtimes.register(WasmRuntime::new(wasm));
+}
+
+/// QuickJS scripts in this process (profiles dev and standard at most).
+fn register_in_process(_config: &RuntimesConfig, runtimes: &mut Runtimes) {
+    runtimes.register(InProcessRuntime::default());
 }
 
 /// A `toolexec runtime-server` from `[runtimes.remote]`; the key is read

@@ -52,7 +52,15 @@ fn runtimes_lists_each_runtime_with_its_profiles() {
         .collect();
     assert_eq!(
         names,
-        ["bubblewrap", "runc", "runsc", "docker", "wasm", "remote"],
+        [
+            "bubblewrap",
+            "runc",
+            "runsc",
+            "docker",
+            "wasm",
+            "in_process",
+            "remote"
+        ],
         "{out}"
     );
     let by_name = |v: &Value, name: &str| {
@@ -84,6 +92,19 @@ fn runtimes_lists_each_runtime_with_its_profiles() {
     let wasm = by_name(&v, "wasm");
     assert_eq!(wasm["available"], true, "{wasm}");
     assert_eq!(wasm["unit_kinds"], json!(["wasm"]));
+    // The in-process engine: available, scripts only, never hardened.
+    let in_process = by_name(&v, "in_process");
+    assert_eq!(in_process["available"], true, "{in_process}");
+    assert_eq!(in_process["max_profile"], "standard");
+    assert_eq!(in_process["unit_kinds"], json!(["script"]));
+    assert_eq!(in_process["profiles"], json!(["dev", "standard"]));
+    assert!(
+        in_process["isolation"]
+            .as_str()
+            .unwrap()
+            .contains("QuickJS in process"),
+        "{in_process}"
+    );
     let bw = &v["runtimes"][0];
     assert_eq!(bw["max_profile"], "hardened");
     assert_eq!(bw["unit_kinds"], json!(["command", "script"]));
@@ -118,6 +139,7 @@ fn runtimes_lists_each_runtime_with_its_profiles() {
     out.expect_code(0);
     assert!(out.stdout.starts_with("NAME"), "{out}");
     assert!(out.stdout.contains("host"), "{out}");
+    assert!(out.stdout.contains("\nin_process "), "{out}");
     assert!(out.stdout.contains("dev: host\n"), "{out}");
     assert!(out.stdout.contains("hardened: \n"), "{out}");
 

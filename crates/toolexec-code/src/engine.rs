@@ -95,6 +95,16 @@ impl CodeEngine {
         }
     }
 
+    /// An engine over `tools` sharing `pool` (one engine per run, one pool
+    /// per runtime).
+    pub(crate) fn with_tools_in(tools: Arc<dyn ToolAccess>, pool: Pool) -> Self {
+        CodeEngine {
+            exec: None,
+            tools,
+            pool,
+        }
+    }
+
     pub(crate) fn with_pool(exec: Exec, pool: Pool) -> Self {
         CodeEngine {
             tools: Arc::new(exec.clone()),

@@ -78,6 +78,20 @@ pub fn outcome_from_run(run: RunOutcome, limits: &CodeLimits) -> Result<CodeOutc
     };
     let limit = |limit: CodeLimit, message: String| CodeStatus::LimitExceeded { limit, message };
     outcome.status = match (&run.status, reported) {
+        // A runtime that reports the script's own failure as the run's
+        // (in_process) sends the full outcome too: keep its kind and output.
+        (RunStatus::Failed { .. }, Some(Ok(r))) if !r.status.is_ok() => {
+            outcome.stdout = r.stdout;
+            outcome.stderr = r.stderr;
+            check_tool_error(r.status, &outcome.tool_calls)
+        }
+        // A limit the host enforced stays the host's verdict; the output
+        // captured before it is the worker's.
+        (RunStatus::LimitExceeded { .. }, Some(Ok(r))) if !r.status.is_ok() => {
+            outcome.stdout = r.stdout;
+            outcome.stderr = r.stderr;
+            host_limit(&run)
+        }
         (RunStatus::Ok, Some(Ok(r))) => {
             outcome.stdout = r.stdout;
             outcome.stderr = r.stderr;
@@ -91,22 +105,7 @@ pub fn outcome_from_run(run: RunOutcome, limits: &CodeLimits) -> Result<CodeOutc
             "sandbox error: the worker exited without a result{}",
             stderr_tail(&run.stderr)
         )),
-        (
-            RunStatus::LimitExceeded {
-                limit: kind,
-                message,
-            },
-            _,
-        ) => {
-            let message = format!("sandbox ({}): {message}", run.runtime);
-            match kind {
-                LimitKind::WallTime | LimitKind::CpuTime => limit(CodeLimit::Timeout, message),
-                LimitKind::Memory => limit(CodeLimit::Memory, message),
-                LimitKind::Output => limit(CodeLimit::Output, message),
-                LimitKind::ToolCalls => limit(CodeLimit::ToolCalls, message),
-                other => exception(format!("sandbox limit {other} exceeded: {message}")),
-            }
-        }
+        (RunStatus::LimitExceeded { .. }, _) => host_limit(&run),
         (RunStatus::Cancelled, _) => limit(
             CodeLimit::Timeout,
             "the execution was cancelled by its caller".into(),
@@ -131,6 +130,32 @@ pub fn outcome_from_run(run: RunOutcome, limits: &CodeLimits) -> Result<CodeOutc
         (RunStatus::Error { error }, _) => exception(format!("sandbox error: {}", error.message)),
     };
     Ok(outcome)
+}
+
+/// The code-mode status for a limit the runtime enforced.
+fn host_limit(run: &RunOutcome) -> CodeStatus {
+    let RunStatus::LimitExceeded {
+        limit: kind,
+        message,
+    } = &run.status
+    else {
+        return CodeStatus::Ok;
+    };
+    let message = format!("sandbox ({}): {message}", run.runtime);
+    let limit = |limit: CodeLimit| CodeStatus::LimitExceeded {
+        limit,
+        message: message.clone(),
+    };
+    match kind {
+        LimitKind::WallTime | LimitKind::CpuTime => limit(CodeLimit::Timeout),
+        LimitKind::Memory => limit(CodeLimit::Memory),
+        LimitKind::Output => limit(CodeLimit::Output),
+        LimitKind::ToolCalls => limit(CodeLimit::ToolCalls),
+        other => CodeStatus::Exception {
+            message: format!("sandbox limit {other} exceeded: {message}"),
+            stack: None,
+        },
+    }
 }
 
 /// A reported tool error must name a call the host saw fail; the sandbox

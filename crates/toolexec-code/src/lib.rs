@@ -102,6 +102,7 @@ mod access;
 mod allow;
 mod engine;
 pub mod hardened;
+mod in_process;
 mod limits_map;
 mod memory;
 mod sandbox;
@@ -111,6 +112,7 @@ pub mod worker;
 pub use access::{BoxFuture, ToolAccess};
 pub use allow::glob_match;
 pub use engine::{CodeEngine, DEFAULT_MAX_CONCURRENT};
+pub use in_process::InProcessRuntime;
 pub use limits_map::{code_limits_from_runtime, runtime_limits_from_code};
 pub use ts::{typescript_declaration, typescript_declarations};
 

@@ -246,12 +246,7 @@ impl WasmRuntime {
         ));
         e.push(Enforcement::by(
             LimitKind::Network,
-            match limits.network {
-                NetworkPolicy::Off => "no such capability in WASI without sockets",
-                NetworkPolicy::Allow { .. } => {
-                    "no such capability in WASI without sockets (the allowlist grants nothing here)"
-                }
-            },
+            "no such capability in WASI without sockets",
         ));
         e.push(Enforcement::by(
             LimitKind::Disk,
@@ -292,6 +287,16 @@ impl WasmRuntime {
         let limits = &request.limits;
         if let Err(message) = limits.validate() {
             return error(invalid("limits", &message));
+        }
+        if let NetworkPolicy::Allow { hosts } = &limits.network {
+            return error(invalid(
+                "limits.network",
+                &format!(
+                    "wasm units have no network (WASI without sockets), so a host allowlist \
+                     ({}) cannot be granted; use network off or another runtime",
+                    hosts.join(", ")
+                ),
+            ));
         }
         let input = match unit_input(unit, self.config.max_message_bytes) {
             Ok(input) => input,

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use common::{binary, limits, module, module_with, run, run_on, runtime, wat};
 use serde_json::json;
 use toolexec::{CancellationToken, ErrorCode};
-use toolexec_runtime::{LimitKind, RunOutcome, RunStatus, RuntimeLimits, Unit, WasmCode, WasmUnit};
+use toolexec_runtime::{
+    LimitKind, NetworkPolicy, RunOutcome, RunStatus, RuntimeLimits, Unit, WasmCode, WasmUnit,
+};
 
 const LOOP: &str = r#"(func (export "run") (loop $l (br $l)))"#;
 
@@ -185,6 +187,32 @@ async fn sockets_are_unavailable() {
         Some((ErrorCode::InvalidRequest, "unit.code".into())),
         "{outcome:?}"
     );
+}
+
+#[tokio::test]
+async fn a_network_allowlist_is_refused_not_silently_dropped() {
+    // WASI without sockets cannot grant network access to any host, so an
+    // allowlist is refused up front instead of running with no network.
+    let allow = RuntimeLimits {
+        network: NetworkPolicy::Allow {
+            hosts: vec!["example.com:443".into()],
+        },
+        ..limits()
+    };
+    let outcome = run(wat(&module(r#"(func (export "run"))"#)), allow).await;
+    assert_eq!(
+        error_code(&outcome),
+        Some((ErrorCode::InvalidRequest, "limits.network".into())),
+        "{outcome:?}"
+    );
+    let RunStatus::Error { error } = &outcome.status else {
+        unreachable!()
+    };
+    assert!(error.message.contains("example.com:443"), "{error:?}");
+    assert!(outcome.value.is_none() && outcome.tool_calls.is_empty());
+    // The same unit with the network off runs.
+    let outcome = run(wat(&module(r#"(func (export "run"))"#)), limits()).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
 }
 
 #[tokio::test]
