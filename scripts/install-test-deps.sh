@@ -9,14 +9,16 @@
 #         node@22 (the inspector and the conformance suite need Node >= 22)
 #   PyPI: mcp (official Python SDK; 1.x keeps FastMCP at mcp.server.fastmcp)
 #   apt:  bubblewrap (namespaces sandbox), runc and runsc (OCI runtimes),
-#         docker.io (Docker engine), busybox-static (test root filesystems)
+#         docker.io (Docker engine), busybox-static (test root filesystems),
+#         python3-venv (for Debian's python3), npm (when Node.js is missing)
 set -euo pipefail
 
-APT_PACKAGES=(bubblewrap runc runsc docker.io busybox-static)
+APT_PACKAGES=(bubblewrap runc runsc docker.io busybox-static python3-venv)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing Debian packages: ${missing[*]}"
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
@@ -61,7 +63,6 @@ fi
 
 bin="$DEPS/npm/node_modules/.bin"
 node22="$DEPS/npm/node_modules/node/bin/node"
-[ -x "$node22" ] || node22="$(ls "$DEPS"/npm/node_modules/node/bin/node 2>/dev/null || true)"
 "$node22" --version | grep -q '^v22\.' || { echo "error: node@22 did not install a v22 binary at $node22" >&2; exit 1; }
 
 cat > "$DEPS/env.sh" <<ENV

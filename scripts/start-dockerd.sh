@@ -56,6 +56,7 @@ if [[ ${1:-} == --stop ]]; then
 fi
 
 command -v dockerd >/dev/null 2>&1 || die "dockerd is not installed (apt-get install docker.io)"
+[ "$(id -u)" = 0 ] || die "dockerd needs root (run this script as root or with sudo)"
 mkdir -p "$DATA_ROOT" "$EXEC_ROOT"
 
 start_daemon() {

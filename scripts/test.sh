@@ -20,12 +20,12 @@ bash scripts/install-test-deps.sh
 source "${TOOLEXEC_DEPS:-$HOME/.cache/toolexec/deps}/env.sh"
 
 echo "== private dockerd for the Docker runtime tests"
-bash scripts/start-dockerd.sh
-export DOCKER_HOST=unix:///run/toolexec-docker.sock
+eval "$(bash scripts/start-dockerd.sh)"
 
 echo "== toolchain: $(cargo --version), $(rustc --version)"
-rustup component list --installed 2>/dev/null | grep -qE '^(rustfmt|clippy)' || \
-  rustup component add rustfmt clippy
+for component in rustfmt clippy; do
+  rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
+done
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
