@@ -99,6 +99,12 @@ pub struct RuntimeServerArgs {
     /// Units running at once; more are refused with `503 busy` [default: 16].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_runs: Option<u32>,
+    /// A `host:port` callers address this server by (a DNS name, a port
+    /// mapping), repeatable. Requests are signed for the host they are sent
+    /// to; others are refused [default: only the address connections
+    /// arrive on].
+    #[arg(long = "host", value_name = "HOST:PORT")]
+    pub hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -42,6 +42,7 @@ pub fn server_config(args: &RuntimeServerArgs) -> Result<ServerConfig, Error> {
     if let Some(runs) = args.max_runs {
         config.max_concurrent_runs = runs as usize;
     }
+    config.hosts = args.hosts.clone();
     Ok(config)
 }
 
@@ -66,7 +67,7 @@ pub async fn run(
         .local_addr()
         .map_err(|e| Error::backend_unavailable("runtime-server", e.to_string()))?;
     // Handlers first: whoever reads the address may signal at once.
-    let shutdown = shutdown_signal()?;
+    let shutdown = crate::serve::shutdown_signal("runtime-server")?;
     let url = format!("http://{bound}");
     {
         let mut out = io::stdout().lock();
@@ -93,23 +94,4 @@ pub async fn run(
         .serve(listener, shutdown)
         .await
         .map_err(|e| Error::backend_unavailable("runtime-server", e.to_string()))
-}
-
-/// A future resolving on SIGTERM or SIGINT, with both handlers installed
-/// before it returns (so a signal sent right after is not fatal).
-fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, Error> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let install = |kind: SignalKind| {
-        signal(kind).map_err(|e| {
-            Error::backend_unavailable("runtime-server", format!("signal handler: {e}"))
-        })
-    };
-    let mut term = install(SignalKind::terminate())?;
-    let mut int = install(SignalKind::interrupt())?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-    })
 }

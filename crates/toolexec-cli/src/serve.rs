@@ -80,11 +80,12 @@ pub async fn serve(exec: Exec, runtimes: Arc<Runtimes>, plan: Plan) -> Result<()
     let Some(options) = plan.http else {
         return gateway::serve_stdio(gateway).await;
     };
+    let signal = shutdown_signal("gateway")?;
     let shutdown = CancellationToken::new();
     {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            shutdown_signal().await;
+            signal.await;
             shutdown.cancel();
         });
     }
@@ -93,20 +94,25 @@ pub async fn serve(exec: Exec, runtimes: Arc<Runtimes>, plan: Plan) -> Result<()
         .map(|_| ())
 }
 
-/// Resolves on Ctrl-C or, on Unix, SIGTERM (what service managers send).
-pub(crate) async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
+/// A future resolving on SIGTERM (what service managers send) or SIGINT
+/// (Ctrl-C), with both handlers installed before it returns, so a signal
+/// sent right after is not fatal. `component` names the server in the error.
+pub(crate) fn shutdown_signal(
+    component: &'static str,
+) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let install = |kind: SignalKind| {
+        signal(kind)
+            .map_err(|e| Error::backend_unavailable(component, format!("signal handler: {e}")))
+    };
+    let mut term = install(SignalKind::terminate())?;
+    let mut int = install(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    }
-    let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 fn token(args: &ServeArgs, config: &Config) -> Result<Secret, Error> {
@@ -160,5 +166,21 @@ mod tests {
         );
         assert_eq!(parse_bind("[::1]:9").unwrap(), "[::1]:9".parse().unwrap());
         assert!(parse_bind("localhost").is_err());
+    }
+
+    /// The one shutdown future both servers use: installed before it is
+    /// returned, so a SIGTERM right after creation stops it instead of
+    /// killing the process.
+    #[tokio::test]
+    async fn shutdown_signal_resolves_on_sigterm() {
+        let signal = shutdown_signal("test").unwrap();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &std::process::id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        tokio::time::timeout(std::time::Duration::from_secs(10), signal)
+            .await
+            .expect("SIGTERM resolves the shutdown future");
     }
 }

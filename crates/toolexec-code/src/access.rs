@@ -48,6 +48,23 @@ pub trait ToolAccess: Send + Sync + 'static {
     fn describe(&self, tool_id: &str, level: DetailLevel) -> BoxFuture<Result<Json, ErrorBody>>;
 }
 
+/// Awaits a tool call unless `cancel` fires first, then the call is
+/// dropped and the result is `cancelled` for `tool_id`: the shared body of
+/// the host and gateway [`ToolAccess::call`] implementations.
+pub(crate) async fn until_cancelled(
+    tool_id: &str,
+    call: impl Future<Output = Result<Json, ErrorBody>>,
+    cancel: &CancellationToken,
+) -> Result<Json, ErrorBody> {
+    tokio::select! {
+        r = call => r,
+        _ = cancel.cancelled() => Err(toolexec::Error::Cancelled {
+            tool: tool_id.to_owned(),
+        }
+        .to_body()),
+    }
+}
+
 impl ToolAccess for Exec {
     fn call(
         &self,
@@ -80,5 +97,23 @@ impl ToolAccess for Exec {
             .map_err(|e| e.to_body())
             .map(|d| serde_json::to_value(d).unwrap_or(Json::Null));
         Box::pin(std::future::ready(doc))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolexec::ErrorCode;
+
+    #[tokio::test]
+    async fn until_cancelled_returns_the_call_or_cancelled() {
+        let cancel = CancellationToken::new();
+        let done = until_cancelled("t:x", async { Ok(Json::from(1)) }, &cancel).await;
+        assert_eq!(done, Ok(Json::from(1)));
+        cancel.cancel();
+        let stuck = until_cancelled("t:x", std::future::pending(), &cancel).await;
+        let e = stuck.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Cancelled);
+        assert!(e.message.contains("t:x"), "{}", e.message);
     }
 }

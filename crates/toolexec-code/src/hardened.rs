@@ -103,7 +103,7 @@ pub fn outcome_from_run(run: RunOutcome, limits: &CodeLimits) -> Result<CodeOutc
         )),
         (RunStatus::Ok, None) => exception(format!(
             "sandbox error: the worker exited without a result{}",
-            stderr_tail(&run.stderr)
+            run.stderr_tail()
         )),
         (RunStatus::LimitExceeded { .. }, _) => host_limit(&run),
         (RunStatus::Cancelled, _) => limit(
@@ -122,14 +122,53 @@ pub fn outcome_from_run(run: RunOutcome, limits: &CodeLimits) -> Result<CodeOutc
             } else {
                 exception(format!(
                     "sandbox error: the worker failed: {message}{}",
-                    stderr_tail(&run.stderr)
+                    run.stderr_tail()
                 ))
             }
         }
         (RunStatus::Error { error }, _) if run.runtime == "none" => return Err(error.clone()),
         (RunStatus::Error { error }, _) => exception(format!("sandbox error: {}", error.message)),
     };
+    limit_output(&mut outcome, limits.max_output_bytes);
     Ok(outcome)
+}
+
+/// Holds the reported console output and value to the caller's
+/// `max_output_bytes`, as the engine does (console bytes, plus the value's
+/// JSON): a worker cannot return more than the caller allowed. Over it, the
+/// output is cut at a character boundary, the value dropped, and the status
+/// becomes `limit_exceeded: output` unless the host already ended the run
+/// on a limit.
+fn limit_output(outcome: &mut CodeOutcome, max: usize) {
+    let console = outcome.stdout.len() + outcome.stderr.len();
+    let value = outcome
+        .value
+        .as_ref()
+        .map_or(0, |v| serde_json::to_vec(v).map_or(usize::MAX, |b| b.len()));
+    if console.saturating_add(value) <= max {
+        return;
+    }
+    let message = if console > max {
+        let stdout_end = outcome.stdout.floor_char_boundary(max);
+        outcome.stdout.truncate(stdout_end);
+        let room = max - outcome.stdout.len();
+        let stderr_end = outcome.stderr.floor_char_boundary(room);
+        outcome.stderr.truncate(stderr_end);
+        format!(
+            "the sandbox reported {console} bytes of console output, over the limit of {max} bytes"
+        )
+    } else {
+        format!(
+            "the result ({value} bytes of JSON) plus {console} bytes of console output exceeds {max} bytes"
+        )
+    };
+    outcome.value = None;
+    if !matches!(outcome.status, CodeStatus::LimitExceeded { .. }) {
+        outcome.status = CodeStatus::LimitExceeded {
+            limit: CodeLimit::Output,
+            message,
+        };
+    }
 }
 
 /// The code-mode status for a limit the runtime enforced.
@@ -193,16 +232,4 @@ fn check_tool_error(status: CodeStatus, calls: &[ToolCallRecord]) -> CodeStatus 
             stack: None,
         },
     }
-}
-
-fn stderr_tail(stderr: &str) -> String {
-    let t = stderr.trim_end();
-    if t.is_empty() {
-        return String::new();
-    }
-    let start = t.len().saturating_sub(500);
-    let start = (start..=t.len())
-        .find(|i| t.is_char_boundary(*i))
-        .unwrap_or(t.len());
-    format!("; stderr: {}", &t[start..])
 }

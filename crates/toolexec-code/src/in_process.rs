@@ -18,7 +18,7 @@ use toolexec_runtime::{
     RunRequest, RunStatus, Runtime, RuntimeLimits, ToolHost, Unit, UnitKind,
 };
 
-use crate::access::{BoxFuture, ToolAccess};
+use crate::access::{BoxFuture, ToolAccess, until_cancelled};
 use crate::engine::{CodeEngine, Pool};
 use crate::worker::MAX_INPUT_BYTES;
 use crate::{CodeLimit, CodeLimits, CodeOutcome, CodeRequest, CodeStatus};
@@ -33,8 +33,9 @@ use crate::{CodeLimit, CodeLimits, CodeOutcome, CodeRequest, CodeStatus};
 ///   own limits; a host timer bounds the whole run by `wall_time`;
 /// - tools: the run's [`ToolHost`] (allowlist, budget, log); the engine
 ///   stops the script, uncatchably, at the same budget;
-/// - result: [`RunOutcome::value`] is the [`CodeOutcome`] JSON, the same
-///   shape the sandboxed worker sends, so
+/// - result: [`RunOutcome::value`] is the [`CodeOutcome`] JSON without its
+///   tool calls (those are [`RunOutcome::tool_calls`], the host's log), the
+///   same shape the sandboxed worker sends, so
 ///   [`crate::hardened::outcome_from_run`] reads either.
 ///
 /// ```
@@ -108,12 +109,10 @@ impl InProcessRuntime {
             Err(e) => return error(e),
         };
         let limits = &request.limits;
-        let budget_spent = CancellationToken::new();
-        let tools = HostTools {
+        let tools = Arc::new(HostTools {
             host: ctx.host.clone(),
-            budget_spent: budget_spent.clone(),
-        };
-        let engine = CodeEngine::with_tools_in(Arc::new(tools), self.pool.clone());
+        });
+        let engine = CodeEngine::with_tools_in(tools, self.pool.clone());
         let execution = engine.execute(CodeRequest::new(source).with_limits(code_limits.clone()));
         let deadline = tokio::time::Instant::from_std(started + limits.wall_time);
         // Dropping `execution` stops the script (the engine's drop guard).
@@ -121,7 +120,8 @@ impl InProcessRuntime {
         tokio::select! {
             biased;
             _ = ctx.cancel.cancelled() => ended(RunStatus::Cancelled),
-            _ = budget_spent.cancelled() => ended(RunStatus::LimitExceeded {
+            // The host signals once the refused call is in its log.
+            _ = ctx.host.budget_exceeded() => ended(RunStatus::LimitExceeded {
                 limit: LimitKind::ToolCalls,
                 message: "the host refused a tool call past the run's budget".into(),
             }),
@@ -232,7 +232,7 @@ fn invalid(field: &str, message: impl std::fmt::Display) -> ErrorBody {
 
 /// The run outcome of a finished execution: the [`CodeOutcome`] JSON as the
 /// value (the worker's shape), the console output, and the status.
-fn run_outcome(code: CodeOutcome) -> RunOutcome {
+fn run_outcome(mut code: CodeOutcome) -> RunOutcome {
     let status = match &code.status {
         CodeStatus::Ok => RunStatus::Ok,
         CodeStatus::LimitExceeded { limit, message } => match limit_kind(*limit) {
@@ -259,6 +259,9 @@ fn run_outcome(code: CodeOutcome) -> RunOutcome {
         },
     };
     let mut outcome = RunOutcome::new(InProcessRuntime::NAME, status);
+    // The worker's shape without the engine's call log: the run's log is
+    // the host's ([`RunOutcome::tool_calls`]), and the reader ignores it.
+    code.tool_calls.clear();
     outcome.value = Some(serde_json::to_value(&code).unwrap_or(Json::Null));
     outcome.stdout = code.stdout;
     outcome.stderr = code.stderr;
@@ -339,11 +342,10 @@ fn enforcement(limits: &RuntimeLimits, code: &CodeLimits) -> Vec<Enforcement> {
     ]
 }
 
-/// The engine's tools: the run's [`ToolHost`]. A call the host refuses for
-/// the budget ends the run (`budget_spent`), once the host has logged it.
+/// The engine's tools: the run's [`ToolHost`], which also signals the
+/// budget stop ([`ToolHost::budget_exceeded`]).
 struct HostTools {
     host: ToolHost,
-    budget_spent: CancellationToken,
 }
 
 impl ToolAccess for HostTools {
@@ -354,21 +356,8 @@ impl ToolAccess for HostTools {
         cancel: CancellationToken,
     ) -> BoxFuture<Result<Json, ErrorBody>> {
         let host = self.host.clone();
-        let budget_spent = self.budget_spent.clone();
         let id = tool_id.to_owned();
-        Box::pin(async move {
-            let result = tokio::select! {
-                r = host.call(&id, args) => r,
-                _ = cancel.cancelled() => Err(toolexec::Error::Cancelled { tool: id.clone() }.to_body()),
-            };
-            if let Err(e) = &result
-                && is_budget_refusal(e)
-                && host.budget_exhausted()
-            {
-                budget_spent.cancel();
-            }
-            result
-        })
+        Box::pin(async move { until_cancelled(&id, host.call(&id, args), &cancel).await })
     }
 
     fn search(&self, query: &str, limit: usize) -> BoxFuture<Json> {
@@ -382,13 +371,4 @@ impl ToolAccess for HostTools {
         let id = tool_id.to_owned();
         Box::pin(async move { host.describe(&id, level).await })
     }
-}
-
-/// The host's answer to a call past the budget: `limit_exceeded` with
-/// `details.limit = "tool_calls"`.
-fn is_budget_refusal(e: &ErrorBody) -> bool {
-    e.code == ErrorCode::LimitExceeded
-        && e.details
-            .as_ref()
-            .is_some_and(|d| d["limit"] == "tool_calls")
 }

@@ -17,7 +17,7 @@ use toolexec::{DetailLevel, ErrorBody, ErrorCode};
 use toolexec_runtime::RuntimeLimits;
 use toolexec_runtime::protocol::{ClientError, DEFAULT_MAX_FRAME_BYTES, GatewayClient};
 
-use crate::access::{BoxFuture, ToolAccess};
+use crate::access::{BoxFuture, ToolAccess, until_cancelled};
 use crate::{
     CodeEngine, CodeLimit, CodeOutcome, CodeRequest, CodeStatus, code_limits_from_runtime,
 };
@@ -109,7 +109,7 @@ pub async fn run_script_worker() -> Result<(), WorkerError> {
     let client = Arc::new(GatewayClient::from_env().await?);
     client.hello().await?;
     let outcome = run_with(client.clone(), &input).await;
-    client.send_result(result_value(&outcome)).await?;
+    client.send_result(result_value(outcome)).await?;
     Ok(())
 }
 
@@ -123,36 +123,31 @@ async fn run_with(client: Arc<GatewayClient<UnixStream>>, input: &WorkerInput) -
         .await
 }
 
-/// The outcome as the worker sends it: the [`CodeOutcome`] JSON, cut to
-/// fit one gateway frame (console output shortened, the status then
-/// `limit_exceeded: output`).
-pub fn result_value(outcome: &CodeOutcome) -> Json {
-    let value = serde_json::to_value(outcome).unwrap_or(Json::Null);
+/// The outcome as the worker sends it: the [`CodeOutcome`] JSON without
+/// its tool calls (the host keeps its own log and reads only the status,
+/// value and console output, so the calls' arguments and results must not
+/// count against the frame), cut to fit one gateway frame (console output
+/// shortened, the status then `limit_exceeded: output`).
+pub fn result_value(mut outcome: CodeOutcome) -> Json {
+    outcome.tool_calls.clear();
+    let value = serde_json::to_value(&outcome).unwrap_or(Json::Null);
     let budget = DEFAULT_MAX_FRAME_BYTES - 4096;
     if serde_json::to_vec(&value).map_or(0, |b| b.len()) <= budget {
         return value;
     }
     // Each kept character may take up to 6 bytes escaped.
     let keep = budget / 2 / 6 / 2;
-    let cut = |s: &str| {
-        let mut end = keep.min(s.len());
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s[..end].to_owned()
-    };
-    let mut short = outcome.clone();
-    short.stdout = cut(&outcome.stdout);
-    short.stderr = cut(&outcome.stderr);
-    short.value = None;
-    short.tool_calls.clear();
-    short.status = CodeStatus::LimitExceeded {
+    let cut = |s: &mut String| s.truncate(s.floor_char_boundary(keep));
+    cut(&mut outcome.stdout);
+    cut(&mut outcome.stderr);
+    outcome.value = None;
+    outcome.status = CodeStatus::LimitExceeded {
         limit: CodeLimit::Output,
         message: format!(
             "the outcome does not fit one gateway frame of {DEFAULT_MAX_FRAME_BYTES} bytes"
         ),
     };
-    serde_json::to_value(&short).unwrap_or(Json::Null)
+    serde_json::to_value(&outcome).unwrap_or(Json::Null)
 }
 
 /// Tool access through the gateway.
@@ -179,10 +174,8 @@ impl ToolAccess for GatewayTools {
         let client = self.0.clone();
         let id = tool_id.to_owned();
         Box::pin(async move {
-            tokio::select! {
-                r = client.call(&id, args) => r.map_err(client_error),
-                _ = cancel.cancelled() => Err(toolexec::Error::Cancelled { tool: id.clone() }.to_body()),
-            }
+            let call = async { client.call(&id, args).await.map_err(client_error) };
+            until_cancelled(&id, call, &cancel).await
         })
     }
 

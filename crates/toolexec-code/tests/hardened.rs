@@ -370,6 +370,122 @@ async fn no_runtime_is_an_error_not_an_outcome() {
     assert!(err.message.contains("hardened"), "{}", err.message);
 }
 
+#[tokio::test]
+async fn large_tool_results_do_not_fill_the_result_frame() {
+    // 4 calls of 300 kB arguments and 300 kB results: 2.4 MB of call log,
+    // more than one gateway frame, but the script's output is small.
+    let script = r#"
+        const s = "x".repeat(300000);
+        let n = 0;
+        for (let i = 0; i < 4; i++) n += (await tools.text.case({text: s, to: "upper"})).text.length;
+        console.log("done");
+        return n;
+    "#;
+    let out = hardened(&worker(), &exec(), script, quick()).await;
+    assert_eq!(out.status, CodeStatus::Ok, "{:?}", out.status);
+    assert_eq!(out.value, Some(json!(1_200_000)));
+    assert_eq!(out.stdout, "done\n");
+    assert_eq!(out.tool_calls.len(), 4);
+    assert!(out.tool_calls.iter().all(|c| c.ok));
+}
+
+#[test]
+fn the_worker_sends_no_call_log() {
+    use toolexec_code::worker::result_value;
+    let big = json!({"text": "x".repeat(600_000)});
+    let call = toolexec_code::ToolCallRecord {
+        tool_id: "text:case".into(),
+        args: big.clone(),
+        ok: true,
+        result: Some(big),
+        error: None,
+        duration_ms: 1.0,
+    };
+    let outcome = CodeOutcome {
+        status: CodeStatus::Ok,
+        value: Some(json!(7)),
+        stdout: "hi\n".into(),
+        stderr: String::new(),
+        tool_calls: vec![call; 2],
+        duration_ms: 1.0,
+    };
+    let sent = result_value(outcome);
+    assert_eq!(sent["status"]["kind"], "ok", "{}", sent["status"]);
+    assert_eq!(sent["value"], 7);
+    assert_eq!(sent["stdout"], "hi\n");
+    assert_eq!(sent["tool_calls"], json!([]));
+
+    // Output that cannot fit one frame is cut, and says so.
+    let outcome = CodeOutcome {
+        status: CodeStatus::Ok,
+        value: Some(json!(7)),
+        stdout: "\u{e9}".repeat(1 << 20),
+        stderr: String::new(),
+        tool_calls: Vec::new(),
+        duration_ms: 1.0,
+    };
+    let sent = result_value(outcome);
+    assert_eq!(sent["status"]["limit"], "output", "{}", sent["status"]);
+    assert_eq!(sent["value"], json!(null));
+    let stdout = sent["stdout"].as_str().unwrap();
+    assert!(!stdout.is_empty() && stdout.len() < 1 << 20);
+    assert!(serde_json::to_vec(&sent).unwrap().len() < 1 << 20);
+}
+
+/// A report as a compromised worker might forge it.
+fn forged(stdout: &str, stderr: &str, value: serde_json::Value) -> RunOutcome {
+    let mut run = RunOutcome::new("forged", toolexec_runtime::RunStatus::Ok);
+    run.value = Some(json!({
+        "status": {"kind": "ok"},
+        "value": value,
+        "stdout": stdout,
+        "stderr": stderr,
+    }));
+    run
+}
+
+#[test]
+fn forged_oversized_reports_are_held_to_the_callers_limit() {
+    use toolexec_code::hardened::outcome_from_run;
+    let limits = CodeLimits {
+        max_output_bytes: 1001,
+        ..CodeLimits::default()
+    };
+    // Console output over the limit: cut at a character boundary (2-byte
+    // characters, odd limit), the value dropped.
+    let run = forged(&"\u{e9}".repeat(1500), "err\n", json!("v"));
+    let out = outcome_from_run(run, &limits).unwrap();
+    assert_eq!(
+        out.status.limit(),
+        Some(CodeLimit::Output),
+        "{:?}",
+        out.status
+    );
+    assert_eq!(out.stdout, "\u{e9}".repeat(500));
+    assert_eq!(out.stderr, "e", "the one byte left");
+    assert_eq!(out.value, None);
+    // Small output, oversized value.
+    let run = forged("hi\n", "", json!("v".repeat(5000)));
+    let out = outcome_from_run(run, &limits).unwrap();
+    assert_eq!(
+        out.status.limit(),
+        Some(CodeLimit::Output),
+        "{:?}",
+        out.status
+    );
+    assert_eq!(out.stdout, "hi\n");
+    assert_eq!(out.value, None);
+    // Within the limit: kept as reported.
+    let run = forged("hi\n", "warn\n", json!("v".repeat(900)));
+    let out = outcome_from_run(run, &limits).unwrap();
+    assert_eq!(out.status, CodeStatus::Ok, "{:?}", out.status);
+    assert_eq!(out.value, Some(json!("v".repeat(900))));
+    assert_eq!(
+        (out.stdout.as_str(), out.stderr.as_str()),
+        ("hi\n", "warn\n")
+    );
+}
+
 #[test]
 fn worker_input_is_checked() {
     use toolexec_code::worker::read_input;

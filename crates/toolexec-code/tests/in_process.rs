@@ -156,11 +156,12 @@ async fn budget_exhaustion_ends_the_run() {
 async fn the_hosts_budget_is_authoritative() {
     // A host with a smaller budget than the request says: the host refuses
     // (and logs) the call past its budget, and the run ends there even
-    // though the script catches the refusal.
+    // though the script catches the refusal. A call refused by the
+    // allowlist counts too.
     let exec = exec();
     let cancel = CancellationToken::new();
     let host_limits = RuntimeLimits {
-        max_tool_calls: 1,
+        max_tool_calls: 2,
         allowed_tools: vec!["math:*".into()],
         ..RuntimeLimits::default()
     };
@@ -374,4 +375,111 @@ async fn hardened_selection_refuses_it() {
     assert_eq!(info.name, "in_process");
     assert!(info.available);
     assert!(info.profiles.is_empty(), "{info:?}");
+}
+
+/// A script whose calls carry more than a gateway frame (1 MiB) of
+/// arguments and results, with little output of its own.
+const BIG_TOOL_RESULTS: &str = r#"
+const s = "x".repeat(300000);
+let n = 0;
+for (let i = 0; i < 4; i++) n += (await tools.text.case({text: s, to: "upper"})).text.length;
+console.log("done");
+return n;
+"#;
+
+#[tokio::test]
+async fn large_tool_results_do_not_count_as_output() {
+    let run = run(BIG_TOOL_RESULTS, RuntimeLimits::default()).await;
+    assert!(run.is_ok(), "{:?}", run.status);
+    assert_eq!(run.tool_calls.len(), 4);
+    // The value is what the reader needs, not a second copy of the log.
+    let value = run.value.as_ref().unwrap();
+    assert!(value.get("tool_calls").is_none_or(|c| c == &json!([])));
+    let code = outcome_from_run(run, &CodeLimits::default()).unwrap();
+    assert_eq!(code.status, CodeStatus::Ok, "{:?}", code.status);
+    assert_eq!(code.value, Some(json!(1_200_000)));
+    assert_eq!(code.stdout, "done\n");
+    assert_eq!(code.tool_calls.len(), 4);
+}
+
+/// A tool (here behind a forwarding host) whose own error is
+/// `limit_exceeded` with `limit: "tool_calls"`, e.g. a nested run that hit
+/// its budget.
+struct QuotaTool;
+
+impl toolexec_runtime::ToolCaller for QuotaTool {
+    fn call(
+        &self,
+        _tool_id: String,
+        _args: serde_json::Value,
+    ) -> toolexec::BoxFuture<'static, Result<serde_json::Value, toolexec::ErrorBody>> {
+        Box::pin(async {
+            Err(toolexec::ErrorBody {
+                code: ErrorCode::LimitExceeded,
+                message: "limit_exceeded: the upstream's own budget of 1 call is spent".into(),
+                details: Some(json!({"limit": "tool_calls", "max": 1})),
+            })
+        })
+    }
+    fn search(
+        &self,
+        _query: String,
+        _limit: usize,
+    ) -> toolexec::BoxFuture<'static, serde_json::Value> {
+        Box::pin(async { json!([]) })
+    }
+    fn describe(
+        &self,
+        tool_id: String,
+        _level: toolexec::DetailLevel,
+    ) -> toolexec::BoxFuture<'static, Result<serde_json::Value, toolexec::ErrorBody>> {
+        Box::pin(async move { Ok(json!({"id": tool_id})) })
+    }
+}
+
+#[tokio::test]
+async fn a_tools_own_tool_calls_error_is_not_the_runs_budget() {
+    // The run's one call is spent on a tool whose error looks like a budget
+    // refusal; only the host's own refusal ends the run.
+    let limits = RuntimeLimits {
+        max_tool_calls: 1,
+        ..RuntimeLimits::default()
+    };
+    let cancel = CancellationToken::new();
+    let host = ToolHost::with_caller(std::sync::Arc::new(QuotaTool), &limits, cancel.clone());
+    let script = r#"
+        try { await tools.run("up:quota", {}); } catch (e) { console.log(e.code, e.details.limit); }
+        return "carried on";
+    "#;
+    let request = RunRequest::new(Unit::javascript(script), Profile::Standard).with_limits(limits);
+    let run = InProcessRuntime::new(1)
+        .run(request, RunContext::new(host, cancel))
+        .await;
+    assert!(run.is_ok(), "{run:?}");
+    assert_eq!(run.stdout, "limit_exceeded tool_calls\n");
+    assert_eq!(run.value.as_ref().unwrap()["value"], "carried on");
+    assert_eq!(run.tool_calls.len(), 1);
+    assert!(!run.tool_calls[0].ok);
+}
+
+#[tokio::test]
+async fn the_hosts_budget_signal_ends_the_run_without_an_error_to_see() {
+    // Past the host's lookup budget a search just comes back empty; only
+    // the host's budget signal says the run is over.
+    let limits = RuntimeLimits {
+        max_tool_calls: 1,
+        ..RuntimeLimits::default()
+    };
+    let cancel = CancellationToken::new();
+    let host = ToolHost::new(exec(), &limits, cancel.clone());
+    let request = RunRequest::new(
+        Unit::javascript("for (;;) await tools.search('add numbers', 1);"),
+        Profile::Standard,
+    )
+    .with_limits(limits);
+    let run = InProcessRuntime::new(1)
+        .run(request, RunContext::new(host, cancel))
+        .await;
+    // Not the 30 s wall time: the signal stopped it.
+    assert_eq!(run.status.limit(), Some(LimitKind::ToolCalls), "{run:?}");
 }

@@ -465,13 +465,17 @@ fn classify(
         None if seen.pids_refused > 0 && limits.max_processes.is_some() => {
             processes(seen.pids_refused)
         }
-        None if exit_code == Some(128 + libc::SIGXCPU) => RunStatus::LimitExceeded {
-            limit: LimitKind::CpuTime,
-            message: format!(
-                "the unit used more than {} s of CPU time (SIGXCPU)",
-                limits.cpu_time.map(|d| d.as_secs_f64()).unwrap_or_default()
-            ),
-        },
+        // SIGXCPU comes from the RLIMIT_CPU set only for a cpu_time limit;
+        // without one, a unit's own SIGXCPU death is its own failure.
+        None if exit_code == Some(128 + libc::SIGXCPU) && limits.cpu_time.is_some() => {
+            RunStatus::LimitExceeded {
+                limit: LimitKind::CpuTime,
+                message: format!(
+                    "the unit used more than {} s of CPU time (SIGXCPU)",
+                    limits.cpu_time.map(|d| d.as_secs_f64()).unwrap_or_default()
+                ),
+            }
+        }
         None => match exit_code {
             Some(0) => RunStatus::Ok,
             Some(code @ 129..=192) => RunStatus::Failed {
@@ -739,6 +743,15 @@ mod tests {
             classify(Some(Stop::Processes(3)), Some(137), none, &limits).limit(),
             Some(LimitKind::Processes)
         );
+        // 152 = 128 + SIGXCPU: a limit hit only when cpu_time was set.
+        let no_cpu_limit = RuntimeLimits {
+            cpu_time: None,
+            ..RuntimeLimits::default()
+        };
+        assert!(
+            matches!(classify(None, Some(152), none, &no_cpu_limit), RunStatus::Failed { message } if message.contains("signal 24")),
+        );
+        assert!(limits.cpu_time.is_some());
         assert_eq!(
             classify(None, Some(152), none, &limits).limit(),
             Some(LimitKind::CpuTime)

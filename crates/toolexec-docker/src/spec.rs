@@ -54,7 +54,7 @@ pub(crate) fn container_body(
             enforcement.push(Enforcement::by(
                 LimitKind::CpuTime,
                 format!(
-                    "RLIMIT_CPU {secs} s per process (container ulimit), NanoCpus {}",
+                    "RLIMIT_CPU {secs} s for each process separately, not a total over the unit's processes (container ulimit); NanoCpus {} caps the rate",
                     config.cpus
                 ),
             ));

@@ -3,12 +3,16 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::OciError;
 use crate::cgroup::RunCgroup;
 use crate::config::OciFlavor;
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
+
+/// How long the runtime's force delete may take before it is killed.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A unique container id: `toolexec-<pid>-<n>-<nanos>`.
 pub(crate) fn container_id() -> String {
@@ -111,10 +115,51 @@ impl RunGuard {
 }
 
 impl Drop for RunGuard {
+    /// A run dropped before [`RunGuard::cleanup`] (its future was dropped)
+    /// is cleaned up on a thread of its own: never blocking an async
+    /// worker on the runtime's delete.
     fn drop(&mut self) {
-        if let Some(inner) = self.inner.take() {
-            inner.cleanup();
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        let slot = std::sync::Arc::new(parking_lot::Mutex::new(Some(inner)));
+        let theirs = slot.clone();
+        let spawned = std::thread::Builder::new()
+            .name("toolexec-oci-cleanup".into())
+            .spawn(move || {
+                if let Some(inner) = theirs.lock().take() {
+                    inner.cleanup();
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot spawn a cleanup thread, cleaning up inline: {e}");
+            if let Some(inner) = slot.lock().take() {
+                inner.cleanup();
+            }
         }
+    }
+}
+
+/// Runs `command` to completion, killing it after `timeout`. `None` when
+/// it had to be killed.
+fn run_bounded(
+    command: &mut Command,
+    timeout: Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let mut child = command.spawn()?;
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 
@@ -124,14 +169,19 @@ impl Inner {
             OciFlavor::Runc => "-f",
             OciFlavor::Runsc => "-force",
         };
-        let _ = Command::new(&self.binary)
+        let mut delete = Command::new(&self.binary);
+        delete
             .arg("--root")
             .arg(&self.state_dir)
             .args(["delete", force, &self.id])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+            .stderr(Stdio::null());
+        match run_bounded(&mut delete, DELETE_TIMEOUT) {
+            Ok(Some(_)) => {}
+            Ok(None) => tracing::warn!(id = %self.id, "container delete timed out and was killed"),
+            Err(e) => tracing::warn!(id = %self.id, "cannot run container delete: {e}"),
+        }
         if let Some(cgroup) = &self.cgroup {
             cgroup.remove();
         }
@@ -143,5 +193,60 @@ impl Inner {
         {
             tracing::warn!(bundle = %self.bundle.display(), "cannot remove bundle: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn bounded_command_is_killed_at_the_deadline() {
+        let mut sleeper = Command::new("sleep");
+        sleeper.arg("60");
+        assert_eq!(
+            run_bounded(&mut sleeper, Duration::from_millis(100)).unwrap(),
+            None
+        );
+        let mut quick = Command::new("true");
+        let status = run_bounded(&mut quick, Duration::from_secs(60)).unwrap();
+        assert!(status.is_some_and(|s| s.success()));
+    }
+
+    /// Dropping a guard (a run future dropped mid-way) hands the cleanup to
+    /// a thread of its own, which runs the runtime's force delete and
+    /// removes the bundle.
+    #[test]
+    fn drop_cleans_up_off_the_caller() {
+        let base = std::env::temp_dir().join(format!("toolexec-oci-drop-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let binary = base.join("fake-runc");
+        std::fs::write(
+            &binary,
+            "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/args\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let guard = RunGuard::create(
+            OciFlavor::Runc,
+            &binary,
+            &base.join("state"),
+            &base.join("work"),
+            "toolexec-test-drop",
+        )
+        .unwrap();
+        let bundle = guard.bundle().to_owned();
+        assert!(bundle.is_dir());
+        drop(guard);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while bundle.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!bundle.exists(), "bundle left behind");
+        let args = std::fs::read_to_string(base.join("args")).unwrap();
+        assert!(args.contains("delete -f toolexec-test-drop"), "{args}");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -55,22 +55,31 @@ impl RunCgroup {
                 ))
             })?;
         }
+        if let Err(e) = cgroup.write_limits(memory, pids) {
+            // A limit the kernel refused: the directories go too.
+            cgroup.remove();
+            return Err(e);
+        }
+        Ok(cgroup)
+    }
+
+    fn write_limits(&self, memory: Option<u64>, pids: Option<u64>) -> Result<(), OciError> {
         if let Some(bytes) = memory {
-            cgroup.write("memory", "memory.limit_in_bytes", &bytes.to_string())?;
+            self.write("memory", "memory.limit_in_bytes", &bytes.to_string())?;
             // Without swap accounting the limit is RAM only; with it, swap
             // must not extend it.
-            if cgroup
+            if self
                 .dir("memory")
                 .join("memory.memsw.limit_in_bytes")
                 .exists()
             {
-                cgroup.write("memory", "memory.memsw.limit_in_bytes", &bytes.to_string())?;
+                self.write("memory", "memory.memsw.limit_in_bytes", &bytes.to_string())?;
             }
         }
         if let Some(max) = pids {
-            cgroup.write("pids", "pids.max", &max.to_string())?;
+            self.write("pids", "pids.max", &max.to_string())?;
         }
-        Ok(cgroup)
+        Ok(())
     }
 
     /// The `cgroupsPath` for the container: nested in this cgroup for
@@ -271,6 +280,36 @@ mod tests {
         for good in ["toolexec-oci", "a/b-c/d"] {
             assert!(check_parent(good).is_ok(), "{good:?}");
         }
+    }
+
+    /// A limit the kernel refuses (pids.max above PIDS_MAX) is a typed
+    /// error and leaves no cgroup behind.
+    #[test]
+    fn refused_limit_leaves_no_cgroup() {
+        let root = Path::new("/sys/fs/cgroup");
+        let parent = format!("toolexec-oci-unit-{}", std::process::id());
+        if let Err(why) = check(root, &parent) {
+            assert!(std::env::var_os("CI").is_none(), "{why}");
+            eprintln!("SKIPPED: refused_limit_leaves_no_cgroup: {why}");
+            return;
+        }
+        let err =
+            RunCgroup::create(root, &parent, "run", Some(64 << 20), Some(u64::MAX)).unwrap_err();
+        assert!(err.to_string().contains("pids.max"), "{err}");
+        for ctrl in OWN_CONTROLLERS {
+            let dir = root.join(ctrl).join(&parent);
+            assert!(!dir.exists(), "left behind: {}", dir.display());
+        }
+        // The same with a valid limit works and is removed.
+        let ok = RunCgroup::create(root, &parent, "run", Some(64 << 20), Some(8)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ok.dir("pids").join("pids.max"))
+                .unwrap()
+                .trim(),
+            "8"
+        );
+        ok.remove();
+        assert!(!root.join("pids").join(&parent).exists());
     }
 
     #[test]

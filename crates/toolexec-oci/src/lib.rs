@@ -28,6 +28,7 @@ mod bundle;
 mod cgroup;
 mod config;
 mod error;
+mod gateway;
 mod rootfs;
 mod runtime;
 mod seccomp;

@@ -1,13 +1,13 @@
 //! [`OciRuntime`]: units as OCI containers under runc or runsc.
 
 use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio_util::task::AbortOnDropHandle;
 use toolexec::{Availability, BoxFuture};
 use toolexec_runtime::process::{Ended, ProcessSpec, run_process};
 use toolexec_runtime::protocol::{GatewayConfig, GatewayServer, ProtocolError};
@@ -20,7 +20,7 @@ use crate::bundle::{RunGuard, container_id};
 use crate::cgroup::{self, RunCgroup};
 use crate::config::{OciConfig, OciFlavor};
 use crate::spec::{self, GatewayMode, SpecInput};
-use crate::{OciError, rootfs};
+use crate::{OciError, gateway, rootfs};
 
 /// Host tasks the gVisor sandbox itself (sentry, gofer, ptrace stubs)
 /// needs besides the unit's processes; added to `pids.max` for runsc.
@@ -267,128 +267,134 @@ impl OciRuntime {
             &self.config.work_dir,
             &id,
         )?;
-        let pids_max = limits.max_processes.map(|n| match flavor {
-            OciFlavor::Runc => u64::from(n),
-            OciFlavor::Runsc => u64::from(n) + RUNSC_PIDS_OVERHEAD,
-        });
-        let cgroup = RunCgroup::create(
-            &self.config.cgroup_root,
-            &self.config.cgroup_parent,
-            &id,
-            limits.memory_bytes,
-            pids_max,
-        )?;
-        let cgroups_path = cgroup.container_path(flavor);
-        guard.set_cgroup(cgroup);
+        // Every way out after this point (errors included) cleans up here,
+        // deterministically; only a dropped future leaves it to the guard.
+        let result: Result<RunOutcome, OciError> = async {
+            let pids_max = limits.max_processes.map(|n| match flavor {
+                OciFlavor::Runc => u64::from(n),
+                OciFlavor::Runsc => u64::from(n) + RUNSC_PIDS_OVERHEAD,
+            });
+            let cgroup = RunCgroup::create(
+                &self.config.cgroup_root,
+                &self.config.cgroup_parent,
+                &id,
+                limits.memory_bytes,
+                pids_max,
+            )?;
+            let cgroups_path = cgroup.container_path(flavor);
+            guard.set_cgroup(cgroup);
 
-        // The gateway: descriptor 3 for runc, a bound socket for runsc.
-        let (gateway, listener) = match flavor {
-            OciFlavor::Runc => (GatewayMode::Fd, None),
-            OciFlavor::Runsc => {
-                // Unix socket paths are short (108 bytes): not in the bundle.
-                let dir = std::env::temp_dir()
-                    .join(format!("txgw-{}", id.trim_start_matches("toolexec-")));
-                guard.set_extra_dir(dir.clone());
-                let listener = bind_gateway(&dir)?;
-                (GatewayMode::Socket(dir), Some(listener))
+            // The gateway: descriptor 3 for runc, a bound socket for runsc.
+            let (gateway, listener) = match flavor {
+                OciFlavor::Runc => (GatewayMode::Fd, None),
+                OciFlavor::Runsc => {
+                    // Unix socket paths are short (108 bytes): not in the bundle.
+                    let name = format!("txgw-{}", id.trim_start_matches("toolexec-"));
+                    let (dir, listener) = gateway::bind(&gateway::default_parent(), &name)?;
+                    guard.set_extra_dir(dir.clone());
+                    (GatewayMode::Socket(dir), Some(listener))
+                }
+            };
+            let spec = spec::build(&SpecInput {
+                flavor,
+                rootfs: &root,
+                command,
+                limits,
+                user: self.config.user,
+                binds: &self.config.binds,
+                cgroups_path,
+                gateway,
+                worker: worker.as_deref(),
+            })?;
+            let config_path = guard.bundle().join("config.json");
+            std::fs::write(&config_path, spec.to_string()).map_err(|e| {
+                OciError::setup(format!("cannot write {}: {e}", config_path.display()))
+            })?;
+
+            let run_cancel = ctx.cancel.child_token();
+            let inner_ctx = RunContext {
+                host: ctx.host.clone(),
+                cancel: run_cancel.clone(),
+                output: ctx.output.clone(),
+            };
+            let cpu_exceeded = Arc::new(AtomicBool::new(false));
+            // Host tasks of this run, aborted when the run ends or is dropped.
+            let mut watchers: Vec<AbortOnDropHandle<()>> = Vec::new();
+            if let (Some(cpu), Some(cg)) = (limits.cpu_time, guard.cgroup()) {
+                let usage_path = cg.display("cpuacct");
+                watchers.push(AbortOnDropHandle::new(tokio::spawn(watch_cpu(
+                    usage_path.into(),
+                    cpu,
+                    cpu_exceeded.clone(),
+                    run_cancel.clone(),
+                ))));
             }
-        };
-        let spec = spec::build(&SpecInput {
-            flavor,
-            rootfs: &root,
-            command,
-            limits,
-            user: self.config.user,
-            binds: &self.config.binds,
-            cgroups_path,
-            gateway,
-            worker: worker.as_deref(),
-        })?;
-        let config_path = guard.bundle().join("config.json");
-        std::fs::write(&config_path, spec.to_string())
-            .map_err(|e| OciError::setup(format!("cannot write {}: {e}", config_path.display())))?;
+            let server = GatewayServer::new(ctx.host.clone(), GatewayConfig::default());
+            let protocol_error: Arc<Mutex<Option<ProtocolError>>> = Arc::default();
+            if let Some(listener) = listener {
+                watchers.push(AbortOnDropHandle::new(tokio::spawn(gateway::serve(
+                    listener,
+                    server.clone(),
+                    protocol_error.clone(),
+                    run_cancel.clone(),
+                ))));
+            }
 
-        let run_cancel = ctx.cancel.child_token();
-        let inner_ctx = RunContext {
-            host: ctx.host.clone(),
-            cancel: run_cancel.clone(),
-            output: ctx.output.clone(),
-        };
-        let cpu_exceeded = Arc::new(AtomicBool::new(false));
-        let mut watchers = Vec::new();
-        if let (Some(cpu), Some(cg)) = (limits.cpu_time, guard.cgroup()) {
-            let usage_path = cg.display("cpuacct");
-            watchers.push(tokio::spawn(watch_cpu(
-                usage_path.into(),
-                cpu,
-                cpu_exceeded.clone(),
-                run_cancel.clone(),
-            )));
-        }
-        let server = GatewayServer::new(ctx.host.clone(), GatewayConfig::default());
-        let protocol_error: Arc<Mutex<Option<ProtocolError>>> = Arc::default();
-        if let Some(listener) = listener {
-            watchers.push(tokio::spawn(serve_socket(
-                listener,
-                server.clone(),
-                protocol_error.clone(),
-                run_cancel.clone(),
-            )));
-        }
-
-        let process = ProcessSpec {
-            program: binary.clone(),
-            args: self.launcher_args(guard.bundle(), &id),
-            env: vec![(
-                "PATH".into(),
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-            )],
-            cwd: Some(guard.bundle().to_owned()),
-            stdin: command.stdin.clone().map(String::into_bytes),
-            gateway: flavor == OciFlavor::Runc,
-            ..ProcessSpec::default()
-        };
-        let run = run_process(process, limits, &inner_ctx).await;
-        for w in &watchers {
-            w.abort();
-        }
-        let run = run.map_err(|e| OciError::setup(e.to_string()))?;
-        let ended = run.ended.clone();
-        let signal = run.signal(true);
-        let mut outcome = run.into_outcome(name, ctx, limits, true);
-        if flavor == OciFlavor::Runsc && outcome.value.is_none() {
-            outcome.value = server.value();
-        }
-        let (oom, failcnt, refused) = guard
-            .cgroup()
-            .map(|c| (c.oom_kills(), c.memory_failcnt(), c.pids_refused()))
-            .unwrap_or_default();
-        // Our own stops first, then what the cgroups saw.
-        let own_cancel = matches!(ended, Some(Ended::Cancelled)) && !ctx.cancel.is_cancelled();
-        if own_cancel && cpu_exceeded.load(Ordering::Relaxed) {
-            outcome.status = cpu_status(limits, "cgroup cpuacct.usage");
-        } else if let Some(e) = protocol_error.lock().take().filter(|_| own_cancel) {
-            outcome.status = RunStatus::Error { error: e.to_body() };
-        } else if matches!(outcome.status, RunStatus::Failed { .. })
-            || (ended.is_none() && !outcome.is_ok())
-        {
-            if oom > 0 || (signal == Some(libc::SIGKILL) && failcnt > 0) {
-                outcome.status = RunStatus::LimitExceeded {
-                    limit: LimitKind::Memory,
-                    message: format!(
-                        "the unit went over its {} bytes of memory and was OOM-killed (cgroup v1 memory)",
-                        limits.memory_bytes.unwrap_or_default()
-                    ),
-                };
-            } else if refused > 0 {
+            let process = ProcessSpec {
+                program: binary.clone(),
+                args: self.launcher_args(guard.bundle(), &id),
+                env: vec![(
+                    "PATH".into(),
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+                )],
+                cwd: Some(guard.bundle().to_owned()),
+                stdin: command.stdin.clone().map(String::into_bytes),
+                gateway: flavor == OciFlavor::Runc,
+                ..ProcessSpec::default()
+            };
+            let run = run_process(process, limits, &inner_ctx).await;
+            // Also aborted if this future is dropped before getting here.
+            drop(watchers);
+            let run = run.map_err(|e| OciError::setup(e.to_string()))?;
+            let ended = run.ended.clone();
+            let signal = run.signal(true);
+            let mut outcome = run.into_outcome(name, ctx, limits, true);
+            if flavor == OciFlavor::Runsc && outcome.value.is_none() {
+                outcome.value = server.value();
+            }
+            let (oom, failcnt, refused) = guard
+                .cgroup()
+                .map(|c| (c.oom_kills(), c.memory_failcnt(), c.pids_refused()))
+                .unwrap_or_default();
+            // Our own stops first, then what the cgroups saw.
+            let own_cancel = matches!(ended, Some(Ended::Cancelled)) && !ctx.cancel.is_cancelled();
+            if own_cancel && cpu_exceeded.load(Ordering::Relaxed) {
+                outcome.status = cpu_status(limits, "cgroup cpuacct.usage");
+            } else if let Some(e) = protocol_error.lock().take().filter(|_| own_cancel) {
+                outcome.status = RunStatus::Error { error: e.to_body() };
+            } else if matches!(outcome.status, RunStatus::Failed { .. })
+                || (ended.is_none() && !outcome.is_ok())
+            {
+                if oom > 0 || (signal == Some(libc::SIGKILL) && failcnt > 0) {
+                    outcome.status = RunStatus::LimitExceeded {
+                        limit: LimitKind::Memory,
+                        message: format!(
+                            "the unit went over its {} bytes of memory and was OOM-killed (cgroup v1 memory)",
+                            limits.memory_bytes.unwrap_or_default()
+                        ),
+                    };
+                } else if refused > 0 {
+                    outcome.status = processes_status(limits, refused);
+                }
+            } else if matches!(ended, Some(Ended::WallTime)) && refused > 0 {
                 outcome.status = processes_status(limits, refused);
             }
-        } else if matches!(ended, Some(Ended::WallTime)) && refused > 0 {
-            outcome.status = processes_status(limits, refused);
+            outcome.enforcement = self.enforcement(limits, guard.cgroup(), pids_max);
+            Ok(outcome)
         }
-        outcome.enforcement = self.enforcement(limits, guard.cgroup(), pids_max);
+        .await;
         guard.cleanup().await;
-        Ok(outcome)
+        result
     }
 
     fn enforcement(
@@ -425,9 +431,9 @@ impl OciRuntime {
             (Some(cpu), OciFlavor::Runc) => Enforcement::by(
                 LimitKind::CpuTime,
                 format!(
-                    "RLIMIT_CPU {} s per process + cgroup v1 cpuacct.usage watch ({})",
-                    spec::cpu_secs(cpu),
-                    path("cpuacct")
+                    "cgroup v1 cpuacct.usage watch ({}), RLIMIT_CPU {} s per process as a backstop",
+                    path("cpuacct"),
+                    spec::cpu_secs(cpu) + 1
                 ),
             ),
             (Some(_), OciFlavor::Runsc) => Enforcement::by(
@@ -522,37 +528,6 @@ async fn watch_cpu(
             cancel.cancel();
             return;
         }
-    }
-}
-
-/// A listening socket in `dir` the unit (any uid) can connect to.
-fn bind_gateway(dir: &Path) -> Result<tokio::net::UnixListener, OciError> {
-    let err =
-        |e: std::io::Error| OciError::setup(format!("gateway socket in {}: {e}", dir.display()));
-    std::fs::create_dir_all(dir).map_err(err)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(err)?;
-    let path = dir.join(spec::GATEWAY_SOCKET_NAME);
-    let listener = tokio::net::UnixListener::bind(&path).map_err(err)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
-    Ok(listener)
-}
-
-/// Accepts the unit's one gateway connection and serves it; a protocol
-/// violation ends the run.
-async fn serve_socket(
-    listener: tokio::net::UnixListener,
-    server: GatewayServer,
-    error: Arc<Mutex<Option<ProtocolError>>>,
-    cancel: toolexec::CancellationToken,
-) {
-    let Ok((stream, _)) = listener.accept().await else {
-        return;
-    };
-    // One connection per run: later ones are refused.
-    drop(listener);
-    if let Err(e) = server.serve(stream).await {
-        *error.lock() = Some(e);
-        cancel.cancel();
     }
 }
 

@@ -89,7 +89,10 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
         json!({"type": "RLIMIT_NOFILE", "soft": NOFILE, "hard": NOFILE}),
     ];
     if let Some(cpu) = limits.cpu_time {
-        let secs = cpu_secs(cpu);
+        // The cgroup cpuacct watch decides (a total over the unit's
+        // processes); RLIMIT_CPU, a second later, is a per-process backstop,
+        // so an exit code a unit can forge (128 + SIGXCPU) never decides.
+        let secs = cpu_secs(cpu) + 1;
         rlimits.push(json!({"type": "RLIMIT_CPU", "soft": secs, "hard": secs + 1}));
     }
     if let Some(disk) = limits.disk_bytes {

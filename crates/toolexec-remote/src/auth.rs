@@ -1,11 +1,12 @@
 //! Request signing: HMAC-SHA256 over a canonical string, and the shared key.
 //!
-//! The canonical string (see `docs/remote-protocol.md`) is five lines joined
+//! The canonical string (see `docs/remote-protocol.md`) is six lines joined
 //! by `\n`, after a fixed version line:
 //!
 //! ```text
 //! toolexec-remote-v1
 //! <METHOD>
+//! <authority: the Host header, e.g. 10.0.0.5:7878>
 //! <path and query, as sent>
 //! <timestamp: unix seconds>
 //! <nonce>
@@ -43,22 +44,37 @@ pub struct Signature {
     pub signature: String,
 }
 
+/// What a signature covers besides the timestamp and nonce: the request
+/// line and the server it is addressed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// `GET`, `POST`, ...
+    pub method: &'a str,
+    /// The `Host` header (`host:port`): a request signed for one server is
+    /// refused by another sharing the key.
+    pub authority: &'a str,
+    /// The request target as sent: path and query.
+    pub path_and_query: &'a str,
+}
+
 /// The canonical string that is signed.
 ///
 /// ```
-/// let s = toolexec_remote::auth::canonical_string("POST", "/v1/runs", 1700000000, "abcdefghijklmnop", b"");
-/// assert_eq!(s.lines().count(), 6);
+/// use toolexec_remote::auth::{canonical_string, Target};
+/// let target = Target { method: "POST", authority: "127.0.0.1:7878", path_and_query: "/v1/runs" };
+/// let s = canonical_string(target, 1700000000, "abcdefghijklmnop", b"");
+/// assert_eq!(s.lines().count(), 7);
+/// assert_eq!(s.lines().nth(2), Some("127.0.0.1:7878"));
 /// assert!(s.ends_with("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
 /// ```
-pub fn canonical_string(
-    method: &str,
-    path_and_query: &str,
-    timestamp: u64,
-    nonce: &str,
-    body: &[u8],
-) -> String {
+pub fn canonical_string(target: Target<'_>, timestamp: u64, nonce: &str, body: &[u8]) -> String {
+    let Target {
+        method,
+        authority,
+        path_and_query,
+    } = target;
     format!(
-        "{CANONICAL_VERSION}\n{method}\n{path_and_query}\n{timestamp}\n{nonce}\n{}",
+        "{CANONICAL_VERSION}\n{method}\n{authority}\n{path_and_query}\n{timestamp}\n{nonce}\n{}",
         hex(&Sha256::digest(body))
     )
 }
@@ -70,28 +86,20 @@ fn mac(key: &Secret) -> Hmac<Sha256> {
 }
 
 /// Signs a request now, with a fresh random nonce.
-pub fn sign(key: &Secret, method: &str, path_and_query: &str, body: &[u8]) -> Signature {
-    sign_at(
-        key,
-        method,
-        path_and_query,
-        body,
-        unix_now(),
-        &random_nonce(),
-    )
+pub fn sign(key: &Secret, target: Target<'_>, body: &[u8]) -> Signature {
+    sign_at(key, target, body, unix_now(), &random_nonce())
 }
 
 /// Signs a request with a given timestamp and nonce.
 pub fn sign_at(
     key: &Secret,
-    method: &str,
-    path_and_query: &str,
+    target: Target<'_>,
     body: &[u8],
     timestamp: u64,
     nonce: &str,
 ) -> Signature {
     let mut mac = mac(key);
-    mac.update(canonical_string(method, path_and_query, timestamp, nonce, body).as_bytes());
+    mac.update(canonical_string(target, timestamp, nonce, body).as_bytes());
     Signature {
         timestamp,
         nonce: nonce.to_owned(),
@@ -102,8 +110,7 @@ pub fn sign_at(
 /// Checks `signature` (`v1=<hex>`) in constant time.
 pub fn verify(
     key: &Secret,
-    method: &str,
-    path_and_query: &str,
+    target: Target<'_>,
     body: &[u8],
     timestamp: u64,
     nonce: &str,
@@ -113,7 +120,7 @@ pub fn verify(
         return false;
     };
     let mut mac = mac(key);
-    mac.update(canonical_string(method, path_and_query, timestamp, nonce, body).as_bytes());
+    mac.update(canonical_string(target, timestamp, nonce, body).as_bytes());
     // `verify_slice` compares in constant time.
     mac.verify_slice(&bytes).is_ok()
 }
@@ -243,51 +250,101 @@ impl KeySource {
 mod tests {
     use super::*;
 
+    fn target<'a>(method: &'a str, authority: &'a str, path: &'a str) -> Target<'a> {
+        Target {
+            method,
+            authority,
+            path_and_query: path,
+        }
+    }
+
     #[test]
     fn sign_then_verify_and_tamper() {
         let key = Secret::new("0123456789abcdef0123");
-        let sig = sign_at(&key, "POST", "/v1/runs", b"{}", 100, "nonce-nonce-nonce");
+        let good = target("POST", "10.0.0.1:7878", "/v1/runs");
+        let sig = sign_at(&key, good, b"{}", 100, "nonce-nonce-nonce");
         assert!(verify(
             &key,
-            "POST",
-            "/v1/runs",
+            good,
             b"{}",
             100,
             "nonce-nonce-nonce",
             &sig.signature
         ));
-        for (m, p, b, t, n) in [
-            ("GET", "/v1/runs", &b"{}"[..], 100, "nonce-nonce-nonce"),
-            ("POST", "/v1/run", b"{}", 100, "nonce-nonce-nonce"),
-            ("POST", "/v1/runs", b"{ }", 100, "nonce-nonce-nonce"),
-            ("POST", "/v1/runs", b"{}", 101, "nonce-nonce-nonce"),
-            ("POST", "/v1/runs", b"{}", 100, "nonce-nonce-noncE"),
+        for (m, a, p, b, t, n) in [
+            (
+                "GET",
+                "10.0.0.1:7878",
+                "/v1/runs",
+                &b"{}"[..],
+                100,
+                "nonce-nonce-nonce",
+            ),
+            (
+                "POST",
+                "10.0.0.2:7878",
+                "/v1/runs",
+                b"{}",
+                100,
+                "nonce-nonce-nonce",
+            ),
+            (
+                "POST",
+                "10.0.0.1:7879",
+                "/v1/runs",
+                b"{}",
+                100,
+                "nonce-nonce-nonce",
+            ),
+            (
+                "POST",
+                "10.0.0.1:7878",
+                "/v1/run",
+                b"{}",
+                100,
+                "nonce-nonce-nonce",
+            ),
+            (
+                "POST",
+                "10.0.0.1:7878",
+                "/v1/runs",
+                b"{ }",
+                100,
+                "nonce-nonce-nonce",
+            ),
+            (
+                "POST",
+                "10.0.0.1:7878",
+                "/v1/runs",
+                b"{}",
+                101,
+                "nonce-nonce-nonce",
+            ),
+            (
+                "POST",
+                "10.0.0.1:7878",
+                "/v1/runs",
+                b"{}",
+                100,
+                "nonce-nonce-noncE",
+            ),
         ] {
             assert!(
-                !verify(&key, m, p, b, t, n, &sig.signature),
-                "{m} {p} {t} {n}"
+                !verify(&key, target(m, a, p), b, t, n, &sig.signature),
+                "{m} {a} {p} {t} {n}"
             );
         }
         let other = Secret::new("0123456789abcdef0124");
         assert!(!verify(
             &other,
-            "POST",
-            "/v1/runs",
+            good,
             b"{}",
             100,
             "nonce-nonce-nonce",
             &sig.signature
         ));
         for bad in ["", "v1=", "v1=zz", "v2=00", "v1=abc", &sig.signature[3..]] {
-            assert!(!verify(
-                &key,
-                "POST",
-                "/v1/runs",
-                b"{}",
-                100,
-                "nonce-nonce-nonce",
-                bad
-            ));
+            assert!(!verify(&key, good, b"{}", 100, "nonce-nonce-nonce", bad));
         }
     }
 

@@ -279,6 +279,7 @@ impl RemoteRuntime {
             Err(e) => return fail(unavailable_body(format!("cannot encode the request: {e}"))),
         };
         let wall_time = request.limits.wall_time;
+        let max_output = output_cap(request.limits.max_output_bytes);
         let upgraded = tokio::select! {
             opened = self.open(&key, body) => match opened {
                 Ok(upgraded) => upgraded,
@@ -288,7 +289,7 @@ impl RemoteRuntime {
         };
         let deadline = tokio::time::sleep(wall_time + self.config.outcome_grace);
         tokio::select! {
-            outcome = relay(upgraded, &ctx.host, ctx.output.as_ref()) => match outcome {
+            outcome = relay(upgraded, &ctx.host, ctx.output.as_ref(), max_output) => match outcome {
                 Ok(outcome) => outcome,
                 Err(why) => fail(unavailable_body(format!(
                     "remote run at {}: {why} (not retried: the unit had started)",
@@ -306,16 +307,45 @@ impl RemoteRuntime {
     }
 }
 
-/// Speaks the frame protocol until the outcome.
+/// The most output text an honest server can send for `max_output_bytes`:
+/// it keeps that many bytes of stdout plus stderr, and lossy UTF-8
+/// decoding turns each invalid byte into U+FFFD (3 bytes) at worst.
+fn output_cap(max_output_bytes: usize) -> usize {
+    max_output_bytes.saturating_mul(3)
+}
+
+/// Adds a chunk to `text`, or fails when the server sent more output in
+/// all (`used` bytes so far) than `cap`.
+fn append_capped(
+    text: &mut String,
+    data: &str,
+    used: &mut usize,
+    cap: usize,
+) -> Result<(), String> {
+    *used = used.saturating_add(data.len());
+    if *used > cap {
+        return Err(format!(
+            "the server sent more than {cap} bytes of output, more than the run's \
+             limits.max_output_bytes allows"
+        ));
+    }
+    text.push_str(data);
+    Ok(())
+}
+
+/// Speaks the frame protocol until the outcome; stdout plus stderr are
+/// bounded by `max_output` (see [`output_cap`]).
 async fn relay(
     upgraded: hyper::upgrade::Upgraded,
     host: &ToolHost,
     live: Option<&OutputSink>,
+    max_output: usize,
 ) -> Result<RunOutcome, String> {
     let (mut sink, mut stream) =
         StreamExt::split::<Bytes>(Framed::new(TokioIo::new(upgraded), wire::codec()));
     let mut stdout = String::new();
     let mut stderr = String::new();
+    let mut output_used = 0usize;
     let mut calls = FuturesUnordered::new();
     loop {
         tokio::select! {
@@ -330,16 +360,16 @@ async fn relay(
                 match frame {
                     ServerFrame::Started { .. } => {}
                     ServerFrame::Stdout { data } => {
+                        append_capped(&mut stdout, &data, &mut output_used, max_output)?;
                         if let Some(live) = live {
                             live.send(OutputStream::Stdout, data.as_bytes());
                         }
-                        stdout.push_str(&data);
                     }
                     ServerFrame::Stderr { data } => {
+                        append_capped(&mut stderr, &data, &mut output_used, max_output)?;
                         if let Some(live) = live {
                             live.send(OutputStream::Stderr, data.as_bytes());
                         }
-                        stderr.push_str(&data);
                     }
                     ServerFrame::ToolCall { id, request } => {
                         let host = host.clone();
@@ -523,6 +553,20 @@ mod tests {
             assert!(third >= Duration::from_millis(200) && third <= Duration::from_millis(400));
             assert!(policy.backoff(30) <= Duration::from_millis(500));
         }
+    }
+
+    #[test]
+    fn output_is_capped_across_both_streams() {
+        let (mut out, mut err, mut used) = (String::new(), String::new(), 0);
+        assert!(append_capped(&mut out, "abcd", &mut used, 6).is_ok());
+        assert!(append_capped(&mut err, "ef", &mut used, 6).is_ok());
+        let e = append_capped(&mut err, "g", &mut used, 6).unwrap_err();
+        assert!(e.contains("more than 6 bytes"), "{e}");
+        assert_eq!((out.as_str(), err.as_str()), ("abcd", "ef"));
+        // One invalid byte per kept byte, decoded lossily, still fits.
+        let lossy = String::from_utf8_lossy(&[0xff; 10]).into_owned();
+        let mut used = 0;
+        assert!(append_capped(&mut String::new(), &lossy, &mut used, output_cap(10)).is_ok());
     }
 
     #[test]

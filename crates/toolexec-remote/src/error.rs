@@ -19,6 +19,8 @@ pub enum ApiErrorCode {
     ReplayedNonce,
     /// 413: the body is larger than the server accepts.
     BodyTooLarge,
+    /// 408: the body did not arrive in time.
+    RequestTimeout,
     /// 400: the body is not a valid run request.
     InvalidRequest,
     /// 422: the server cannot run this unit under this profile.
@@ -38,6 +40,7 @@ impl ApiErrorCode {
             ApiErrorCode::ExpiredTimestamp => "expired_timestamp",
             ApiErrorCode::ReplayedNonce => "replayed_nonce",
             ApiErrorCode::BodyTooLarge => "body_too_large",
+            ApiErrorCode::RequestTimeout => "request_timeout",
             ApiErrorCode::InvalidRequest => "invalid_request",
             ApiErrorCode::BackendUnavailable => "backend_unavailable",
             ApiErrorCode::Busy => "busy",
@@ -53,6 +56,7 @@ impl ApiErrorCode {
             | ApiErrorCode::ExpiredTimestamp
             | ApiErrorCode::ReplayedNonce => 401,
             ApiErrorCode::BodyTooLarge => 413,
+            ApiErrorCode::RequestTimeout => 408,
             ApiErrorCode::InvalidRequest => 400,
             ApiErrorCode::BackendUnavailable => 422,
             ApiErrorCode::Busy => 503,

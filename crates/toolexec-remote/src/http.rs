@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::http::{Request, StatusCode, Uri, header};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use toolexec::Secret;
@@ -75,7 +75,12 @@ pub(crate) async fn send(
     timeout: Duration,
 ) -> Result<hyper::Response<Incoming>, Failure> {
     let full_path = format!("{}{path}", endpoint.prefix);
-    let signature = auth::sign(key, method, &full_path, &body);
+    let target = auth::Target {
+        method,
+        authority: &endpoint.authority,
+        path_and_query: &full_path,
+    };
+    let signature = auth::sign(key, target, &body);
     let exchange = async {
         let tcp = match tokio::time::timeout(
             timeout,
@@ -149,15 +154,21 @@ pub(crate) async fn send(
     exchange.await
 }
 
-/// Classifies a non-`101`/non-`200` answer, reading its JSON error.
+/// Largest error body read from the server; a longer one is not parsed.
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
+
+/// Classifies a non-`101`/non-`200` answer, reading its JSON error (at
+/// most [`MAX_ERROR_BODY_BYTES`], for at most 5 s).
 pub(crate) async fn failure(response: hyper::Response<Incoming>) -> Failure {
     let status = response.status();
-    let body = tokio::time::timeout(Duration::from_secs(5), response.into_body().collect())
-        .await
-        .ok()
-        .and_then(|r| r.ok())
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
+    let limited = Limited::new(response.into_body(), MAX_ERROR_BODY_BYTES);
+    let body = match tokio::time::timeout(Duration::from_secs(5), limited.collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Bytes::from(format!(
+            "(error body larger than {MAX_ERROR_BODY_BYTES} bytes, not read)"
+        )),
+        _ => Bytes::new(),
+    };
     let error = serde_json::from_slice::<ApiErrorEnvelope>(&body)
         .map(|e| e.error)
         .unwrap_or_else(|_| {

@@ -5,11 +5,14 @@
 //! [`toolexec_runtime::Runtimes`], and a client [`RemoteRuntime`] (a
 //! [`toolexec_runtime::Runtime`] named `remote`) that sends units there.
 //!
-//! - **Signed requests**: HMAC-SHA256 over method, path, timestamp, nonce
-//!   and body ([`auth`]); the server refuses missing or wrong signatures,
-//!   timestamps outside the allowed skew and replayed nonces with `401`,
-//!   oversized bodies with `413` and malformed ones with `400`, each with a
-//!   typed JSON error ([`ApiError`]).
+//! - **Signed requests**: HMAC-SHA256 over method, authority (`Host`),
+//!   path, timestamp, nonce and body ([`auth`]); the server checks the
+//!   headers before reading the body and refuses missing or wrong
+//!   signatures, requests addressed to another server, timestamps outside
+//!   the allowed skew and replayed nonces with `401`, oversized bodies with
+//!   `413`, slow ones with `408`, malformed ones and limits above the
+//!   server's ceilings ([`LimitCeilings`]) with `400`, each with a typed
+//!   JSON error ([`ApiError`]).
 //! - **One connection per run**: `POST /v1/runs` with the signed request,
 //!   upgraded (`101`) to a full-duplex stream of length-prefixed JSON frames
 //!   ([`wire`]): the server sends output, tool-call requests and the
@@ -26,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+mod ceilings;
 mod client;
 mod error;
 mod http;
@@ -36,4 +40,4 @@ pub mod wire;
 
 pub use client::{ConfigError, RemoteConfig, RemoteRuntime, RetryPolicy};
 pub use error::{ApiError, ApiErrorCode, ApiErrorEnvelope};
-pub use server::{RuntimeServer, ServerConfig, ServerStats};
+pub use server::{LimitCeilings, LocalAddr, RuntimeServer, ServerConfig, ServerStats};

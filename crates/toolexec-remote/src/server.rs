@@ -2,18 +2,22 @@
 //! [`Runtimes`], forwarding the units' tool calls back to the caller.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use toolexec::Secret;
 use toolexec_runtime::{RunRequest, Runtime, Runtimes};
+
+pub use crate::ceilings::LimitCeilings;
 
 use crate::auth::{self, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use crate::error::{ApiError, ApiErrorCode};
@@ -45,6 +49,19 @@ pub struct ServerConfig {
     /// After the caller disconnects, how long the unit gets to stop on
     /// cancellation before its future is dropped (which kills it too).
     pub cleanup_grace: Duration,
+    /// The most a run's limits may ask for (see [`LimitCeilings`]).
+    pub max_limits: LimitCeilings,
+    /// How long reading a request's body may take (default 30 s); slower
+    /// is `408 request_timeout`.
+    pub body_timeout: Duration,
+    /// The authorities (`host:port`, as in the `Host` header the client
+    /// sends and signs) this server answers to. A request signed for any
+    /// other is refused, so a request captured on its way to another
+    /// server sharing the key cannot be replayed here. Empty (default):
+    /// only the local address the connection arrived on (e.g.
+    /// `10.0.0.5:7878`); set it when clients use a DNS name or go through
+    /// a port mapping.
+    pub hosts: Vec<String>,
 }
 
 impl ServerConfig {
@@ -57,6 +74,9 @@ impl ServerConfig {
             nonce_capacity: 1 << 16,
             max_concurrent_runs: 16,
             cleanup_grace: Duration::from_secs(5),
+            max_limits: LimitCeilings::default(),
+            body_timeout: Duration::from_secs(30),
+            hosts: Vec::new(),
         }
     }
 }
@@ -140,7 +160,10 @@ impl RuntimeServer {
     }
 
     /// The axum router (`POST /v1/runs`, `GET /v1/health`). Serve it with
-    /// upgrades enabled (`axum::serve` does).
+    /// upgrades enabled (`axum::serve` does). Without
+    /// [`ServerConfig::hosts`], serve it through
+    /// `into_make_service_with_connect_info::<LocalAddr>()` (as
+    /// [`RuntimeServer::serve`] does), else every request is refused.
     pub fn router(&self) -> Router {
         Router::new()
             .route(RUNS_PATH, post(run_handler))
@@ -156,7 +179,10 @@ impl RuntimeServer {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        axum::serve(listener, self.router())
+        let service = self
+            .router()
+            .into_make_service_with_connect_info::<LocalAddr>();
+        axum::serve(listener, service)
             .with_graceful_shutdown(shutdown)
             .await
     }
@@ -208,12 +234,47 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a str, ApiErro
     })
 }
 
-/// Checks the signing headers and the body, and records the nonce.
-fn authenticate(state: &ServerState, request: &Request, body: &[u8]) -> Result<(), ApiError> {
+/// The local address a connection arrived on: the server's own authority
+/// when [`ServerConfig::hosts`] is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalAddr(pub SocketAddr);
+
+impl Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for LocalAddr {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        LocalAddr(
+            stream
+                .io()
+                .local_addr()
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
+        )
+    }
+}
+
+/// The signing headers of a request, checked for shape, time window and
+/// authority before its body is read.
+struct Signed {
+    signature: String,
+    timestamp: u64,
+    nonce: String,
+    authority: String,
+}
+
+/// Checks everything about the signature that does not need the body:
+/// headers present and well formed, timestamp in the window, nonce shape,
+/// and that the request is addressed to this server.
+fn check_headers(state: &ServerState, request: &Request) -> Result<Signed, ApiError> {
     let headers = request.headers();
     let signature = header_str(headers, SIGNATURE_HEADER)?;
     let timestamp = header_str(headers, TIMESTAMP_HEADER)?;
     let nonce = header_str(headers, NONCE_HEADER)?;
+    let authority = header_str(headers, header::HOST.as_str())?;
+    if !signature.starts_with("v1=") || signature.len() != 3 + 64 {
+        return Err(ApiError::new(
+            ApiErrorCode::BadSignature,
+            Some(SIGNATURE_HEADER),
+            "bad_signature: expected v1= and 64 hex digits",
+        ));
+    }
     let timestamp: u64 = timestamp.parse().map_err(|_| {
         ApiError::new(
             ApiErrorCode::ExpiredTimestamp,
@@ -237,19 +298,60 @@ fn authenticate(state: &ServerState, request: &Request, body: &[u8]) -> Result<(
             "replayed_nonce: the nonce must be 16 to 128 characters of [A-Za-z0-9_-]",
         ));
     }
+    let local = request
+        .extensions()
+        .get::<ConnectInfo<LocalAddr>>()
+        .map(|c| c.0.0.to_string());
+    let ours = if state.config.hosts.is_empty() {
+        local.is_some_and(|l| l.eq_ignore_ascii_case(authority))
+    } else {
+        state
+            .config
+            .hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(authority))
+    };
+    if !ours {
+        return Err(ApiError::new(
+            ApiErrorCode::BadSignature,
+            Some("host"),
+            format!(
+                "bad_signature: the request is addressed to {authority:?}, which is not this server"
+            ),
+        ));
+    }
+    Ok(Signed {
+        signature: signature.to_owned(),
+        timestamp,
+        nonce: nonce.to_owned(),
+        authority: authority.to_owned(),
+    })
+}
+
+/// Checks the signature over the body and records the nonce.
+fn authenticate(
+    state: &ServerState,
+    request: &Request,
+    signed: &Signed,
+    body: &[u8],
+) -> Result<(), ApiError> {
     let path = request
         .uri()
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
+    let target = auth::Target {
+        method: request.method().as_str(),
+        authority: &signed.authority,
+        path_and_query: path,
+    };
     if !auth::verify(
         &state.config.key,
-        request.method().as_str(),
-        path,
+        target,
         body,
-        timestamp,
-        nonce,
-        signature,
+        signed.timestamp,
+        &signed.nonce,
+        &signed.signature,
     ) {
         return Err(ApiError::new(
             ApiErrorCode::BadSignature,
@@ -259,7 +361,11 @@ fn authenticate(state: &ServerState, request: &Request, body: &[u8]) -> Result<(
     }
     // Only signed requests reach the cache, so nobody without the key can
     // fill it. A nonce is kept until its timestamp leaves the window.
-    match state.nonces.check_and_insert(nonce, timestamp + skew, now) {
+    let expires = signed.timestamp + state.config.max_clock_skew.as_secs();
+    match state
+        .nonces
+        .check_and_insert(&signed.nonce, expires, auth::unix_now())
+    {
         Ok(()) => Ok(()),
         Err(NonceRejection::Replayed) => Err(ApiError::new(
             ApiErrorCode::ReplayedNonce,
@@ -274,7 +380,8 @@ fn authenticate(state: &ServerState, request: &Request, body: &[u8]) -> Result<(
     }
 }
 
-/// Reads the body, refusing more than the limit with `413`.
+/// Reads the body, refusing more than the limit with `413` and a body
+/// slower than [`ServerConfig::body_timeout`] with `408`.
 async fn read_body(state: &ServerState, request: Request) -> Result<(Request, Vec<u8>), ApiError> {
     let max = state.config.max_body_bytes;
     let too_large = || {
@@ -293,19 +400,37 @@ async fn read_body(state: &ServerState, request: Request) -> Result<(Request, Ve
         return Err(too_large());
     }
     let (parts, body) = request.into_parts();
-    let bytes = axum::body::to_bytes(body, max)
+    let timeout = state.config.body_timeout;
+    let bytes = tokio::time::timeout(timeout, axum::body::to_bytes(body, max))
         .await
+        .map_err(|_| {
+            ApiError::new(
+                ApiErrorCode::RequestTimeout,
+                Some("body"),
+                format!(
+                    "request_timeout: the body did not arrive within {} ms",
+                    timeout.as_millis()
+                ),
+            )
+        })?
         .map_err(|_| too_large())?;
     Ok((Request::from_parts(parts, Body::empty()), bytes.to_vec()))
 }
 
+/// Headers first, then the body, then the signature over it.
+async fn signed_body(
+    state: &ServerState,
+    request: Request,
+) -> Result<(Request, Vec<u8>), ApiError> {
+    let signed = check_headers(state, &request)?;
+    let (request, body) = read_body(state, request).await?;
+    authenticate(state, &request, &signed, &body)?;
+    Ok((request, body))
+}
+
 async fn health_handler(State(state): State<Arc<ServerState>>, request: Request) -> Response {
     state.counters.requests.fetch_add(1, Ordering::Relaxed);
-    let (request, body) = match read_body(&state, request).await {
-        Ok(read) => read,
-        Err(e) => return reject(&state, e),
-    };
-    if let Err(e) = authenticate(&state, &request, &body) {
+    if let Err(e) = signed_body(&state, request).await {
         return reject(&state, e);
     }
     let runtimes = state.runtimes.list();
@@ -317,14 +442,13 @@ async fn run_handler(State(state): State<Arc<ServerState>>, mut request: Request
     let on_upgrade = request
         .extensions_mut()
         .remove::<hyper::upgrade::OnUpgrade>();
-    let (request, body) = match read_body(&state, request).await {
+    let (request, body) = match signed_body(&state, request).await {
         Ok(read) => read,
         Err(e) => return reject(&state, e),
     };
-    if let Err(e) = authenticate(&state, &request, &body) {
-        return reject(&state, e);
-    }
-    let run_request = match parse_request(&body) {
+    let run_request = match parse_request(&body)
+        .and_then(|r| state.config.max_limits.check(&r.limits).map(|()| r))
+    {
         Ok(r) => r,
         Err(e) => return reject(&state, e),
     };

@@ -42,6 +42,20 @@ async fn raw(
     body: &[u8],
     s: &Signing,
 ) -> (u16, Value) {
+    let host = addr.to_string();
+    raw_to(addr, method, path, body, s, &host, &host).await
+}
+
+/// [`raw`], signed for authority `signed_for` and sent with `Host: host`.
+async fn raw_to(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    s: &Signing,
+    signed_for: &str,
+    host: &str,
+) -> (u16, Value) {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
@@ -49,11 +63,16 @@ async fn raw(
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;
     });
-    let sig = auth::sign_at(&s.key, method, path, body, s.timestamp, &s.nonce);
+    let target = auth::Target {
+        method,
+        authority: signed_for,
+        path_and_query: path,
+    };
+    let sig = auth::sign_at(&s.key, target, body, s.timestamp, &s.nonce);
     let mut builder = hyper::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", addr.to_string())
+        .header("host", host)
         .header("connection", "upgrade")
         .header("upgrade", "toolexec-run.v1");
     for (name, value) in [
@@ -187,10 +206,52 @@ async fn refusals_have_their_status_code_and_field() {
         (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "root"}"#, "profile"),
         (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "dev", "limits": {"wall_time": -1}}"#, "limits.wall_time"),
         (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "dev", "limits": {"max_output_bytes": 0}}"#, "limits.max_output_bytes"),
+        // Above the server's ceilings, or unbounded where it has one.
+        (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "dev", "limits": {"memory_bytes": null}}"#, "limits.memory_bytes"),
+        (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "dev", "limits": {"max_processes": null}}"#, "limits.max_processes"),
+        (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "dev", "limits": {"cpu_time": null}}"#, "limits.cpu_time"),
+        (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "dev", "limits": {"wall_time": 18446744073709551615}}"#, "limits.wall_time"),
+        (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "dev", "limits": {"max_output_bytes": 1073741824}}"#, "limits.max_output_bytes"),
+        (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "dev", "limits": {"disk_bytes": 1099511627776}}"#, "limits.disk_bytes"),
+        (br#"{"unit": {"kind": "command", "argv": ["ls"]}, "profile": "dev", "limits": {"max_tool_calls": 1000000}}"#, "limits.max_tool_calls"),
     ] {
         let (status, body) = raw(addr, "POST", "/v1/runs", bad, &Signing::good()).await;
         assert_eq!((status, code(&body)), (400, ("invalid_request", field)), "{body}");
     }
+
+    // Signed for another server sharing the key, and replayed here as is.
+    let (status, body) = raw_to(
+        addr,
+        "POST",
+        "/v1/runs",
+        GOOD,
+        &Signing::good(),
+        "10.9.9.9:7878",
+        "10.9.9.9:7878",
+    )
+    .await;
+    assert_eq!(
+        (status, code(&body)),
+        (401, ("bad_signature", "host")),
+        "{body}"
+    );
+    // Signed for another server, sent with this one's Host.
+    let host = addr.to_string();
+    let (status, body) = raw_to(
+        addr,
+        "POST",
+        "/v1/runs",
+        GOOD,
+        &Signing::good(),
+        "10.9.9.9:7878",
+        &host,
+    )
+    .await;
+    assert_eq!(
+        (status, code(&body)),
+        (401, ("bad_signature", SIGNATURE_HEADER)),
+        "{body}"
+    );
 
     let (status, body) = raw(addr, "GET", "/v1/other", b"", &Signing::good()).await;
     assert_eq!((status, code(&body).0), (404, "not_found"), "{body}");
@@ -205,7 +266,13 @@ async fn raw_mismatch(addr: std::net::SocketAddr, body: &[u8], s: &Signing) -> (
         .await
         .unwrap();
     tokio::spawn(conn);
-    let sig = auth::sign_at(&s.key, "POST", "/v1/runs", GOOD, s.timestamp, &s.nonce);
+    let host = addr.to_string();
+    let target = auth::Target {
+        method: "POST",
+        authority: &host,
+        path_and_query: "/v1/runs",
+    };
+    let sig = auth::sign_at(&s.key, target, GOOD, s.timestamp, &s.nonce);
     let request = hyper::Request::builder()
         .method("POST")
         .uri("/v1/runs")
@@ -246,12 +313,22 @@ async fn the_client_never_retries_a_4xx() {
         max_output_bytes: 0,
         ..RuntimeLimits::default()
     };
+    let unbounded = RuntimeLimits {
+        memory_bytes: None,
+        ..RuntimeLimits::default()
+    };
     let cases = [
         (&wrong, dev(Unit::command(["true"])), 401, "bad_signature"),
         (&*right, dev(big), 413, "body_too_large"),
         (
             &*right,
             dev(Unit::command(["true"])).with_limits(bad_limits),
+            400,
+            "invalid_request",
+        ),
+        (
+            &*right,
+            dev(Unit::command(["true"])).with_limits(unbounded),
             400,
             "invalid_request",
         ),
@@ -274,5 +351,109 @@ async fn the_client_never_retries_a_4xx() {
             "{remote_code}: retried"
         );
     }
+    assert_eq!(server.server.stats().runs_started, 0);
+}
+
+/// Writes `head` (and no body) on a fresh connection and reads the answer's
+/// status and JSON body.
+async fn head_only(addr: std::net::SocketAddr, head: String) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The server answers and closes (or keeps the connection; the answer
+    // is complete once the JSON body is).
+    loop {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), tcp.read(&mut buf))
+            .await
+            .expect("no answer within 10 s")
+            .unwrap();
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer);
+        if n == 0 || text.trim_end().ends_with('}') {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// The signing headers are checked before the body is read: a request
+/// without them is refused at once, whatever body it announces, and a
+/// signed request whose body never comes is cut off.
+#[tokio::test]
+async fn headers_are_checked_before_the_body_is_read() {
+    let mut config = ServerConfig::new(key());
+    config.max_body_bytes = 4096;
+    config.body_timeout = std::time::Duration::from_millis(300);
+    let server = start(config).await;
+    let addr = server.addr;
+
+    // 1 GiB announced, nothing sent, no signature: 401, not 413 (the
+    // body-size check would come first if the body were read first) and
+    // not a wait for the body.
+    let (status, body) = head_only(
+        addr,
+        format!("POST /v1/runs HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 1073741824\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(
+        (status, code(&body)),
+        (401, ("missing_signature", SIGNATURE_HEADER)),
+        "{body}"
+    );
+
+    // Signed headers, a body announced within the limit that never
+    // arrives: 408 after the body timeout.
+    let host = addr.to_string();
+    let target = auth::Target {
+        method: "POST",
+        authority: &host,
+        path_and_query: "/v1/runs",
+    };
+    let sig = auth::sign(&key(), target, GOOD);
+    let (status, body) = head_only(
+        addr,
+        format!(
+            "POST /v1/runs HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\n\
+             {SIGNATURE_HEADER}: {}\r\n{TIMESTAMP_HEADER}: {}\r\n{NONCE_HEADER}: {}\r\n\r\n",
+            GOOD.len(),
+            sig.signature,
+            sig.timestamp,
+            sig.nonce
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, code(&body)),
+        (408, ("request_timeout", "body")),
+        "{body}"
+    );
+    // A malformed signature is refused before the body too.
+    let (status, body) = head_only(
+        addr,
+        format!(
+            "POST /v1/runs HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 1073741824\r\n\
+             {SIGNATURE_HEADER}: v1=zz\r\n{TIMESTAMP_HEADER}: {}\r\n{NONCE_HEADER}: {}\r\n\r\n",
+            sig.timestamp,
+            auth::random_nonce()
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, code(&body)),
+        (401, ("bad_signature", SIGNATURE_HEADER)),
+        "{body}"
+    );
     assert_eq!(server.server.stats().runs_started, 0);
 }

@@ -145,8 +145,10 @@ sys.stdout.flush()
 import time; time.sleep(5)
 "
     );
+    // Refused calls count against the budget too: add, secret and the
+    // refused sha256 spend it; multiply is past it.
     let limits = RuntimeLimits {
-        max_tool_calls: 2,
+        max_tool_calls: 3,
         allowed_tools: vec!["math:*".into(), "caller:*".into()],
         ..RuntimeLimits::default()
     };
@@ -163,7 +165,7 @@ import time; time.sleep(5)
     );
     assert!(out.stdout.contains("sha not_allowed\n"), "{out:?}");
     assert!(out.stdout.contains("hits ['math:add'"), "{out:?}");
-    // The third allowed call is past the budget: the run ends there.
+    // The fourth call is past the budget: the run ends there.
     assert_eq!(out.status.limit(), Some(LimitKind::ToolCalls), "{out:?}");
     assert_eq!(out.value, Some(json!({"sum": 42.0})));
     let calls: Vec<(&str, bool, Option<ErrorCode>)> = out
@@ -202,11 +204,12 @@ print('a', call('math:add', {{'a': 1, 'b': 2}}).get('error', {{}}).get('code'))
 print('b', call('text:case', {{'text': 'a b', 'to': 'snake'}}).get('error', {{}}).get('code'))
 "
     );
-    // The request the server gets allows everything, 10 calls; the caller's
-    // host allows only `math:*` and 1 call.
+    // The request the server gets allows everything, 100 calls; the
+    // caller's host allows only `text:*` and 2 calls (its refusal of
+    // `math:add` counts as one).
     let request = dev(Unit::command(["python3", "-c", &script]));
     let caller_limits = RuntimeLimits {
-        max_tool_calls: 1,
+        max_tool_calls: 2,
         allowed_tools: vec!["text:*".into()],
         ..RuntimeLimits::default()
     };
@@ -349,13 +352,10 @@ async fn cancelling_the_run_stops_the_remote_unit() {
 
 #[tokio::test]
 async fn retries_until_a_late_server_comes_up() {
-    // Reserve a port, free it, start the server there only later.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let url = format!("http://127.0.0.1:{port}");
-    let mut config = client_config(&url);
+    // Hold a port without listening (connections are refused), and only
+    // later listen and serve there.
+    let port = ReservedPort::new();
+    let mut config = client_config(&port.url());
     config.retry.max_attempts = 30;
     config.retry.initial_backoff = Duration::from_millis(50);
     config.retry.max_backoff = Duration::from_millis(100);
@@ -368,10 +368,7 @@ async fn retries_until_a_late_server_comes_up() {
     };
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(!run.is_finished());
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let server = serve_on(listener, host_runtimes(), ServerConfig::new(key()));
+    let server = serve_on(port.listen(), host_runtimes(), ServerConfig::new(key()));
     let out = tokio::time::timeout(Duration::from_secs(20), run)
         .await
         .unwrap()
@@ -421,15 +418,14 @@ async fn availability_says_why() {
     assert!(
         matches!(remote.availability(), Availability::Unavailable { reason } if reason == "no key configured")
     );
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let unreachable = client(&format!("http://127.0.0.1:{port}"));
+    // A held port nobody listens on: refused, deterministically.
+    let port = ReservedPort::new();
+    let unreachable = client(&port.url());
     let Availability::Unavailable { reason } = unreachable.availability() else {
         panic!()
     };
     assert!(reason.contains("unreachable"), "{reason}");
+    drop(port);
 
     let server = start(ServerConfig::new(key())).await;
     let remote = client(&server.url());
@@ -550,4 +546,93 @@ async fn output_streams_live_through_the_remote_path() {
     let out = run.await.unwrap();
     assert!(out.is_ok(), "{out:?}");
     assert_eq!(out.stdout, "first\nsecond\n");
+}
+
+/// A fake server: answers every connection's request head with `head`,
+/// then writes `chunk` forever (until the peer goes away).
+async fn endless_server(head: &'static str, chunk: Vec<u8>) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let chunk = chunk.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                if tcp.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                while tcp.write_all(&chunk).await.is_ok() {}
+            });
+        }
+    });
+    addr
+}
+
+/// An endless error body is read up to 64 KiB, not until a timeout.
+#[tokio::test]
+async fn an_endless_error_body_is_capped() {
+    let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000)).into_bytes();
+    let addr = endless_server(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
+        chunk,
+    )
+    .await;
+    let remote = client(&format!("http://{addr}"));
+    let started = Instant::now();
+    let Availability::Unavailable { reason } = remote.probe().await else {
+        panic!("available?")
+    };
+    assert!(reason.contains("larger than 65536 bytes"), "{reason}");
+    // Not the 5 s read timeout: the cap ended the read.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A server that sends more output than the run's `max_output_bytes`
+/// allows ends the run with an error instead of filling the caller's memory.
+#[tokio::test]
+async fn endless_output_from_the_server_is_capped() {
+    let frame = serde_json::to_vec(&json!({"type": "stdout", "data": "y".repeat(60_000)})).unwrap();
+    let mut chunk = (frame.len() as u32).to_be_bytes().to_vec();
+    chunk.extend_from_slice(&frame);
+    let addr = endless_server(
+        "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: toolexec-run.v1\r\n\r\n",
+        chunk,
+    )
+    .await;
+    let remote = client(&format!("http://{addr}"));
+    let limits = RuntimeLimits {
+        max_output_bytes: 1000,
+        ..RuntimeLimits::default()
+    };
+    let out = tokio::time::timeout(
+        Duration::from_secs(10),
+        run_direct(
+            &remote,
+            dev(Unit::command(["true"])).with_limits(limits),
+            &catalog(),
+        ),
+    )
+    .await
+    .expect("the caller kept reading output past its cap");
+    let RunStatus::Error { error } = &out.status else {
+        panic!("{out:?}")
+    };
+    assert_eq!(error.code, ErrorCode::BackendUnavailable, "{out:?}");
+    assert!(
+        error.message.contains("more than 3000 bytes of output"),
+        "{error:?}"
+    );
+    assert!(out.stdout.is_empty());
 }

@@ -91,14 +91,7 @@ fn runtime_shape_bwrap(init: bool) -> std::process::Command {
 fn run_once(rt: &tokio::runtime::Runtime, runtime: &BubblewrapRuntime) {
     let request = RunRequest::new(Unit::command(["/bin/true"]), Profile::Hardened);
     let host = ToolHost::without_tools(&request.limits);
-    let outcome = rt.block_on(runtime.run(
-        request,
-        RunContext {
-            host,
-            cancel: Default::default(),
-            output: None,
-        },
-    ));
+    let outcome = rt.block_on(runtime.run(request, RunContext::new(host, Default::default())));
     assert!(outcome.is_ok(), "{outcome:?}");
 }
 

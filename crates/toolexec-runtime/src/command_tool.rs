@@ -412,7 +412,7 @@ impl CommandTool {
         Some(match &outcome.status {
             RunStatus::Ok => return None,
             RunStatus::Failed { message } => self.failed(
-                format!("{message}{}", tail(&outcome.stderr)),
+                format!("{message}{}", outcome.stderr_tail()),
                 Some(json!({"exit_code": outcome.exit_code, "runtime": outcome.runtime})),
             ),
             RunStatus::LimitExceeded {
@@ -435,19 +435,6 @@ impl CommandTool {
             },
         })
     }
-}
-
-/// `: <last 1000 bytes of stderr>`, or nothing.
-fn tail(stderr: &str) -> String {
-    let t = stderr.trim_end();
-    if t.is_empty() {
-        return String::new();
-    }
-    let mut start = t.len().saturating_sub(1000);
-    while !t.is_char_boundary(start) {
-        start += 1;
-    }
-    format!(": stderr: {}", &t[start..])
 }
 
 impl Backend for CommandTool {
@@ -574,6 +561,37 @@ mod tests {
         assert!(
             t.outcome_error(&RunOutcome::new("x", RunStatus::Ok))
                 .is_none()
+        );
+    }
+
+    /// A failed run's error ends with the tail of its stderr (the shared
+    /// [`RunOutcome::stderr_tail`]), cut at a character boundary.
+    #[test]
+    fn failed_runs_carry_the_tail_of_stderr() {
+        let t = tool(&["p"]).unwrap();
+        let mut failed = RunOutcome::new(
+            "x",
+            RunStatus::Failed {
+                message: "exit 3".into(),
+            },
+        );
+        let message = |o: &RunOutcome| t.outcome_error(o).unwrap().to_body().message;
+        failed.stderr = "  \n".into();
+        assert!(message(&failed).ends_with("exit 3"), "{}", message(&failed));
+        // 3-byte characters: the byte cut lands inside one.
+        failed.stderr = format!("{}last words\n", "\u{20ac}".repeat(600));
+        let m = message(&failed);
+        let (_, tail) = m.split_once("exit 3; stderr: ").expect(&m);
+        assert!(tail.ends_with("\u{20ac}last words"), "{tail}");
+        assert!(
+            tail.len() <= RunOutcome::STDERR_TAIL_BYTES,
+            "{}",
+            tail.len()
+        );
+        assert!(
+            tail.len() > RunOutcome::STDERR_TAIL_BYTES - 3,
+            "{}",
+            tail.len()
         );
     }
 

@@ -51,6 +51,8 @@ struct HostInner {
     allow: AllowList,
     max_calls: usize,
     used: AtomicUsize,
+    max_lookups: usize,
+    lookups: AtomicUsize,
     log: Mutex<Vec<ToolCallRecord>>,
     cancel: CancellationToken,
     exceeded: tokio::sync::Notify,
@@ -95,6 +97,8 @@ impl ToolHost {
                 allow: AllowList::new(&limits.allowed_tools),
                 max_calls: limits.max_tool_calls,
                 used: AtomicUsize::new(0),
+                max_lookups: lookup_budget(limits.max_tool_calls),
+                lookups: AtomicUsize::new(0),
                 log: Mutex::new(Vec::new()),
                 cancel,
                 exceeded: tokio::sync::Notify::new(),
@@ -115,33 +119,49 @@ impl ToolHost {
         &self.inner.cancel
     }
 
-    /// Calls a tool on behalf of the sandbox. Fails with `not_allowed`
-    /// outside the allowlist and `limit_exceeded` once the budget is spent;
-    /// both are logged like any other call.
+    /// Calls a tool on behalf of the sandbox. Every call counts against
+    /// the budget, refused ones too: past it the call fails with
+    /// `limit_exceeded` (and the run ends); a call within it but outside
+    /// the allowlist fails with `not_allowed`. Every call is logged, also
+    /// one whose future is dropped before it completes (as failed with
+    /// `cancelled`): it may have had effects.
     pub async fn call(&self, tool_id: &str, args: Value) -> Result<Value, ErrorBody> {
-        let started = Instant::now();
-        let result = self.call_unlogged(tool_id, args.clone()).await;
-        let record = ToolCallRecord {
-            tool_id: tool_id.to_owned(),
-            args,
-            ok: result.is_ok(),
-            result: result.as_ref().ok().cloned(),
-            error: result.as_ref().err().cloned(),
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        let n = self.inner.used.fetch_add(1, Ordering::Relaxed);
+        // Only calls within the budget (and the one that spends it) keep
+        // their arguments in the log: a flood past it cannot grow the log
+        // by more than a small record per call until the run is stopped.
+        let logged_args = if n <= self.inner.max_calls {
+            args.clone()
+        } else {
+            Value::Null
         };
-        self.inner.log.lock().push(record);
+        let mut pending = PendingCall {
+            host: &self.inner,
+            tool_id,
+            args: Some(logged_args),
+            started: Instant::now(),
+        };
+        let result = self.call_unlogged(tool_id, args, n).await;
+        pending.finish(&result);
+        if n >= self.inner.max_calls {
+            // Signalled only once the refusal is in the log, so whoever
+            // ends the run on it finds the call recorded.
+            self.inner.signal_exceeded();
+        }
         result
     }
 
-    async fn call_unlogged(&self, tool_id: &str, args: Value) -> Result<Value, ErrorBody> {
+    async fn call_unlogged(
+        &self,
+        tool_id: &str,
+        args: Value,
+        n: usize,
+    ) -> Result<Value, ErrorBody> {
+        if n >= self.inner.max_calls {
+            return Err(budget_error(self.inner.max_calls));
+        }
         if !self.inner.allow.permits(tool_id) {
             return Err(not_allowed(tool_id));
-        }
-        let n = self.inner.used.fetch_add(1, Ordering::Relaxed);
-        if n >= self.inner.max_calls {
-            self.inner.exceeded.notify_waiters();
-            self.inner.exceeded.notify_one();
-            return Err(budget_error(self.inner.max_calls));
         }
         match &self.inner.tools {
             Tools::None => Err(Error::ToolNotFound {
@@ -162,8 +182,36 @@ impl ToolHost {
         }
     }
 
-    /// Ranks the allowed tools for `query`: `[{id, summary, score}]`.
+    /// Counts a `search` or `describe` against the lookup budget
+    /// ([`ToolHost::max_lookups`]); past it, fails with `limit_exceeded`
+    /// and ends the run like the call budget does.
+    fn lookup(&self) -> Result<(), ErrorBody> {
+        let n = self.inner.lookups.fetch_add(1, Ordering::Relaxed);
+        if n >= self.inner.max_lookups {
+            self.inner.signal_exceeded();
+            return Err(lookup_error(self.inner.max_lookups));
+        }
+        Ok(())
+    }
+
+    /// How many `search` and `describe` requests a run may make:
+    /// 10 × `max_tool_calls`, at least 10.
+    pub fn max_lookups(&self) -> usize {
+        self.inner.max_lookups
+    }
+
+    /// Ranks the allowed tools for `query`: `[{id, summary, score}]`;
+    /// nothing past the lookup budget (see [`ToolHost::try_search`]).
     pub async fn search(&self, query: &str, limit: usize) -> Value {
+        self.try_search(query, limit)
+            .await
+            .unwrap_or_else(|_| Value::Array(Vec::new()))
+    }
+
+    /// [`ToolHost::search`], failing with `limit_exceeded` past the lookup
+    /// budget (which also ends the run).
+    pub async fn try_search(&self, query: &str, limit: usize) -> Result<Value, ErrorBody> {
+        self.lookup()?;
         let limit = limit.clamp(1, 50);
         let hits: Vec<Value> = match &self.inner.tools {
             Tools::None => Vec::new(),
@@ -177,7 +225,7 @@ impl ToolHost {
                 _ => Vec::new(),
             },
         };
-        Value::Array(
+        Ok(Value::Array(
             hits.into_iter()
                 .filter(|m| {
                     m["id"]
@@ -186,11 +234,13 @@ impl ToolHost {
                 })
                 .take(limit)
                 .collect(),
-        )
+        ))
     }
 
-    /// The documentation of an allowed tool.
+    /// The documentation of an allowed tool. Counts against the lookup
+    /// budget, refused requests too.
     pub async fn describe(&self, tool_id: &str, level: DetailLevel) -> Result<Value, ErrorBody> {
+        self.lookup()?;
         if !self.inner.allow.permits(tool_id) {
             return Err(not_allowed(tool_id));
         }
@@ -214,7 +264,8 @@ impl ToolHost {
         self.inner.used.load(Ordering::Relaxed) >= self.inner.max_calls
     }
 
-    /// Resolves once the unit has asked for a call past the budget; runtimes
+    /// Resolves once the unit has asked for a call (or a lookup) past the
+    /// budget; runtimes
     /// end the run then, with `limit_exceeded` (`tool_calls`).
     pub async fn budget_exceeded(&self) {
         self.inner.exceeded.notified().await
@@ -229,6 +280,66 @@ impl ToolHost {
     pub fn take_tool_calls(&self) -> Vec<ToolCallRecord> {
         std::mem::take(&mut *self.inner.log.lock())
     }
+}
+
+impl HostInner {
+    fn signal_exceeded(&self) {
+        self.exceeded.notify_waiters();
+        self.exceeded.notify_one();
+    }
+}
+
+/// A call in progress: logged when it completes, or, if its future is
+/// dropped first (deadline, kill, gateway shutdown), as failed with
+/// `cancelled`.
+struct PendingCall<'a> {
+    host: &'a HostInner,
+    tool_id: &'a str,
+    args: Option<Value>,
+    started: Instant,
+}
+
+impl PendingCall<'_> {
+    fn finish(&mut self, result: &Result<Value, ErrorBody>) {
+        self.record(
+            result.as_ref().ok().cloned(),
+            result.as_ref().err().cloned(),
+        );
+    }
+
+    fn record(&mut self, result: Option<Value>, error: Option<ErrorBody>) {
+        let Some(args) = self.args.take() else {
+            return;
+        };
+        self.host.log.lock().push(ToolCallRecord {
+            tool_id: self.tool_id.to_owned(),
+            args,
+            ok: error.is_none(),
+            result,
+            error,
+            duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+        });
+    }
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        if self.args.is_some() {
+            self.record(
+                None,
+                Some(ErrorBody {
+                    code: ErrorCode::Cancelled,
+                    message: "cancelled: the run ended before the call completed; it may have had effects".into(),
+                    details: None,
+                }),
+            );
+        }
+    }
+}
+
+/// The lookup budget for a call budget of `max_calls`.
+fn lookup_budget(max_calls: usize) -> usize {
+    max_calls.saturating_mul(10).max(10)
 }
 
 fn not_allowed(tool_id: &str) -> ErrorBody {
@@ -246,5 +357,15 @@ pub(crate) fn budget_error(max: usize) -> ErrorBody {
         code: ErrorCode::LimitExceeded,
         message: format!("limit_exceeded: the tool-call budget of {max} calls is spent"),
         details: Some(serde_json::json!({"limit": "tool_calls", "max": max})),
+    }
+}
+
+/// The error of a `search`/`describe` past the lookup budget:
+/// `limit_exceeded` with `details.limit = "tool_calls"`.
+fn lookup_error(max: usize) -> ErrorBody {
+    ErrorBody {
+        code: ErrorCode::LimitExceeded,
+        message: format!("limit_exceeded: the budget of {max} search/describe requests is spent"),
+        details: Some(serde_json::json!({"limit": "tool_calls", "lookups": max})),
     }
 }

@@ -6,8 +6,8 @@ use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode};
 
 use crate::process::{ProcessSpec, Rlimit, RlimitResource, run_process};
 use crate::{
-    Enforcement, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome, RunRequest, RunStatus,
-    Runtime, Unit, UnitKind,
+    Enforcement, LimitKind, Profile, RunContext, RunOutcome, RunRequest, RunStatus, Runtime, Unit,
+    UnitKind,
 };
 
 /// The explicit opt-in [`HostRuntime`] needs: proof the caller knows units
@@ -43,42 +43,35 @@ impl HostRuntime {
     }
 }
 
-/// The rlimits for `limits`, and how each limit is enforced by them.
-pub(crate) fn rlimits_for(limits: &crate::RuntimeLimits) -> (Vec<Rlimit>, Vec<Enforcement>) {
-    let mut rlimits = vec![Rlimit {
-        resource: RlimitResource::Core,
-        soft: 0,
-        hard: 0,
-    }];
-    let mut enforcement = Vec::new();
-    if let Some(cpu) = limits.cpu_time {
-        let secs = cpu.as_secs_f64().ceil().max(1.0) as u64;
-        rlimits.push(Rlimit {
-            resource: RlimitResource::Cpu,
-            soft: secs,
-            hard: secs + 1,
-        });
-        enforcement.push(Enforcement::by(
-            LimitKind::CpuTime,
-            format!("RLIMIT_CPU {secs} s"),
-        ));
-    }
-    if let Some(mem) = limits.memory_bytes {
-        rlimits.push(Rlimit {
-            resource: RlimitResource::AddressSpace,
-            soft: mem,
-            hard: mem,
-        });
-        enforcement.push(Enforcement::by(LimitKind::Memory, "RLIMIT_AS"));
+/// The rlimits every process runtime sets for `limits`: no core dumps,
+/// `RLIMIT_CPU` (soft at the limit rounded up to whole seconds, hard one
+/// second later), `RLIMIT_FSIZE` at the disk limit, and `RLIMIT_AS` at the
+/// memory limit when `address_space` (runtimes with a memory cgroup leave
+/// it out: it counts reservations, not use).
+pub(crate) fn rlimits_for(limits: &crate::RuntimeLimits, address_space: bool) -> Vec<Rlimit> {
+    let rl = |resource, soft, hard| Rlimit {
+        resource,
+        soft,
+        hard,
+    };
+    let mut out = vec![rl(RlimitResource::Core, 0, 0)];
+    if let Some(secs) = cpu_secs(limits) {
+        out.push(rl(RlimitResource::Cpu, secs, secs + 1));
     }
     if let Some(disk) = limits.disk_bytes {
-        rlimits.push(Rlimit {
-            resource: RlimitResource::FileSize,
-            soft: disk,
-            hard: disk,
-        });
+        out.push(rl(RlimitResource::FileSize, disk, disk));
     }
-    (rlimits, enforcement)
+    if let (Some(mem), true) = (limits.memory_bytes, address_space) {
+        out.push(rl(RlimitResource::AddressSpace, mem, mem));
+    }
+    out
+}
+
+/// The CPU limit as `RLIMIT_CPU` seconds: rounded up, at least 1.
+pub(crate) fn cpu_secs(limits: &crate::RuntimeLimits) -> Option<u64> {
+    limits
+        .cpu_time
+        .map(|cpu| cpu.as_secs_f64().ceil().max(1.0) as u64)
 }
 
 impl Runtime for HostRuntime {
@@ -111,11 +104,17 @@ impl Runtime for HostRuntime {
                 return invalid(self.name(), "unit.argv", "must name a program");
             };
             let limits = &request.limits;
-            if limits.network != NetworkPolicy::Off {
-                // Nothing here can filter by host; the host network is open
-                // anyway, which this runtime's isolation line says.
+            let rlimits = rlimits_for(limits, true);
+            let mut enforcement = Vec::new();
+            if let Some(secs) = cpu_secs(limits) {
+                enforcement.push(Enforcement::by(
+                    LimitKind::CpuTime,
+                    format!("RLIMIT_CPU {secs} s"),
+                ));
             }
-            let (rlimits, mut enforcement) = rlimits_for(limits);
+            if limits.memory_bytes.is_some() {
+                enforcement.push(Enforcement::by(LimitKind::Memory, "RLIMIT_AS"));
+            }
             let mut env: Vec<(OsString, OsString)> =
                 vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())];
             env.extend(command.env.iter().map(|(k, v)| (k.into(), v.into())));
@@ -139,6 +138,7 @@ impl Runtime for HostRuntime {
                 Enforcement::by(LimitKind::Output, "host pipe capture"),
                 Enforcement::by(LimitKind::ToolCalls, "host gateway budget"),
                 Enforcement::not_enforced(LimitKind::Processes, "no sandbox (host runtime)"),
+                // Nothing here can filter by host or turn the network off.
                 Enforcement::not_enforced(LimitKind::Network, "no sandbox (host runtime)"),
                 Enforcement::not_enforced(
                     LimitKind::Disk,

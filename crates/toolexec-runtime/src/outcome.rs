@@ -164,3 +164,23 @@ pub struct ToolCallRecord {
     /// Call duration in milliseconds.
     pub duration_ms: f64,
 }
+
+impl RunOutcome {
+    /// Most bytes of stderr [`RunOutcome::stderr_tail`] keeps.
+    pub const STDERR_TAIL_BYTES: usize = 1000;
+
+    /// `"; stderr: <the last STDERR_TAIL_BYTES bytes of stderr>"` (cut at a
+    /// character boundary, trailing whitespace dropped), or `""` when stderr
+    /// is blank: the suffix of an error message about a failed run.
+    pub fn stderr_tail(&self) -> String {
+        let t = self.stderr.trim_end();
+        if t.is_empty() {
+            return String::new();
+        }
+        let mut start = t.len().saturating_sub(Self::STDERR_TAIL_BYTES);
+        while !t.is_char_boundary(start) {
+            start += 1;
+        }
+        format!("; stderr: {}", &t[start..])
+    }
+}

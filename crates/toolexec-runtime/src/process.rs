@@ -53,7 +53,8 @@ pub enum RlimitResource {
 }
 
 impl RlimitResource {
-    fn raw(self) -> libc::__rlimit_resource_t {
+    /// The `RLIMIT_*` number.
+    pub(crate) fn raw(self) -> libc::__rlimit_resource_t {
         match self {
             RlimitResource::Cpu => libc::RLIMIT_CPU,
             RlimitResource::AddressSpace => libc::RLIMIT_AS,
@@ -224,12 +225,9 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            for (resource, limit) in &rlimits {
-                if libc::setrlimit(*resource, limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
             // Two passes so a source never collides with another's target.
+            // Before the rlimits: a low RLIMIT_NOFILE would refuse the
+            // scratch descriptors (64 and up).
             for (i, (from, _)) in moves.iter().enumerate() {
                 let tmp = libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 64);
                 if tmp < 0 {
@@ -239,6 +237,11 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
             }
             for (i, (_, to)) in moves.iter().enumerate() {
                 if libc::dup2(scratch[i], *to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (resource, limit) in &rlimits {
+                if libc::setrlimit(*resource, limit) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }
@@ -486,10 +489,20 @@ impl ProcessRun {
         })
     }
 
+    /// Whether the launcher reported its child's death by `SIGXCPU` with
+    /// exit code `128 + SIGXCPU`. Any unit can exit with that code, so it
+    /// is no CPU verdict by itself: a runtime needs evidence (its cgroup's
+    /// CPU usage at the limit) before reporting the CPU limit.
+    pub fn launcher_sigxcpu(&self) -> bool {
+        self.status.and_then(|s| s.code()) == Some(128 + libc::SIGXCPU)
+    }
+
     /// The outcome with the default classification: toolexec's own stops
-    /// first, then `SIGXCPU` as the CPU limit, exit 0 as success, anything
+    /// first, then the CPU limit when a CPU limit is set and the wait
+    /// status itself says `SIGXCPU` (a launcher's exit code never counts:
+    /// see [`ProcessRun::launcher_sigxcpu`]), exit 0 as success, anything
     /// else as the unit's failure. Runtimes refine it with what their
-    /// mechanisms saw (cgroup OOM and pid events) before returning.
+    /// mechanisms saw (cgroup OOM, pid and CPU events) before returning.
     pub fn into_outcome(
         self,
         runtime: &str,
@@ -499,6 +512,10 @@ impl ProcessRun {
     ) -> crate::RunOutcome {
         use crate::{LimitKind, RunStatus};
         let signal = self.signal(launcher_codes);
+        let real_sigxcpu = {
+            use std::os::unix::process::ExitStatusExt;
+            self.status.and_then(|s| s.signal()) == Some(libc::SIGXCPU)
+        };
         let status = match &self.ended {
             Some(Ended::WallTime) => RunStatus::LimitExceeded {
                 limit: LimitKind::WallTime,
@@ -523,7 +540,7 @@ impl ProcessRun {
                 ),
             },
             Some(Ended::Protocol(e)) => RunStatus::Error { error: e.to_body() },
-            None if signal == Some(libc::SIGXCPU) => RunStatus::LimitExceeded {
+            None if real_sigxcpu && limits.cpu_time.is_some() => RunStatus::LimitExceeded {
                 limit: LimitKind::CpuTime,
                 message: format!(
                     "the unit used more than {} s of CPU time (SIGXCPU)",

@@ -161,15 +161,6 @@ impl Runtimes {
             Some(exec) => ToolHost::new(exec.clone(), &request.limits, cancel.clone()),
             None => ToolHost::without_tools(&request.limits),
         };
-        runtime
-            .run(
-                request,
-                RunContext {
-                    host,
-                    cancel,
-                    output: None,
-                },
-            )
-            .await
+        runtime.run(request, RunContext::new(host, cancel)).await
     }
 }

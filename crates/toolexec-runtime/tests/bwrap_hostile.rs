@@ -57,16 +57,7 @@ async fn run(runtime: &BubblewrapRuntime, unit: Unit, limits: RuntimeLimits) -> 
     let exec = Exec::new(toolexec_builtins::catalog());
     let host = ToolHost::new(exec, &limits, cancel.clone());
     let request = RunRequest::new(unit, Profile::Hardened).with_limits(limits);
-    runtime
-        .run(
-            request,
-            RunContext {
-                host,
-                cancel,
-                output: None,
-            },
-        )
-        .await
+    runtime.run(request, RunContext::new(host, cancel)).await
 }
 
 fn sh(script: &str) -> Unit {
@@ -537,4 +528,244 @@ async fn pool_runs_units_single_use() {
     )
     .await;
     assert_eq!(out.status.limit(), Some(LimitKind::Memory), "{out:?}");
+}
+
+#[tokio::test]
+async fn dev_is_read_only_and_dev_shm_is_sized() {
+    let Some(rt) = runtime("dev_is_read_only_and_dev_shm_is_sized", config(0)) else {
+        return;
+    };
+    let limits = RuntimeLimits {
+        disk_bytes: Some(1 << 20),
+        ..limits()
+    };
+    // Each file stays under RLIMIT_FSIZE (1 MiB): only the tmpfs size can
+    // stop the second one.
+    let script = "\
+        dd if=/dev/zero of=/dev/shm/a bs=64k count=12 2>/dev/null; \
+        dd if=/dev/zero of=/dev/shm/b bs=64k count=12 2>&1; \
+        echo shm=$(cat /dev/shm/a /dev/shm/b | wc -c); \
+        dd if=/dev/zero of=/dev/big bs=64k count=32 2>&1 && echo WROTE_DEV_BIG; \
+        echo x > /dev/evil && echo WROTE_DEV; \
+        mkdir /dev/dir && echo MADE_DEV_DIR; \
+        echo ok > /dev/null && echo null-ok; \
+        head -c 4 /dev/urandom | wc -c; \
+        true";
+    let out = run(&rt, sh(script), limits).await;
+    assert!(out.is_ok(), "{out:?}");
+    let shm: u64 = out
+        .stdout
+        .split("shm=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out:?}"));
+    assert!(shm <= 1 << 20, "{shm} bytes in /dev/shm: {out:?}");
+    assert!(out.stdout.contains("No space left"), "{out:?}");
+    assert!(!out.stdout.contains("WROTE_DEV"), "{out:?}");
+    assert!(!out.stdout.contains("MADE_DEV_DIR"), "{out:?}");
+    assert!(out.stdout.contains("null-ok\n4\n"), "{out:?}");
+    let disk = out.enforced_by(LimitKind::Disk).unwrap();
+    assert!(disk.mechanism.contains("/dev/shm"), "{disk:?}");
+}
+
+#[tokio::test]
+async fn x32_system_calls_are_refused() {
+    let Some(rt) = runtime("x32_system_calls_are_refused", config(0)) else {
+        return;
+    };
+    if std::env::consts::ARCH != "x86_64" {
+        eprintln!("x32_system_calls_are_refused: not x86_64, nothing to check");
+        return;
+    }
+    // x32 getpid (39) and unshare(CLONE_NEWUSER) (272): on a kernel with
+    // x32 support they would run past every native rule.
+    let source = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+for name, nr, arg in [('getpid', 39, 0), ('unshare', 272, 0x10000000)]:
+    r = libc.syscall(ctypes.c_long(0x40000000 | nr), ctypes.c_long(arg))
+    print(name, r, os.strerror(ctypes.get_errno()))
+print('native', libc.syscall(ctypes.c_long(39)) > 0)
+"#;
+    let out = run(&rt, python(source), limits()).await;
+    assert!(out.is_ok(), "{out:?}");
+    for name in ["getpid", "unshare"] {
+        assert!(
+            out.stdout
+                .contains(&format!("{name} -1 Function not implemented")),
+            "{}",
+            out.stdout
+        );
+    }
+    assert!(out.stdout.contains("native True"), "{}", out.stdout);
+}
+
+#[tokio::test]
+async fn a_bwrap_without_the_flags_used_is_unavailable() {
+    let Some(real) = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("bwrap"))
+            .find(|p| p.is_file())
+    }) else {
+        assert!(std::env::var_os("CI").is_none(), "bwrap missing");
+        eprintln!("SKIPPED: a_bwrap_without_the_flags_used_is_unavailable: no bwrap");
+        return;
+    };
+    // An old bwrap: no `--disable-userns`, otherwise the real one.
+    let dir = std::env::temp_dir().join(format!("toolexec-oldbwrap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = dir.join("bwrap");
+    std::fs::write(
+        &old,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = --disable-userns ] && \
+             {{ echo 'bwrap: Unknown option --disable-userns' >&2; exit 1; }}; done\nexec {} \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&old, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let rt = BubblewrapRuntime::new(BubblewrapConfig {
+        bwrap: old,
+        ..config(0)
+    });
+    match rt.availability() {
+        Availability::Unavailable { reason } => {
+            assert!(reason.contains("--disable-userns"), "{reason}")
+        }
+        Availability::Available => panic!("an old bwrap was reported available"),
+    }
+    let out = run(&rt, Unit::command(["true"]), limits()).await;
+    assert!(
+        matches!(&out.status, RunStatus::Error { error } if error.code.as_str() == "backend_unavailable"),
+        "{out:?}"
+    );
+    // A missing init helper is caught by the probe too.
+    let rt = BubblewrapRuntime::new(BubblewrapConfig {
+        init: Some(dir.join("no-such-init")),
+        ..config(0)
+    });
+    assert!(matches!(
+        rt.availability(),
+        Availability::Unavailable { .. }
+    ));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_low_open_files_limit_still_runs() {
+    let Some(rt) = runtime(
+        "a_low_open_files_limit_still_runs",
+        BubblewrapConfig {
+            max_open_files: 32,
+            ..config(0)
+        },
+    ) else {
+        return;
+    };
+    let out = run(&rt, sh("ulimit -n"), limits()).await;
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(out.stdout, "32\n");
+}
+
+#[tokio::test]
+async fn exit_152_is_a_failure_not_a_cpu_verdict() {
+    let Some(rt) = runtime("exit_152_is_a_failure_not_a_cpu_verdict", config(0)) else {
+        return;
+    };
+    let limits = RuntimeLimits {
+        cpu_time: Some(Duration::from_secs(5)),
+        ..limits()
+    };
+    let out = run(&rt, sh("exit 152"), limits).await;
+    assert!(matches!(out.status, RunStatus::Failed { .. }), "{out:?}");
+    assert_eq!(out.exit_code, Some(152));
+}
+
+#[tokio::test]
+async fn unusable_cgroups_fall_back_to_rlimits() {
+    // A cgroup root whose controllers cannot take a `toolexec` parent (a
+    // file is in the way), as for a user without rights on the hierarchy.
+    let root = std::env::temp_dir().join(format!("toolexec-nocg-{}", std::process::id()));
+    for (path, content) in [
+        ("memory/memory.limit_in_bytes", "0"),
+        ("memory/toolexec", "in the way"),
+        ("pids/cgroup.procs", ""),
+        ("pids/toolexec", "in the way"),
+    ] {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    let Some(rt) = runtime(
+        "unusable_cgroups_fall_back_to_rlimits",
+        BubblewrapConfig {
+            cgroup_root: root.clone(),
+            ..config(0)
+        },
+    ) else {
+        return;
+    };
+    assert_eq!(*rt.cgroup_layout(), CgroupLayout::None);
+    assert!(rt.cgroup_problem().unwrap().contains("toolexec"));
+    let limits = RuntimeLimits {
+        memory_bytes: Some(256 << 20),
+        max_processes: Some(16),
+        ..limits()
+    };
+    let out = run(&rt, sh("echo fine; ulimit -v"), limits).await;
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(out.stdout, format!("fine\n{}\n", 256 << 10));
+    let memory = out.enforced_by(LimitKind::Memory).unwrap();
+    assert!(memory.mechanism.contains("RLIMIT_AS"), "{memory:?}");
+    let processes = out
+        .enforcement
+        .iter()
+        .find(|e| e.limit == LimitKind::Processes)
+        .unwrap();
+    assert!(
+        format!("{processes:?}").contains("cannot create cgroups"),
+        "{processes:?}"
+    );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn init_runs_without_landlock_on_a_kernel_lacking_it() {
+    use std::collections::BTreeMap as Map;
+    use std::os::unix::process::CommandExt;
+    // The kernel "lacks" Landlock for the init: its system calls fail with
+    // ENOSYS, as on a kernel built without it.
+    let mut rules = Map::new();
+    for nr in [
+        libc::SYS_landlock_create_ruleset,
+        libc::SYS_landlock_add_rule,
+        libc::SYS_landlock_restrict_self,
+    ] {
+        rules.insert(nr, Vec::new());
+    }
+    let filter = seccompiler::SeccompFilter::new(
+        rules,
+        seccompiler::SeccompAction::Allow,
+        seccompiler::SeccompAction::Errno(libc::ENOSYS as u32),
+        std::env::consts::ARCH.try_into().unwrap(),
+    )
+    .unwrap();
+    let program: seccompiler::BpfProgram = filter.try_into().unwrap();
+    let mut cmd = std::process::Command::new(INIT);
+    cmd.args(["exec", "--", "/bin/echo", "ran"]);
+    // SAFETY: prctl and seccomp only, on a program built before the fork.
+    unsafe {
+        cmd.pre_exec(move || seccompiler::apply_filter(&program).map_err(std::io::Error::other));
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
 }

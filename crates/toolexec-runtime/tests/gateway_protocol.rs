@@ -127,12 +127,11 @@ async fn allowlist_and_budget() {
 
     let exceeded = host.clone();
     let watcher = tokio::spawn(async move { exceeded.budget_exceeded().await });
-    for i in 0..2 {
-        client
-            .call("math:add", json!({"a": i, "b": 1}))
-            .await
-            .unwrap();
-    }
+    // The refused call spent one of the two: one more fits.
+    client
+        .call("math:add", json!({"a": 1, "b": 1}))
+        .await
+        .unwrap();
     assert!(host.budget_exhausted());
     let over = client
         .call("math:add", json!({"a": 1, "b": 1}))
@@ -145,9 +144,80 @@ async fn allowlist_and_budget() {
         .unwrap()
         .unwrap();
     let log = host.tool_calls();
-    assert_eq!(log.len(), 4);
-    assert_eq!(log.iter().filter(|c| c.ok).count(), 2);
+    assert_eq!(log.len(), 3);
+    assert_eq!(log.iter().filter(|c| c.ok).count(), 1);
     assert_eq!(log[0].error.as_ref().unwrap().code.as_str(), "not_allowed");
+}
+
+#[tokio::test]
+async fn refused_calls_spend_the_budget_and_floods_keep_no_args() {
+    let limits = RuntimeLimits {
+        allowed_tools: vec!["math:*".into()],
+        max_tool_calls: 3,
+        ..RuntimeLimits::default()
+    };
+    let host = host(&limits);
+    let (_server, _task, end) = serve(host.clone());
+    let client = GatewayClient::new(end);
+    let exceeded = host.clone();
+    let watcher = tokio::spawn(async move { exceeded.budget_exceeded().await });
+    let big = "x".repeat(64 * 1024);
+    let mut codes = Vec::new();
+    for _ in 0..10 {
+        let err = client
+            .call("text:case", json!({"text": big, "to": "upper"}))
+            .await
+            .unwrap_err();
+        codes.push(err.to_string().split(':').next().unwrap().to_owned());
+    }
+    assert_eq!(&codes[..3], ["not_allowed"; 3]);
+    assert!(
+        codes[3..].iter().all(|c| c == "limit_exceeded"),
+        "{codes:?}"
+    );
+    // A unit refused on every call is stopped like one over its budget.
+    tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .unwrap()
+        .unwrap();
+    let log = host.tool_calls();
+    assert_eq!(log.len(), 10);
+    // Within the budget and the call that spent it: full arguments;
+    // past it, none kept.
+    assert!(log[..4].iter().all(|c| c.args["text"] == json!(big)));
+    assert!(log[4..].iter().all(|c| c.args.is_null()));
+}
+
+#[tokio::test]
+async fn search_and_describe_have_a_budget() {
+    let limits = RuntimeLimits {
+        max_tool_calls: 1,
+        ..RuntimeLimits::default()
+    };
+    let host = host(&limits);
+    assert_eq!(host.max_lookups(), 10);
+    let (_server, _task, end) = serve(host.clone());
+    let client = GatewayClient::new(end);
+    let exceeded = host.clone();
+    let watcher = tokio::spawn(async move { exceeded.budget_exceeded().await });
+    for i in 0..10 {
+        if i % 2 == 0 {
+            client.search("add numbers", 5).await.unwrap();
+        } else {
+            // Refused lookups count too.
+            assert!(client.describe("nope:nothing", "summary").await.is_err());
+        }
+    }
+    let over = client.search("add numbers", 5).await.unwrap_err();
+    assert!(over.to_string().starts_with("limit_exceeded"), "{over}");
+    let over = client.describe("math:add", "summary").await.unwrap_err();
+    assert!(over.to_string().starts_with("limit_exceeded"), "{over}");
+    tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .unwrap()
+        .unwrap();
+    // The direct API answers nothing past the budget.
+    assert_eq!(host.search("add", 5).await, json!([]));
 }
 
 #[tokio::test]

@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
-use toolexec::{CancellationToken, Exec};
+use std::sync::Arc;
+
+use toolexec::{BoxFuture, CancellationToken, DetailLevel, ErrorBody, Exec};
+use toolexec_runtime::process::{ProcessSpec, Rlimit, RlimitResource, run_process};
 use toolexec_runtime::{
     CommandUnit, HostRuntime, LimitKind, Profile, RunContext, RunOutcome, RunRequest, RunStatus,
-    Runtime, RuntimeLimits, ToolHost, Unit, UnsandboxedOptIn,
+    Runtime, RuntimeLimits, ToolCaller, ToolHost, Unit, UnsandboxedOptIn,
 };
 
 async fn run(unit: Unit, limits: RuntimeLimits) -> RunOutcome {
@@ -17,16 +20,47 @@ async fn run(unit: Unit, limits: RuntimeLimits) -> RunOutcome {
         cancel.clone(),
     );
     let request = RunRequest::new(unit, Profile::Dev).with_limits(limits);
-    runtime
-        .run(
-            request,
-            RunContext {
-                host,
-                cancel,
-                output: None,
-            },
-        )
-        .await
+    runtime.run(request, RunContext::new(host, cancel)).await
+}
+
+fn python_available(test: &str) -> bool {
+    if std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_ok()
+    {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "{test}: python3 missing");
+    eprintln!("SKIPPED: {test}: python3 not found");
+    false
+}
+
+/// A tool that takes a minute: its call is still running when the unit's
+/// wall time ends.
+struct SlowTools;
+
+impl ToolCaller for SlowTools {
+    fn call(
+        &self,
+        _tool_id: String,
+        _args: serde_json::Value,
+    ) -> BoxFuture<'static, Result<serde_json::Value, ErrorBody>> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(serde_json::json!("too late"))
+        })
+    }
+    fn search(&self, _query: String, _limit: usize) -> BoxFuture<'static, serde_json::Value> {
+        Box::pin(async { serde_json::json!([]) })
+    }
+    fn describe(
+        &self,
+        _tool_id: String,
+        _level: DetailLevel,
+    ) -> BoxFuture<'static, Result<serde_json::Value, ErrorBody>> {
+        Box::pin(async { Ok(serde_json::Value::Null) })
+    }
 }
 
 #[tokio::test]
@@ -82,13 +116,7 @@ async fn deadline_and_output_cap() {
 
 #[tokio::test]
 async fn python_unit_calls_a_tool_over_fd_3() {
-    if std::process::Command::new("python3")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        assert!(std::env::var_os("CI").is_none(), "python3 missing");
-        eprintln!("SKIPPED: python_unit_calls_a_tool_over_fd_3: python3 not found");
+    if !python_available("python_unit_calls_a_tool_over_fd_3") {
         return;
     }
     let source = r#"
@@ -172,4 +200,84 @@ async fn output_streams_live_while_the_unit_runs() {
         out.stderr.as_bytes()
     );
     assert_eq!(out.stdout, "first\nsecond\n");
+}
+
+#[tokio::test]
+async fn a_call_in_flight_at_the_deadline_is_logged_cancelled() {
+    if !python_available("a_call_in_flight_at_the_deadline_is_logged_cancelled") {
+        return;
+    }
+    let source = r#"
+import os, json, struct, socket, time
+s = socket.socket(fileno=int(os.environ["TOOLEXEC_GATEWAY_FD"]))
+b = json.dumps({"id": 1, "method": "call", "tool": "slow:op", "args": {"n": 7}}).encode()
+s.sendall(struct.pack('>I', len(b)) + b)
+time.sleep(60)
+"#;
+    let runtime = HostRuntime::new(UnsandboxedOptIn::i_understand_units_run_unsandboxed());
+    let limits = RuntimeLimits {
+        wall_time: Duration::from_millis(1500),
+        ..RuntimeLimits::default()
+    };
+    let cancel = CancellationToken::new();
+    let host = ToolHost::with_caller(Arc::new(SlowTools), &limits, cancel.clone());
+    let request =
+        RunRequest::new(Unit::command(["python3", "-c", source]), Profile::Dev).with_limits(limits);
+    let out = runtime.run(request, RunContext::new(host, cancel)).await;
+    assert!(
+        matches!(
+            out.status,
+            RunStatus::LimitExceeded {
+                limit: LimitKind::WallTime,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(out.tool_calls.len(), 1, "{out:?}");
+    let call = &out.tool_calls[0];
+    assert_eq!(call.tool_id, "slow:op");
+    assert_eq!(call.args, serde_json::json!({"n": 7}));
+    assert!(!call.ok);
+    assert_eq!(call.error.as_ref().unwrap().code.as_str(), "cancelled");
+}
+
+#[tokio::test]
+async fn exit_code_152_is_not_a_cpu_verdict() {
+    let limits = RuntimeLimits {
+        cpu_time: Some(Duration::from_secs(5)),
+        ..RuntimeLimits::default()
+    };
+    let out = run(Unit::command(["sh", "-c", "exit 152"]), limits).await;
+    assert!(matches!(out.status, RunStatus::Failed { .. }), "{out:?}");
+    assert_eq!(out.exit_code, Some(152));
+}
+
+#[tokio::test]
+async fn descriptor_moves_survive_a_low_open_files_limit() {
+    // Descriptors 0-2, the gateway at 3 and one inherited at 9: a limit of
+    // 16 is below the scratch range the moves use (64 and up).
+    let (read, write) = std::io::pipe().unwrap();
+    drop(write);
+    let spec = ProcessSpec {
+        program: "/bin/sh".into(),
+        args: vec![
+            "-c".into(),
+            "ulimit -n; test -e /proc/self/fd/3 && test -e /proc/self/fd/9 && echo moved".into(),
+        ],
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        rlimits: vec![Rlimit {
+            resource: RlimitResource::OpenFiles,
+            soft: 16,
+            hard: 16,
+        }],
+        gateway: true,
+        inherit: vec![(read.into(), 9)],
+        ..ProcessSpec::default()
+    };
+    let limits = RuntimeLimits::default();
+    let ctx = RunContext::new(ToolHost::without_tools(&limits), CancellationToken::new());
+    let run = run_process(spec, &limits, &ctx).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&run.stdout), "16\nmoved\n");
+    assert!(run.status.unwrap().success());
 }

@@ -8,15 +8,29 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllo
 
 use crate::WasmConfig;
 
+/// Core instances one store may hold: one run holds one pool slot, and
+/// the pool has this many core instances per slot.
+pub(crate) const CORE_INSTANCES_PER_STORE: u32 = 4;
+/// Linear memories one store may hold (the pool has this many per slot).
+pub(crate) const MEMORIES_PER_STORE: u32 = 2;
+/// Tables one store may hold (the pool has this many per slot).
+pub(crate) const TABLES_PER_STORE: u32 = 4;
+
 /// Builds the engine: fuel, epoch interruption, the component model,
-/// and the pooling allocator sized from `config`.
+/// and the pooling allocator sized from `config`: `pool_instances` slots,
+/// each with the per-store share of core instances, memories and tables.
+/// A store (its `ResourceLimiter`) and a component may use no more
+/// than one slot's share, so no run can take what the others need.
 pub(crate) fn build(config: &WasmConfig) -> wasmtime::Result<Engine> {
     let n = config.pool_instances;
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(n)
-        .total_core_instances(n.saturating_mul(4))
-        .total_memories(n.saturating_mul(2))
-        .total_tables(n.saturating_mul(4))
+        .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_STORE))
+        .total_memories(n.saturating_mul(MEMORIES_PER_STORE))
+        .total_tables(n.saturating_mul(TABLES_PER_STORE))
+        .max_core_instances_per_component(CORE_INSTANCES_PER_STORE)
+        .max_memories_per_component(MEMORIES_PER_STORE)
+        .max_tables_per_component(TABLES_PER_STORE)
         .total_stacks(n)
         .max_memory_size(config.max_memory_bytes as usize)
         .table_elements(config.max_table_elements);
@@ -63,6 +77,99 @@ impl Drop for Ticker {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use toolexec::{CancellationToken, ErrorCode};
+    use toolexec_runtime::{
+        Profile, RunContext, RunOutcome, RunRequest, RunStatus, Runtime, RuntimeLimits, ToolHost,
+        Unit, WasmCode, WasmUnit,
+    };
+
+    use super::{CORE_INSTANCES_PER_STORE, MEMORIES_PER_STORE};
+    use crate::{WasmConfig, WasmRuntime};
+
+    /// A component exporting `run`: `memories` core instances that each
+    /// define a memory, `plain` that define nothing, and the one with `run`.
+    fn component(memories: u32, plain: u32) -> Unit {
+        let mut text = String::from(
+            r#"(component (core module $M (memory 1)) (core module $P) (core module $E (func (export "run")))"#,
+        );
+        for _ in 0..memories {
+            text.push_str(" (core instance (instantiate $M))");
+        }
+        for _ in 0..plain {
+            text.push_str(" (core instance (instantiate $P))");
+        }
+        text.push_str(
+            r#" (core instance $e (instantiate $E)) (func (export "run") (canon lift (core func $e "run"))))"#,
+        );
+        Unit::Wasm(WasmUnit {
+            code: WasmCode::Wat(text),
+            entry: None,
+            input: None,
+            args: Vec::new(),
+        })
+    }
+
+    async fn run(runtime: &WasmRuntime, unit: Unit) -> RunOutcome {
+        let limits = RuntimeLimits::default();
+        let ctx = RunContext::new(ToolHost::without_tools(&limits), CancellationToken::new());
+        let request = RunRequest::new(unit, Profile::Hardened).with_limits(limits);
+        runtime.run(request, ctx).await
+    }
+
+    fn refusal(outcome: &RunOutcome) -> (ErrorCode, String) {
+        match &outcome.status {
+            RunStatus::Error { error } => (error.code, error.message.clone()),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    /// A unit that needs more than one slot's share of the pool is refused
+    /// with the limit it exceeds, while units within the share still run,
+    /// even on a pool of one slot.
+    #[tokio::test]
+    async fn a_unit_over_the_per_store_share_is_refused_and_others_run() {
+        let runtime = WasmRuntime::new(WasmConfig {
+            pool_instances: 1,
+            max_memory_bytes: 1 << 20,
+            ..WasmConfig::default()
+        });
+        // At the share: 2 memories, 4 core instances.
+        let fits = component(
+            MEMORIES_PER_STORE,
+            CORE_INSTANCES_PER_STORE - MEMORIES_PER_STORE - 1,
+        );
+        let cases = [
+            (
+                component(MEMORIES_PER_STORE + 1, 0),
+                format!(
+                    "Wasm linear memories, which exceeds the configured maximum of {MEMORIES_PER_STORE}"
+                ),
+            ),
+            (
+                component(0, CORE_INSTANCES_PER_STORE),
+                format!(
+                    "core module instances, which exceeds the configured maximum of {CORE_INSTANCES_PER_STORE}"
+                ),
+            ),
+        ];
+        for (unit, expected) in cases {
+            // The over-share unit and a unit at the share, at once.
+            let (over, ok) = tokio::join!(run(&runtime, unit), run(&runtime, fits.clone()));
+            let (code, message) = refusal(&over);
+            assert_eq!(code, ErrorCode::InvalidRequest, "{message}");
+            assert!(message.contains(&expected), "{message}");
+            assert!(ok.is_ok(), "{ok:?}");
+        }
+        // Nothing leaked: the one slot still serves the share twice over.
+        for _ in 0..2 {
+            let ok = run(&runtime, fits.clone()).await;
+            assert!(ok.is_ok(), "{ok:?}");
         }
     }
 }

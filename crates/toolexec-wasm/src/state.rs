@@ -5,6 +5,7 @@ use serde_json::Value;
 use toolexec_runtime::ToolHost;
 use wasmtime::ResourceLimiter;
 
+use crate::engine::{CORE_INSTANCES_PER_STORE, MEMORIES_PER_STORE, TABLES_PER_STORE};
 use crate::output::Output;
 
 /// Why the host stopped a unit. Set in the store before trapping, so the
@@ -123,16 +124,18 @@ impl ResourceLimiter for Limiter {
         Ok(true)
     }
 
+    // One store holds one pool slot: it may use that slot's share of the
+    // pool and no more (see `engine::build`).
     fn instances(&self) -> usize {
-        64
+        CORE_INSTANCES_PER_STORE as usize
     }
 
     fn tables(&self) -> usize {
-        64
+        TABLES_PER_STORE as usize
     }
 
     fn memories(&self) -> usize {
-        16
+        MEMORIES_PER_STORE as usize
     }
 }
 

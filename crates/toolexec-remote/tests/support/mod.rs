@@ -76,6 +76,38 @@ pub fn serve_on(
     TestServer { addr, server, stop }
 }
 
+/// A port held by a bound socket that does not listen: connecting is
+/// refused at once (no self-connect, no other test can take the port)
+/// until [`ReservedPort::listen`] hands it to a server.
+pub struct ReservedPort {
+    socket: socket2::Socket,
+    pub addr: SocketAddr,
+}
+
+impl ReservedPort {
+    pub fn new() -> Self {
+        use socket2::{Domain, Socket, Type};
+        // No SO_REUSEADDR: nobody else can bind the port while we hold it.
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        let addr = socket.local_addr().unwrap().as_socket().unwrap();
+        ReservedPort { socket, addr }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Starts listening on the held port.
+    pub fn listen(self) -> tokio::net::TcpListener {
+        self.socket.listen(128).unwrap();
+        self.socket.set_nonblocking(true).unwrap();
+        tokio::net::TcpListener::from_std(self.socket.into()).unwrap()
+    }
+}
+
 pub fn client_config(url: &str) -> RemoteConfig {
     let mut config = RemoteConfig::new(url, Some(key()));
     config.max_profile = Profile::Dev;

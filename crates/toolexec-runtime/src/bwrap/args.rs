@@ -69,11 +69,18 @@ pub fn base_args(shape: &SandboxShape<'_>) -> Vec<OsString> {
         push(&mut args, &["--ro-bind-try", file, file]);
     }
     push(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
-    if let Some(bytes) = shape.tmp_bytes {
-        // tmpfs treats size=0 as unlimited: never pass 0.
-        push(&mut args, &["--size", &bytes.max(4096).to_string()]);
+    // The two writable places, each a tmpfs of the disk limit's size:
+    // /tmp, and /dev/shm for POSIX shared memory. /dev itself (bwrap's
+    // tmpfs with the device nodes) is remounted read-only below: writing
+    // a device node is still allowed on a read-only mount.
+    for dir in ["/tmp", "/dev/shm"] {
+        if let Some(bytes) = shape.tmp_bytes {
+            // tmpfs treats size=0 as unlimited: never pass 0.
+            push(&mut args, &["--size", &bytes.max(4096).to_string()]);
+        }
+        push(&mut args, &["--tmpfs", dir]);
     }
-    push(&mut args, &["--tmpfs", "/tmp"]);
+    push(&mut args, &["--remount-ro", "/dev"]);
     if let Some(init) = shape.init {
         args.extend(["--ro-bind".into(), init.into(), INIT_PATH.into()]);
     }
@@ -117,6 +124,12 @@ mod tests {
         let joined = args.join(" ");
         assert!(joined.contains("--unshare-all"));
         assert!(joined.contains("--size 4096 --tmpfs /tmp"), "{joined}");
+        assert!(
+            joined.contains(
+                "--dev /dev --size 4096 --tmpfs /tmp --size 4096 --tmpfs /dev/shm --remount-ro /dev"
+            ),
+            "{joined}"
+        );
         assert!(joined.contains("--add-seccomp-fd 4 --add-seccomp-fd 5"));
         assert!(
             !args

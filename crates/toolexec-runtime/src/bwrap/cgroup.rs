@@ -74,6 +74,76 @@ impl CgroupLayout {
     }
 }
 
+/// Makes `layout` ready for runs, once: creates the `toolexec` parent in
+/// each controller and, on v2, enables the controllers for it (one write
+/// per controller, so one the kernel refuses does not take the others
+/// along). Controllers whose parent cannot be made are dropped; the
+/// returned reason says why (runs then go without them, on rlimits).
+pub fn prepare(layout: &CgroupLayout) -> (CgroupLayout, Option<String>) {
+    let mkdir = |dir: &Path| fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()));
+    match layout {
+        CgroupLayout::None => (CgroupLayout::None, None),
+        CgroupLayout::V2 { root } => {
+            let parent = root.join("toolexec");
+            if let Err(why) = mkdir(&parent) {
+                return (CgroupLayout::None, Some(why));
+            }
+            for ctrl in ["memory", "pids", "cpu"] {
+                for dir in [root, &parent] {
+                    // Best effort: the controller may be delegated already.
+                    let _ = write(&dir.join("cgroup.subtree_control"), &format!("+{ctrl}"));
+                }
+            }
+            let enabled =
+                fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+            let missing: Vec<&str> = ["memory", "pids"]
+                .into_iter()
+                .filter(|c| !enabled.split_whitespace().any(|e| e == *c))
+                .collect();
+            if missing.is_empty() {
+                (layout.clone(), None)
+            } else {
+                let why = format!(
+                    "cannot enable the {} controller(s) in {}",
+                    missing.join(" and "),
+                    parent.display()
+                );
+                (CgroupLayout::None, Some(why))
+            }
+        }
+        CgroupLayout::V1 {
+            memory,
+            pids,
+            cpuacct,
+        } => {
+            let mut problems = Vec::new();
+            let mut keep = |ctrl: &Option<PathBuf>| {
+                let ctrl = ctrl.as_ref()?;
+                match mkdir(&ctrl.join("toolexec")) {
+                    Ok(()) => Some(ctrl.clone()),
+                    Err(why) => {
+                        problems.push(why);
+                        None
+                    }
+                }
+            };
+            let (memory, pids, cpuacct) = (keep(memory), keep(pids), keep(cpuacct));
+            let why = (!problems.is_empty()).then(|| problems.join("; "));
+            if memory.is_none() && pids.is_none() && cpuacct.is_none() {
+                return (CgroupLayout::None, why);
+            }
+            (
+                CgroupLayout::V1 {
+                    memory,
+                    pids,
+                    cpuacct,
+                },
+                why,
+            )
+        }
+    }
+}
+
 /// The limits a run's cgroup gets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CgroupLimits {
@@ -118,7 +188,8 @@ fn write(path: &Path, value: &str) -> io::Result<()> {
 
 impl RunCgroup {
     /// Creates `<controller>/toolexec/bwrap-<unique>` in every available
-    /// controller and sets `limits`.
+    /// controller and sets `limits`. The layout should have been through
+    /// [`prepare`] (the `toolexec` parents exist, v2 controllers enabled).
     pub fn create(layout: &CgroupLayout, limits: CgroupLimits) -> io::Result<RunCgroup> {
         let name = format!(
             "bwrap-{}-{}",
@@ -137,13 +208,9 @@ impl RunCgroup {
         match layout {
             CgroupLayout::None => {}
             CgroupLayout::V2 { root } => {
-                let parent = root.join("toolexec");
-                fs::create_dir_all(&parent)?;
-                // Best effort: the controllers may already be delegated.
-                let _ = write(&root.join("cgroup.subtree_control"), "+memory +pids +cpu");
-                let _ = write(&parent.join("cgroup.subtree_control"), "+memory +pids +cpu");
-                let dir = parent.join(&name);
-                fs::create_dir(&dir)?;
+                let dir = root.join("toolexec").join(&name);
+                fs::create_dir(&dir)
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
                 cg.dirs.push(dir.clone());
                 cg.memory = Some(dir.clone());
                 cg.pids = Some(dir.clone());
@@ -157,7 +224,8 @@ impl RunCgroup {
                 let mut make = |ctrl: &Option<PathBuf>| -> io::Result<Option<PathBuf>> {
                     let Some(ctrl) = ctrl else { return Ok(None) };
                     let dir = ctrl.join("toolexec").join(&name);
-                    fs::create_dir_all(&dir)?;
+                    fs::create_dir(&dir)
+                        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
                     cg.dirs.push(dir.clone());
                     Ok(Some(dir))
                 };
@@ -222,6 +290,11 @@ impl RunCgroup {
             .iter()
             .map(|d| OpenOptions::new().write(true).open(d.join(file)))
             .collect()
+    }
+
+    /// Whether the cgroup limits memory.
+    pub fn has_memory(&self) -> bool {
+        self.memory.is_some()
     }
 
     /// Whether the cgroup accounts CPU time.
@@ -489,7 +562,9 @@ mod tests {
             ("memory/memory.limit_in_bytes", "0"),
             ("pids/cgroup.procs", ""),
         ]);
-        let layout = CgroupLayout::detect(&root);
+        let (layout, problem) = prepare(&CgroupLayout::detect(&root));
+        assert_eq!(problem, None);
+        assert!(root.join("memory/toolexec").is_dir());
         let limits = CgroupLimits {
             memory: Some(1 << 20),
             pids: Some(7),
@@ -519,6 +594,38 @@ mod tests {
         cg.cleanup();
         drop(cg);
         fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn controllers_without_a_parent_are_dropped_with_the_reason() {
+        // `pids/toolexec` is a file: its parent cannot be made, memory's can.
+        let root = tree(&[
+            ("memory/memory.limit_in_bytes", "0"),
+            ("pids/cgroup.procs", ""),
+            ("pids/toolexec", "not a directory"),
+        ]);
+        let (layout, problem) = prepare(&CgroupLayout::detect(&root));
+        assert_eq!(
+            layout,
+            CgroupLayout::V1 {
+                memory: Some(root.join("memory")),
+                pids: None,
+                cpuacct: None,
+            }
+        );
+        assert!(problem.unwrap().contains("pids/toolexec"));
+        let only_pids = tree(&[("pids/cgroup.procs", ""), ("pids/toolexec", "x")]);
+        let (layout, problem) = prepare(&CgroupLayout::detect(&only_pids));
+        assert_eq!(layout, CgroupLayout::None);
+        assert!(problem.is_some());
+        // v2 whose controllers cannot be enabled: no cgroups, with why.
+        let v2 = tree(&[("cgroup.controllers", "memory pids cpu")]);
+        let (layout, problem) = prepare(&CgroupLayout::detect(&v2));
+        assert_eq!(layout, CgroupLayout::None);
+        assert!(problem.unwrap().contains("controller"));
+        for r in [root, only_pids, v2] {
+            fs::remove_dir_all(r).unwrap();
+        }
     }
 
     #[test]

@@ -22,11 +22,23 @@ pub const READ_ONLY: &[&str] = &[
     "/sbin",
     "/etc",
     "/proc",
+    "/dev",
     "/run/toolexec",
 ];
 
-/// Directories the unit may write.
-pub const READ_WRITE: &[&str] = &["/tmp", "/dev"];
+/// Directories the unit may write: the two sized tmpfs mounts.
+pub const READ_WRITE: &[&str] = &["/tmp", "/dev/shm"];
+
+/// Device files the unit may read, write and `ioctl` (nothing else of
+/// `/dev` is writable).
+pub const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/random",
+    "/dev/urandom",
+];
 
 /// The Landlock ABI the ruleset is written for.
 const LANDLOCK_ABI: ABI = ABI::V5;
@@ -64,9 +76,30 @@ pub enum InitError {
     },
 }
 
-/// Restricts this process and its future children to [`READ_ONLY`] and
-/// [`READ_WRITE`]. Fails unless the kernel enforces the rules fully.
+/// The Landlock ABI version the running kernel supports; `None` when it
+/// has no Landlock (not built in, or disabled at boot).
+pub fn kernel_abi() -> Option<i64> {
+    // SAFETY: the version query takes no pointers (attr NULL, size 0).
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    (v > 0).then_some(v)
+}
+
+/// Restricts this process and its future children to [`READ_ONLY`],
+/// [`READ_WRITE`] and [`DEVICES`]. On a kernel without Landlock
+/// ([`kernel_abi`] is `None`) it does nothing and says so: the runtime
+/// makes the same check and reports Landlock as not enforced. On a kernel
+/// with Landlock, fails unless the rules are enforced.
 pub fn apply_landlock() -> Result<String, InitError> {
+    if kernel_abi().is_none() {
+        return Ok("not enforced: the kernel lacks Landlock".into());
+    }
     let err = |e: &dyn std::fmt::Display| InitError::Landlock(e.to_string());
     let read = AccessFs::from_read(LANDLOCK_ABI);
     let all = AccessFs::from_all(LANDLOCK_ABI);
@@ -75,7 +108,8 @@ pub fn apply_landlock() -> Result<String, InitError> {
         .map_err(|e| err(&e))?
         .create()
         .map_err(|e| err(&e))?;
-    for (dirs, access) in [(READ_ONLY, read), (READ_WRITE, all)] {
+    let file = AccessFs::from_file(LANDLOCK_ABI);
+    for (dirs, access) in [(READ_ONLY, read), (READ_WRITE, all), (DEVICES, file)] {
         for dir in dirs.iter().filter(|d| Path::new(d).exists()) {
             let fd = PathFd::new(dir).map_err(|e| err(&e))?;
             ruleset = ruleset

@@ -44,7 +44,7 @@ pub use args::{INIT_PATH, SANDBOX_PATH, WORKER_PATH};
 pub use cgroup::{CgroupEvents, CgroupLayout, CgroupLimits, RunCgroup};
 pub use seccomp::DENIED as SECCOMP_DENIED;
 
-use crate::host_runtime::{invalid, unsupported};
+use crate::host_runtime::{cpu_secs, invalid, rlimits_for, unsupported};
 use crate::process::{ProcessSpec, Rlimit, RlimitResource, Spawned, spawn_process};
 use crate::protocol::{GATEWAY_FD, GATEWAY_FD_ENV};
 use crate::{
@@ -107,7 +107,11 @@ pub struct BubblewrapRuntime {
 struct Shared {
     config: BubblewrapConfig,
     bwrap: Option<PathBuf>,
-    layout: CgroupLayout,
+    /// The detected layout, before checking it can be used.
+    detected: CgroupLayout,
+    /// The usable layout, and why cgroups (or some controllers) are not
+    /// used; prepared once, at the first run.
+    cgroups: OnceLock<(CgroupLayout, Option<String>)>,
     landlock_abi: Option<i64>,
     available: OnceLock<Result<(), String>>,
     seccomp: OnceLock<Result<[Vec<u8>; 2], String>>,
@@ -117,7 +121,7 @@ impl std::fmt::Debug for BubblewrapRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BubblewrapRuntime")
             .field("config", &self.shared.config)
-            .field("layout", &self.shared.layout)
+            .field("layout", self.shared.layout())
             .field("pool", &self.pool.get())
             .finish()
     }
@@ -132,19 +136,6 @@ fn find_on_path(name: &Path) -> Option<PathBuf> {
             .map(|d| d.join(name))
             .find(|p| p.is_file())
     })
-}
-
-fn landlock_abi() -> Option<i64> {
-    // SAFETY: the version query takes no pointers (attr NULL, size 0).
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            1u32,
-        )
-    };
-    (v > 0).then_some(v)
 }
 
 fn error(code: ErrorCode, field: &str, message: String) -> RunOutcome {
@@ -175,12 +166,13 @@ impl BubblewrapRuntime {
     /// A runtime with `config`. Cheap: nothing runs until the first
     /// [`crate::Runtime::availability`] or run.
     pub fn new(config: BubblewrapConfig) -> Self {
-        let layout = CgroupLayout::detect(&config.cgroup_root);
+        let detected = CgroupLayout::detect(&config.cgroup_root);
         BubblewrapRuntime {
             shared: Arc::new(Shared {
                 bwrap: find_on_path(&config.bwrap),
-                layout,
-                landlock_abi: landlock_abi(),
+                detected,
+                cgroups: OnceLock::new(),
+                landlock_abi: init::kernel_abi(),
                 available: OnceLock::new(),
                 seccomp: OnceLock::new(),
                 config,
@@ -189,9 +181,17 @@ impl BubblewrapRuntime {
         }
     }
 
-    /// The cgroup layout in use.
+    /// The cgroup layout in use: the detected one, less the controllers
+    /// whose toolexec parent cannot be created (see
+    /// [`BubblewrapRuntime::cgroup_problem`]).
     pub fn cgroup_layout(&self) -> &CgroupLayout {
-        &self.shared.layout
+        self.shared.layout()
+    }
+
+    /// Why cgroups (or some controllers) are not used, if so: runs then go
+    /// without them, with rlimits only.
+    pub fn cgroup_problem(&self) -> Option<&str> {
+        self.shared.cgroups().1.as_deref()
     }
 
     /// Pool entries ready now (0 without a pool).
@@ -248,22 +248,22 @@ impl BubblewrapRuntime {
             memory: limits.memory_bytes,
             pids: limits.max_processes.map(|n| u64::from(n) + SUPERVISORS),
         };
-        let has_memory_cg = !matches!(
-            shared.layout,
-            CgroupLayout::None | CgroupLayout::V1 { memory: None, .. }
-        );
-        let rlimits = shared.rlimits(limits, has_memory_cg);
 
         let warm = self.pool().and_then(|p| p.take(limits.disk_bytes));
         let pooled = warm.is_some();
         let started = match warm {
-            Some(warm) => shared.release(warm, &prepared, &rlimits, cg_limits),
-            None => shared.cold(&prepared, &rlimits, cg_limits, limits.disk_bytes),
+            Some(warm) => shared.release(warm, &prepared, limits, cg_limits),
+            None => shared.cold(&prepared, limits, cg_limits),
         };
-        let (spawned, cgroup) = match started {
+        let Started {
+            spawned,
+            cgroup,
+            cgroup_problem,
+        } = match started {
             Ok(s) => s,
             Err(why) => return error(ErrorCode::BackendUnavailable, "runtime", why),
         };
+        let has_memory_cg = cgroup.as_ref().is_some_and(RunCgroup::has_memory);
 
         let stop = ctx.cancel.child_token();
         let inner = RunContext {
@@ -276,6 +276,7 @@ impl BubblewrapRuntime {
             run = spawned.drive(limits, &inner) => run,
             _ = watch(cgroup.as_ref(), limits, &stop, &tripped) => unreachable!("watch never ends"),
         };
+        let launcher_sigxcpu = run.launcher_sigxcpu();
         let mut outcome = run.into_outcome(Self::NAME, &ctx, limits, true);
         let events = cgroup.as_ref().map(RunCgroup::events).unwrap_or_default();
         if let Some((limit, message)) = tripped.lock().take()
@@ -294,9 +295,25 @@ impl BubblewrapRuntime {
                 outcome.status = memory_status(limits, events.oom_kills);
             } else if events.pids_max_hits > 0 {
                 outcome.status = pids_status(limits, events.pids_max_hits);
+            } else if let (true, Some(max), Some(used)) =
+                (launcher_sigxcpu, limits.cpu_time, events.cpu)
+                && used + max / 10 >= max
+            {
+                // bwrap's 128 + SIGXCPU, backed by the cgroup's count: a
+                // unit that merely exits with that code stays `Failed`.
+                // The kernel's RLIMIT_CPU check and cpuacct differ by some
+                // tens of ms (measured: SIGXCPU at 1 s with 0.976 s
+                // accounted), hence the 10% slack.
+                outcome.status = cpu_status(used, max, "RLIMIT_CPU, SIGXCPU");
             }
         }
-        outcome.enforcement = shared.enforcement(limits, cgroup.as_ref(), has_memory_cg, pooled);
+        outcome.enforcement = shared.enforcement(
+            limits,
+            cgroup.as_ref(),
+            has_memory_cg,
+            pooled,
+            cgroup_problem.as_deref(),
+        );
         drop(cgroup);
         outcome
     }
@@ -322,6 +339,25 @@ fn pids_status(limits: &RuntimeLimits, hits: u64) -> RunStatus {
     }
 }
 
+fn cpu_status(used: Duration, max: Duration, how: &str) -> RunStatus {
+    RunStatus::LimitExceeded {
+        limit: LimitKind::CpuTime,
+        message: format!(
+            "the unit's processes used {:.2} s of CPU time, over the {} s limit ({how})",
+            used.as_secs_f64(),
+            max.as_secs_f64()
+        ),
+    }
+}
+
+/// What [`Shared::cold`] and [`Shared::release`] start.
+struct Started {
+    spawned: Spawned,
+    cgroup: Option<RunCgroup>,
+    /// Why the run has no cgroup, when cgroups were expected.
+    cgroup_problem: Option<String>,
+}
+
 /// Watches the cgroup while the unit runs: an OOM kill, a refused fork or
 /// CPU time past the limit stops the run (through `stop`) and records why.
 async fn watch(
@@ -342,14 +378,9 @@ async fn watch(
             Some(pids_status(limits, events.pids_max_hits))
         } else {
             match (events.cpu, limits.cpu_time) {
-                (Some(used), Some(max)) if used > max => Some(RunStatus::LimitExceeded {
-                    limit: LimitKind::CpuTime,
-                    message: format!(
-                        "the unit's processes used {:.2} s of CPU time, over the {} s limit (cgroup cpuacct)",
-                        used.as_secs_f64(),
-                        max.as_secs_f64()
-                    ),
-                }),
+                (Some(used), Some(max)) if used > max => {
+                    Some(cpu_status(used, max, "cgroup cpuacct"))
+                }
                 _ => None,
             }
         };
@@ -361,30 +392,41 @@ async fn watch(
     }
 }
 
-// The constants are `u32` on glibc and `c_int` elsewhere.
-#[allow(clippy::unnecessary_cast)]
-fn raw_resource(r: RlimitResource) -> u32 {
-    (match r {
-        RlimitResource::Cpu => libc::RLIMIT_CPU,
-        RlimitResource::AddressSpace => libc::RLIMIT_AS,
-        RlimitResource::Processes => libc::RLIMIT_NPROC,
-        RlimitResource::FileSize => libc::RLIMIT_FSIZE,
-        RlimitResource::OpenFiles => libc::RLIMIT_NOFILE,
-        RlimitResource::Core => libc::RLIMIT_CORE,
-    }) as u32
-}
-
 impl Shared {
-    /// Whether bwrap runs here (probed once).
+    fn cgroups(&self) -> &(CgroupLayout, Option<String>) {
+        self.cgroups.get_or_init(|| cgroup::prepare(&self.detected))
+    }
+
+    fn layout(&self) -> &CgroupLayout {
+        &self.cgroups().0
+    }
+
+    /// Whether bwrap runs here (probed once), with the real sandbox
+    /// arguments (less the seccomp descriptors): a bwrap too old for one
+    /// of them, missing user namespaces or a missing init helper make the
+    /// runtime unavailable rather than fail every run.
     fn check(&self) -> Result<(), &String> {
         self.available
             .get_or_init(|| {
                 let Some(bwrap) = &self.bwrap else {
                     return Err(format!("{} not found on PATH", self.config.bwrap.display()));
                 };
+                let shape = SandboxShape {
+                    init: self.config.init.as_deref(),
+                    worker: self.config.script_worker.as_deref(),
+                    tmp_bytes: Some(4096),
+                    seccomp_fds: Vec::new(),
+                };
+                let mut args = args::base_args(&shape);
+                args.extend(args::unit_args(
+                    "/tmp",
+                    &[("PATH".into(), SANDBOX_PATH.into())],
+                    &["true".into()],
+                ));
                 let out = std::process::Command::new(bwrap)
-                    .args(["--unshare-user", "--ro-bind", "/", "/", "true"])
+                    .args(args)
                     .env_clear()
+                    .stdin(std::process::Stdio::null())
                     .output()
                     .map_err(|e| format!("cannot run {}: {e}", bwrap.display()))?;
                 if out.status.success() {
@@ -392,8 +434,9 @@ impl Shared {
                 } else {
                     let err = String::from_utf8_lossy(&out.stderr);
                     Err(format!(
-                        "user namespaces unavailable: {}",
-                        err.lines().next().unwrap_or("bwrap --unshare-user failed")
+                        "the sandbox probe failed ({}): {}",
+                        out.status,
+                        err.lines().next().unwrap_or("no message")
                     ))
                 }
             })
@@ -459,30 +502,25 @@ impl Shared {
         }
     }
 
-    fn rlimits(&self, limits: &RuntimeLimits, has_memory_cg: bool) -> Vec<Rlimit> {
-        let rl = |resource, soft, hard| Rlimit {
-            resource,
-            soft,
-            hard,
-        };
-        let mut out = vec![
-            rl(RlimitResource::Core, 0, 0),
-            rl(
-                RlimitResource::OpenFiles,
-                self.config.max_open_files,
-                self.config.max_open_files,
-            ),
-        ];
-        if let Some(cpu) = limits.cpu_time {
-            let secs = cpu.as_secs_f64().ceil().max(1.0) as u64;
-            out.push(rl(RlimitResource::Cpu, secs, secs + 1));
+    /// The shared rlimits ([`rlimits_for`]), `RLIMIT_NOFILE`, and
+    /// `RLIMIT_AS` only without a memory cgroup. With the cgroup's CPU
+    /// accounting (which decides the CPU verdict, see [`watch`]),
+    /// `RLIMIT_CPU` is one second later: a backstop, not the judge.
+    fn rlimits(&self, limits: &RuntimeLimits, cgroup: Option<&RunCgroup>) -> Vec<Rlimit> {
+        let has_memory_cg = cgroup.is_some_and(RunCgroup::has_memory);
+        let mut out = rlimits_for(limits, !has_memory_cg);
+        if cgroup.is_some_and(RunCgroup::has_cpu) {
+            for r in out.iter_mut().filter(|r| r.resource == RlimitResource::Cpu) {
+                r.soft += 1;
+                r.hard += 1;
+            }
         }
-        if let Some(disk) = limits.disk_bytes {
-            out.push(rl(RlimitResource::FileSize, disk, disk));
-        }
-        if let (Some(mem), false) = (limits.memory_bytes, has_memory_cg) {
-            out.push(rl(RlimitResource::AddressSpace, mem, mem));
-        }
+        let open = self.config.max_open_files;
+        out.push(Rlimit {
+            resource: RlimitResource::OpenFiles,
+            soft: open,
+            hard: open,
+        });
         out
     }
 
@@ -546,28 +584,41 @@ impl Shared {
         })
     }
 
-    fn cgroup(&self, limits: CgroupLimits) -> Result<Option<RunCgroup>, String> {
-        if self.layout == CgroupLayout::None {
-            return Ok(None);
+    /// The run's cgroup and the files to join it, or none and why: a
+    /// cgroup that cannot be made means a run with rlimits only, not a
+    /// failed run.
+    fn cgroup(
+        &self,
+        limits: CgroupLimits,
+    ) -> (Option<(RunCgroup, Vec<std::fs::File>)>, Option<String>) {
+        let (layout, problem) = self.cgroups();
+        if *layout == CgroupLayout::None {
+            return (None, problem.clone());
         }
-        RunCgroup::create(&self.layout, limits)
-            .map(Some)
-            .map_err(|e| format!("cannot create the run's cgroup: {e}"))
+        let made =
+            RunCgroup::create(layout, limits).and_then(|cg| cg.join_files().map(|join| (cg, join)));
+        match made {
+            Ok(made) => (Some(made), problem.clone()),
+            Err(e) => {
+                tracing::warn!("bubblewrap: running without a cgroup: {e}");
+                (None, Some(e.to_string()))
+            }
+        }
     }
 
     /// Starts a sandbox for `prepared` now.
     fn cold(
         &self,
         prepared: &Prepared,
-        rlimits: &[Rlimit],
+        limits: &RuntimeLimits,
         cg_limits: CgroupLimits,
-        tmp_bytes: Option<u64>,
-    ) -> Result<(Spawned, Option<RunCgroup>), String> {
-        let cgroup = self.cgroup(cg_limits)?;
-        let join = match &cgroup {
-            Some(cg) => cg.join_files().map_err(|e| e.to_string())?,
-            None => Vec::new(),
+    ) -> Result<Started, String> {
+        let (made, cgroup_problem) = self.cgroup(cg_limits);
+        let (cgroup, join) = match made {
+            Some((cg, join)) => (Some(cg), join),
+            None => (None, Vec::new()),
         };
+        let rlimits = self.rlimits(limits, cgroup.as_ref());
         let mut argv = Vec::new();
         if self.config.init.is_some() {
             argv.extend([INIT_PATH.to_owned(), "exec".into(), "--".into()]);
@@ -575,23 +626,27 @@ impl Shared {
         argv.extend(prepared.argv.iter().cloned());
         let tail = args::unit_args(&prepared.cwd, &prepared.env, &argv);
         let spec = self.spec(
-            tmp_bytes,
+            limits.disk_bytes,
             tail,
-            rlimits.to_vec(),
+            rlimits,
             join,
             prepared.stdin.clone(),
             None,
         )?;
         let spawned = spawn_process(spec).map_err(|e| e.to_string())?;
-        Ok((spawned, cgroup))
+        Ok(Started {
+            spawned,
+            cgroup,
+            cgroup_problem,
+        })
     }
 
     /// Starts a pool entry: the init waits for its spec on [`SPEC_FD`].
     fn warm(&self) -> Result<Warm, String> {
-        let cgroup = self.cgroup(CgroupLimits::default())?;
-        let join = match &cgroup {
-            Some(cg) => cg.join_files().map_err(|e| e.to_string())?,
-            None => Vec::new(),
+        let (made, cgroup_problem) = self.cgroup(CgroupLimits::default());
+        let (cgroup, join) = match made {
+            Some((cg, join)) => (Some(cg), join),
+            None => (None, Vec::new()),
         };
         let (read, write) = std::io::pipe().map_err(|e| e.to_string())?;
         let tail = args::unit_args(
@@ -612,6 +667,7 @@ impl Shared {
             spawned,
             spec: write,
             cgroup,
+            cgroup_problem,
         })
     }
 
@@ -620,24 +676,26 @@ impl Shared {
         &self,
         warm: Warm,
         prepared: &Prepared,
-        rlimits: &[Rlimit],
+        limits: &RuntimeLimits,
         cg_limits: CgroupLimits,
-    ) -> Result<(Spawned, Option<RunCgroup>), String> {
+    ) -> Result<Started, String> {
         let Warm {
             mut spawned,
             mut spec,
             mut cgroup,
+            cgroup_problem,
         } = warm;
         if let Some(cg) = &mut cgroup {
             cg.set_limits(cg_limits).map_err(|e| e.to_string())?;
         }
+        let rlimits = self.rlimits(limits, cgroup.as_ref());
         let init_spec = init::InitSpec {
             argv: prepared.argv.clone(),
             env: prepared.env.clone(),
             cwd: prepared.cwd.clone(),
             rlimits: rlimits
                 .iter()
-                .map(|r| (raw_resource(r.resource), r.soft, r.hard))
+                .map(|r| (r.resource.raw(), r.soft, r.hard))
                 .collect(),
         };
         let bytes = serde_json::to_vec(&init_spec).map_err(|e| e.to_string())?;
@@ -646,7 +704,11 @@ impl Shared {
         drop(spec);
         spawned.set_stdin(prepared.stdin.clone().unwrap_or_default());
         spawned.restart_clock();
-        Ok((spawned, cgroup))
+        Ok(Started {
+            spawned,
+            cgroup,
+            cgroup_problem,
+        })
     }
 
     fn enforcement(
@@ -655,7 +717,12 @@ impl Shared {
         cgroup: Option<&RunCgroup>,
         has_memory_cg: bool,
         pooled: bool,
+        cgroup_problem: Option<&str>,
     ) -> Vec<Enforcement> {
+        let no_cgroup = |what: &str| match cgroup_problem {
+            Some(why) => format!("cannot create cgroups: {why}"),
+            None => format!("no {what} cgroup"),
+        };
         let how = if pooled {
             "setrlimit in toolexec-sandbox-init"
         } else {
@@ -665,25 +732,25 @@ impl Shared {
             LimitKind::WallTime,
             "host timer; SIGKILL of bwrap's process group tears down the pid namespace",
         )];
-        if let Some(cpu) = limits.cpu_time {
-            let secs = cpu.as_secs_f64().ceil().max(1.0) as u64;
-            let watch = if cgroup.is_some_and(RunCgroup::has_cpu) {
-                " + cgroup cpu accounting of all processes"
+        if let Some(secs) = cpu_secs(limits) {
+            let mechanism = if cgroup.is_some_and(RunCgroup::has_cpu) {
+                format!(
+                    "cgroup cpu accounting of all processes (checked every 20 ms) + RLIMIT_CPU {} s per process as a backstop ({how})",
+                    secs + 1
+                )
             } else {
-                ""
+                format!("RLIMIT_CPU {secs} s per process ({how})")
             };
-            out.push(Enforcement::by(
-                LimitKind::CpuTime,
-                format!("RLIMIT_CPU {secs} s per process ({how}){watch}"),
-            ));
+            out.push(Enforcement::by(LimitKind::CpuTime, mechanism));
         }
         if limits.memory_bytes.is_some() {
             out.push(match cgroup.and_then(|c| c.memory_mechanism.clone()) {
                 Some(m) => Enforcement::by(LimitKind::Memory, m),
-                None if !has_memory_cg => {
-                    Enforcement::by(LimitKind::Memory, format!("RLIMIT_AS ({how})"))
-                }
-                None => Enforcement::not_enforced(LimitKind::Memory, "no memory cgroup"),
+                None if !has_memory_cg => Enforcement::by(
+                    LimitKind::Memory,
+                    format!("RLIMIT_AS ({how}; {})", no_cgroup("memory")),
+                ),
+                None => Enforcement::not_enforced(LimitKind::Memory, no_cgroup("memory")),
             });
         }
         if limits.max_processes.is_some() {
@@ -694,7 +761,10 @@ impl Shared {
                 ),
                 None => Enforcement::not_enforced(
                     LimitKind::Processes,
-                    "no pids cgroup, and RLIMIT_NPROC does not apply to the host's root user",
+                    format!(
+                        "{}, and RLIMIT_NPROC does not apply to the host's root user",
+                        no_cgroup("pids")
+                    ),
                 ),
             });
         }
@@ -703,20 +773,25 @@ impl Shared {
             (Some(_), Some(abi)) => {
                 format!("Landlock (kernel ABI {abi}) via toolexec-sandbox-init")
             }
-            (Some(_), None) => "Landlock not enforced: the kernel lacks it".into(),
+            // Hardened is still served: the filesystem is read-only bind
+            // mounts in a mount namespace either way; Landlock is a second
+            // layer over them, and the init runs without it.
+            (Some(_), None) => {
+                "Landlock not enforced: the kernel lacks it (the read-only mounts remain)".into()
+            }
             (None, _) => "Landlock not enforced: no init helper configured".into(),
         };
         out.push(match limits.disk_bytes {
             Some(bytes) => Enforcement::by(
                 LimitKind::Disk,
                 format!(
-                    "tmpfs /tmp of {} bytes (bwrap --size) + RLIMIT_FSIZE; everything else read-only bind mounts; {landlock}",
+                    "tmpfs /tmp and /dev/shm of {} bytes each (bwrap --size) + RLIMIT_FSIZE; /dev remounted read-only; everything else read-only bind mounts; {landlock}",
                     bytes.max(4096)
                 ),
             ),
             None => Enforcement::not_enforced(
                 LimitKind::Disk,
-                format!("no disk limit set (/tmp is a tmpfs charged to the memory cgroup); {landlock}"),
+                format!("no disk limit set (/tmp and /dev/shm are tmpfs mounts charged to the memory cgroup); {landlock}"),
             ),
         });
         out.push(Enforcement::by(

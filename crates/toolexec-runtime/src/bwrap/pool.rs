@@ -22,6 +22,8 @@ pub(crate) struct Warm {
     pub spec: std::io::PipeWriter,
     /// The entry's cgroup, limits written at release.
     pub cgroup: Option<RunCgroup>,
+    /// Why the entry has no cgroup, when cgroups were expected.
+    pub cgroup_problem: Option<String>,
 }
 
 type Make = Arc<dyn Fn() -> Result<Warm, String> + Send + Sync>;

@@ -188,11 +188,11 @@ impl GatewayServer {
             RequestBody::Search { query, limit } => {
                 let id = id.unwrap_or_default();
                 Some(Box::pin(async move {
-                    let hits = host.search(&query, limit.unwrap_or(10)).await;
-                    Response {
-                        id,
-                        body: ResponseBody::Result(hits),
-                    }
+                    let body = match host.try_search(&query, limit.unwrap_or(10)).await {
+                        Ok(hits) => ResponseBody::Result(hits),
+                        Err(error) => ResponseBody::Error(error),
+                    };
+                    Response { id, body }
                 }))
             }
             RequestBody::Describe { tool, detail } => {

@@ -1,0 +1,235 @@
+//! The runsc gateway socket. gVisor cannot inherit descriptor 3, so the
+//! unit reaches the host through a Unix socket in a per-run directory
+//! bound into the sandbox. Socket paths are short (108 bytes), so the
+//! directory lives under the system's temporary directory, inside a
+//! private parent (a real directory owned by this process's user, mode
+//! 0700) that other local users cannot traverse; the host also accepts
+//! only connections whose peer has this process's uid (gVisor's gofer,
+//! which connects on the unit's behalf).
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::net::UnixListener;
+use toolexec::CancellationToken;
+use toolexec_runtime::protocol::{GatewayServer, ProtocolError};
+
+use crate::OciError;
+use crate::spec;
+
+/// The private parent of every run's gateway directory.
+pub(crate) fn default_parent() -> PathBuf {
+    std::env::temp_dir().join("toolexec-oci-gw")
+}
+
+/// Creates `parent` (mode 0700) if missing and checks it: a directory,
+/// not a symlink, owned by this process's effective uid, closed to
+/// group and others (a directory of ours with a looser mode is tightened).
+pub(crate) fn private_parent(parent: &Path) -> Result<(), OciError> {
+    let err =
+        |what: String| OciError::setup(format!("gateway parent {}: {what}", parent.display()));
+    match std::fs::DirBuilder::new().mode(0o700).create(parent) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(err(e.to_string())),
+    }
+    let meta = std::fs::symlink_metadata(parent).map_err(|e| err(e.to_string()))?;
+    if !meta.file_type().is_dir() {
+        return Err(err("not a directory (or a symlink)".into()));
+    }
+    let euid = euid();
+    if meta.uid() != euid {
+        return Err(err(format!(
+            "owned by uid {}, not by this process's uid {euid}",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o777 != 0o700 {
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| err(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Binds `<parent>/<name>/gateway.sock` in a fresh directory (an existing
+/// one is an error). The run directory is 0755 and the socket 0666 because
+/// the unit (uid `nobody` inside the sandbox) sees them through the bind
+/// mount; on the host, the 0700 parent keeps other users out.
+pub(crate) fn bind(parent: &Path, name: &str) -> Result<(PathBuf, UnixListener), OciError> {
+    private_parent(parent)?;
+    let dir = parent.join(name);
+    let err =
+        |e: std::io::Error| OciError::setup(format!("gateway socket in {}: {e}", dir.display()));
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&dir)
+        .map_err(err)?;
+    let bound = (|| {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        let path = dir.join(spec::GATEWAY_SOCKET_NAME);
+        let listener = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+        Ok(listener)
+    })();
+    match bound {
+        Ok(listener) => Ok((dir, listener)),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(err(e))
+        }
+    }
+}
+
+/// Accepts the unit's one gateway connection and serves it; connections
+/// from another uid are closed unserved. A protocol violation ends the
+/// run.
+pub(crate) async fn serve(
+    listener: UnixListener,
+    server: GatewayServer,
+    error: Arc<Mutex<Option<ProtocolError>>>,
+    cancel: CancellationToken,
+) {
+    let euid = euid();
+    let stream = loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        match stream.peer_cred() {
+            Ok(cred) if cred.uid() == euid => break stream,
+            Ok(cred) => {
+                tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), "gateway connection from a foreign uid refused");
+            }
+            Err(e) => tracing::warn!("gateway connection without peer credentials refused: {e}"),
+        }
+    };
+    // One connection per run: later ones are refused.
+    drop(listener);
+    if let Err(e) = server.serve(stream).await {
+        *error.lock() = Some(e);
+        cancel.cancel();
+    }
+}
+
+fn euid() -> u32 {
+    // SAFETY: plain syscall without arguments.
+    unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use std::os::unix::process::CommandExt;
+    use toolexec_runtime::protocol::{GatewayClient, GatewayConfig};
+    use toolexec_runtime::{RuntimeLimits, ToolHost};
+
+    fn skip(test: &str, why: &str) {
+        assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
+    }
+
+    fn scratch(test: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("toolexec-oci-gw-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Python as uid `nobody`: connect to `path`, print what happened.
+    fn connect_as_nobody(path: &Path) -> String {
+        let py = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1])\nexcept PermissionError:\n    print('denied'); sys.exit()\nprint('closed' if s.recv(1) == b'' else 'served')";
+        let out = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", py])
+            .arg(path)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    #[test]
+    fn parent_is_private_and_checked() {
+        let base = scratch("parent");
+        let parent = base.join("gw");
+        let (dir, listener) = {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _enter = rt.enter();
+            bind(&parent, "run-1").unwrap()
+        };
+        drop(listener);
+        let meta = std::fs::symlink_metadata(&parent).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o700);
+        assert_eq!(meta.uid(), euid());
+        assert!(dir.starts_with(&parent));
+        // A name already taken is not reused.
+        assert!(bind(&parent, "run-1").is_err());
+        // A looser parent of ours is tightened.
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
+        private_parent(&parent).unwrap();
+        let mode = std::fs::metadata(&parent).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // A symlink (even to a private directory of ours) is refused.
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&parent, &link).unwrap();
+        assert!(private_parent(&link).is_err());
+        // A file is refused.
+        std::fs::write(base.join("file"), b"").unwrap();
+        assert!(private_parent(&base.join("file")).is_err());
+        if euid() == 0 {
+            // Someone else's directory is refused.
+            let foreign = base.join("foreign");
+            std::fs::create_dir(&foreign).unwrap();
+            std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+            std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o700)).unwrap();
+            let e = private_parent(&foreign).unwrap_err();
+            assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+        }
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[tokio::test]
+    async fn other_users_cannot_reach_the_gateway() {
+        let test = "other_users_cannot_reach_the_gateway";
+        if euid() == 0 && !Path::new("/usr/bin/python3").exists() {
+            return skip(test, "/usr/bin/python3 is missing");
+        }
+        if euid() != 0 {
+            return skip(test, "needs root to run a client as another uid");
+        }
+        let base = scratch("reach");
+        // Through the private parent: no search permission for nobody.
+        let (dir, listener) = bind(&base.join("gw"), "run").unwrap();
+        let path = dir.join(spec::GATEWAY_SOCKET_NAME);
+        let who = tokio::task::spawn_blocking(move || connect_as_nobody(&path));
+        assert_eq!(who.await.unwrap(), "denied");
+        drop(listener);
+
+        // Even where the path is open to all, a foreign uid is not served,
+        // and the run's own connection still is.
+        let open = base.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let path = open.join("g.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let limits = RuntimeLimits::default();
+        let server = GatewayServer::new(ToolHost::without_tools(&limits), GatewayConfig::default());
+        let error = Arc::default();
+        let serving = tokio::spawn(serve(listener, server, error, CancellationToken::new()));
+        let nobody_path = path.clone();
+        let who = tokio::task::spawn_blocking(move || connect_as_nobody(&nobody_path));
+        assert_eq!(who.await.unwrap(), "closed");
+        let client = GatewayClient::new(tokio::net::UnixStream::connect(&path).await.unwrap());
+        client.hello().await.unwrap();
+        serving.abort();
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}
