@@ -374,6 +374,11 @@ impl Spawned {
             {
                 ended = Some(Ended::Protocol(e));
             }
+        } else if !gateway_done && !matches!(ended, Some(Ended::Protocol(_))) {
+            // The unit is gone; tool calls still in flight get a moment to
+            // finish (on cancellation their tools see the cancelled token)
+            // before they are dropped and logged as cancelled.
+            let _ = tokio::time::timeout(Duration::from_millis(200), &mut gateway).await;
         }
         if !drained {
             // A descendant that escaped the group kill may hold the pipes.
