@@ -97,21 +97,7 @@ fn server_bubblewrap(test: &str, dir: &TempDir) -> bool {
         None,
     );
     out.expect_code(0);
-    let list = out.json();
-    let bw = list["runtimes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "bubblewrap")
-        .cloned()
-        .unwrap_or_else(|| panic!("bubblewrap is not registered: {out}"));
-    if bw["available"] == true {
-        return true;
-    }
-    let why = bw["reason"].as_str().unwrap_or("unavailable").to_owned();
-    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
-    eprintln!("SKIPPED: {test}: bubblewrap on the runtime server: {why}");
-    false
+    support::runtime_available(&out, "bubblewrap", test, "bubblewrap on the runtime server")
 }
 
 #[test]

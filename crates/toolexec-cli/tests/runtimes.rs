@@ -21,21 +21,7 @@ fn bubblewrap(test: &str) -> bool {
     let dir = TempDir::new("rt");
     let out = cli(&dir, &["--json", "runtimes"], None);
     out.expect_code(0);
-    let list = out.json();
-    let bw = list["runtimes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "bubblewrap")
-        .cloned()
-        .unwrap_or_else(|| panic!("bubblewrap is not registered: {out}"));
-    if bw["available"] == true {
-        return true;
-    }
-    let why = bw["reason"].as_str().unwrap_or("unavailable").to_owned();
-    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
-    eprintln!("SKIPPED: {test}: bubblewrap: {why}");
-    false
+    support::runtime_available(&out, "bubblewrap", test, "bubblewrap")
 }
 
 #[test]
