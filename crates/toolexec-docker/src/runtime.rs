@@ -145,7 +145,7 @@ impl DockerRuntime {
         ctx: &RunContext,
     ) -> RunOutcome {
         let started = Instant::now();
-        if let Err((field, message)) = check_command(command) {
+        if let Err((field, message)) = command.check() {
             return error(ErrorCode::InvalidRequest, field, &message);
         }
         if limits.network != NetworkPolicy::Off {
@@ -519,33 +519,6 @@ fn detection(limit: LimitKind, kernel_log: Option<bool>) -> String {
     }
 }
 
-/// Bad units are refused before any container exists.
-fn check_command(command: &CommandUnit) -> Result<(), (&'static str, String)> {
-    if command.argv.is_empty() || command.argv[0].is_empty() {
-        return Err(("unit.argv", "must name a program".into()));
-    }
-    if command.argv.iter().any(|a| a.contains('\0')) {
-        return Err(("unit.argv", "arguments must not contain NUL".into()));
-    }
-    for (key, value) in &command.env {
-        if key.is_empty() || key.contains(['=', '\0']) {
-            return Err(("unit.env", format!("{key:?} is not a variable name")));
-        }
-        if value.contains('\0') {
-            return Err(("unit.env", format!("the value of {key} contains NUL")));
-        }
-    }
-    if let Some(cwd) = &command.cwd
-        && (!cwd.starts_with('/') || cwd.contains('\0'))
-    {
-        return Err(("unit.cwd", format!("{cwd:?} is not an absolute path")));
-    }
-    if command.stdin.as_ref().is_some_and(|s| s.len() > 64 << 20) {
-        return Err(("unit.stdin", "more than 64 MiB".into()));
-    }
-    Ok(())
-}
-
 impl Runtime for DockerRuntime {
     fn name(&self) -> &str {
         Self::NAME
@@ -704,7 +677,7 @@ mod tests {
             ),
         ];
         for (command, field) in bad {
-            assert_eq!(check_command(&command).unwrap_err().0, field, "{command:?}");
+            assert_eq!(command.check().unwrap_err().0, field, "{command:?}");
         }
     }
 

@@ -49,7 +49,7 @@ pub(crate) fn container_body(
     ];
     match limits.cpu_time {
         Some(cpu) => {
-            let secs = cpu.as_secs_f64().ceil().max(1.0) as u64;
+            let secs = toolexec_runtime::process::rlimit_cpu_seconds(cpu);
             ulimits.push(ulimit("cpu", secs, secs.saturating_add(1)));
             enforcement.push(Enforcement::by(
                 LimitKind::CpuTime,

@@ -433,7 +433,7 @@ impl OciRuntime {
                 format!(
                     "cgroup v1 cpuacct.usage watch ({}), RLIMIT_CPU {} s per process as a backstop",
                     path("cpuacct"),
-                    spec::cpu_secs(cpu) + 1
+                    toolexec_runtime::process::rlimit_cpu_seconds(cpu) + 1
                 ),
             ),
             (Some(_), OciFlavor::Runsc) => Enforcement::by(

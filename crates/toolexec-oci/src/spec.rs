@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
+use toolexec_runtime::process::rlimit_cpu_seconds;
 use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GATEWAY_SOCKET_ENV};
 use toolexec_runtime::{CommandUnit, RuntimeLimits};
 
@@ -46,33 +47,15 @@ pub(crate) struct SpecInput<'a> {
 /// Checks the unit's fields and builds the spec.
 pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
     let command = input.command;
-    if command.argv.is_empty() || command.argv[0].is_empty() {
-        return Err(OciError::invalid("unit.argv", "must name a program"));
-    }
-    if command.argv.iter().any(|a| a.contains('\0')) {
-        return Err(OciError::invalid("unit.argv", "contains a NUL byte"));
-    }
+    command
+        .check()
+        .map_err(|(field, why)| OciError::invalid(field, why))?;
     let cwd = command.cwd.as_deref().unwrap_or("/tmp");
-    if !cwd.starts_with('/') || cwd.contains('\0') {
-        return Err(OciError::invalid("unit.cwd", "must be an absolute path"));
-    }
     let mut env = vec![
         "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".to_owned(),
         "HOME=/tmp".to_owned(),
     ];
     for (key, value) in &command.env {
-        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-            return Err(OciError::invalid(
-                "unit.env",
-                format!("bad variable {key:?}: names must be non-empty without '=' or NUL"),
-            ));
-        }
-        if key.starts_with("TOOLEXEC_GATEWAY") {
-            return Err(OciError::invalid(
-                "unit.env",
-                format!("{key} is set by the runtime"),
-            ));
-        }
         env.retain(|e| !e.starts_with(&format!("{key}=")));
         env.push(format!("{key}={value}"));
     }
@@ -92,7 +75,7 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
         // The cgroup cpuacct watch decides (a total over the unit's
         // processes); RLIMIT_CPU, a second later, is a per-process backstop,
         // so an exit code a unit can forge (128 + SIGXCPU) never decides.
-        let secs = cpu_secs(cpu) + 1;
+        let secs = rlimit_cpu_seconds(cpu) + 1;
         rlimits.push(json!({"type": "RLIMIT_CPU", "soft": secs, "hard": secs + 1}));
     }
     if let Some(disk) = limits.disk_bytes {
@@ -183,9 +166,4 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
             "seccomp": seccomp::profile(input.flavor),
         },
     }))
-}
-
-/// Whole seconds of CPU for RLIMIT_CPU (at least 1).
-pub(crate) fn cpu_secs(cpu: std::time::Duration) -> u64 {
-    cpu.as_secs_f64().ceil().max(1.0) as u64
 }

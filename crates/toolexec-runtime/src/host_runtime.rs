@@ -69,9 +69,7 @@ pub(crate) fn rlimits_for(limits: &crate::RuntimeLimits, address_space: bool) ->
 
 /// The CPU limit as `RLIMIT_CPU` seconds: rounded up, at least 1.
 pub(crate) fn cpu_secs(limits: &crate::RuntimeLimits) -> Option<u64> {
-    limits
-        .cpu_time
-        .map(|cpu| cpu.as_secs_f64().ceil().max(1.0) as u64)
+    limits.cpu_time.map(crate::process::rlimit_cpu_seconds)
 }
 
 impl Runtime for HostRuntime {
@@ -100,6 +98,9 @@ impl Runtime for HostRuntime {
             let Unit::Command(command) = &request.unit else {
                 return unsupported(self.name(), &request.unit);
             };
+            if let Err((field, why)) = command.check() {
+                return invalid(self.name(), field, &why);
+            }
             let Some((program, args)) = command.argv.split_first() else {
                 return invalid(self.name(), "unit.argv", "must name a program");
             };

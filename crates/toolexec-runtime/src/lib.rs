@@ -51,4 +51,7 @@ pub use outcome::{Enforcement, RunOutcome, RunStatus, ToolCallRecord};
 pub use profile::{Profile, ProfileMap, UnknownProfile};
 pub use registry::Runtimes;
 pub use runtime::{OutputChunk, OutputSink, OutputStream, RunContext, Runtime, RuntimeInfo};
-pub use unit::{CommandUnit, RunRequest, ScriptUnit, Unit, UnitKind, WasmCode, WasmUnit};
+pub use unit::{
+    CommandUnit, MAX_COMMAND_STDIN_BYTES, RunRequest, ScriptUnit, Unit, UnitKind, WasmCode,
+    WasmUnit,
+};

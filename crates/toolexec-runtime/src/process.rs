@@ -24,6 +24,11 @@ use tokio::sync::Notify;
 use crate::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GatewayConfig, GatewayServer, ProtocolError};
 use crate::{OutputSink, OutputStream, RunContext, RuntimeLimits};
 
+/// A CPU-time limit as whole `RLIMIT_CPU` seconds: rounded up, at least 1.
+pub fn rlimit_cpu_seconds(cpu: Duration) -> u64 {
+    cpu.as_secs_f64().ceil().max(1.0) as u64
+}
+
 /// A resource limit set with `setrlimit` in the child before exec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rlimit {

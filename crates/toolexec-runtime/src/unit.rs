@@ -96,6 +96,56 @@ pub struct CommandUnit {
     pub cwd: Option<String>,
 }
 
+/// The largest `stdin` a command unit may carry: 64 MiB.
+pub const MAX_COMMAND_STDIN_BYTES: usize = 64 << 20;
+
+impl CommandUnit {
+    /// Checks the unit can be started as given, whatever the runtime:
+    /// a non-empty program, no NUL bytes, variable names without `=`, no
+    /// variables of the gateway's own (`TOOLEXEC_GATEWAY*`, set by the
+    /// runtime), an absolute working directory, stdin within
+    /// [`MAX_COMMAND_STDIN_BYTES`]. The error is the failing field
+    /// (`unit.argv`, `unit.env`, `unit.cwd`, `unit.stdin`) and why.
+    ///
+    /// ```
+    /// use toolexec_runtime::CommandUnit;
+    /// let unit = CommandUnit { argv: vec![], ..CommandUnit::default() };
+    /// assert_eq!(unit.check().unwrap_err().0, "unit.argv");
+    /// ```
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.argv.first().is_none_or(|program| program.is_empty()) {
+            return Err(("unit.argv", "must name a program".into()));
+        }
+        if self.argv.iter().any(|a| a.contains('\0')) {
+            return Err(("unit.argv", "arguments must not contain NUL bytes".into()));
+        }
+        for (key, value) in &self.env {
+            if key.is_empty() || key.contains(['=', '\0']) {
+                return Err(("unit.env", format!("{key:?} is not a variable name")));
+            }
+            if value.contains('\0') {
+                return Err(("unit.env", format!("the value of {key} contains NUL")));
+            }
+            if key.starts_with("TOOLEXEC_GATEWAY") {
+                return Err(("unit.env", format!("{key} is set by the runtime")));
+            }
+        }
+        if let Some(cwd) = &self.cwd
+            && (!cwd.starts_with('/') || cwd.contains('\0'))
+        {
+            return Err(("unit.cwd", format!("{cwd:?} is not an absolute path")));
+        }
+        if self
+            .stdin
+            .as_ref()
+            .is_some_and(|s| s.len() > MAX_COMMAND_STDIN_BYTES)
+        {
+            return Err(("unit.stdin", "more than 64 MiB".into()));
+        }
+        Ok(())
+    }
+}
+
 /// A script for an engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -453,26 +453,12 @@ impl Shared {
         ];
         match unit {
             Unit::Command(command) => {
-                if command.argv.is_empty() || command.argv[0].is_empty() {
-                    return Err(bad("unit.argv", "must name a program"));
-                }
-                if command.argv.iter().any(|a| a.contains('\0')) {
-                    return Err(bad("unit.argv", "arguments must not contain NUL bytes"));
-                }
+                command.check().map_err(|(field, why)| bad(field, &why))?;
                 for (k, v) in &command.env {
-                    if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
-                        return Err(bad(
-                            "unit.env",
-                            &format!("bad variable name or value {k:?}"),
-                        ));
-                    }
                     env.retain(|(key, _)| key != k);
                     env.push((k.clone(), v.clone()));
                 }
                 let cwd = command.cwd.clone().unwrap_or_else(|| "/tmp".into());
-                if !cwd.starts_with('/') || cwd.contains('\0') {
-                    return Err(bad("unit.cwd", "must be an absolute path"));
-                }
                 Ok(Prepared {
                     argv: command.argv.clone(),
                     env,
