@@ -199,7 +199,6 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn bounded_command_is_killed_at_the_deadline() {
@@ -217,18 +216,40 @@ mod tests {
     /// Dropping a guard (a run future dropped mid-way) hands the cleanup to
     /// a thread of its own, which runs the runtime's force delete and
     /// removes the bundle.
+    /// Writes an executable script through a child `sh`, so no descriptor open
+    /// for writing on it ever exists in this process: a fork by a parallel test
+    /// would inherit one and make exec fail with ETXTBSY.
+    fn write_executable(path: &std::path::Path, script: &str) {
+        use std::io::Write;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+            .arg(path)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        assert!(
+            child.wait().unwrap().success(),
+            "cannot write {}",
+            path.display()
+        );
+    }
+
     #[test]
     fn drop_cleans_up_off_the_caller() {
         let base = std::env::temp_dir().join(format!("toolexec-oci-drop-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         std::fs::create_dir_all(&base).unwrap();
         let binary = base.join("fake-runc");
-        std::fs::write(
+        write_executable(
             &binary,
             "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/args\"\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
         let guard = RunGuard::create(
             OciFlavor::Runc,
             &binary,

@@ -602,6 +602,30 @@ print('native', libc.syscall(ctypes.c_long(39)) > 0)
     assert!(out.stdout.contains("native True"), "{}", out.stdout);
 }
 
+/// Writes an executable script through a child `sh`, so no descriptor open
+/// for writing on it ever exists in this process: a fork by a parallel test
+/// would inherit one and make exec fail with ETXTBSY.
+fn write_executable(path: &std::path::Path, script: &str) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "cannot write {}",
+        path.display()
+    );
+}
+
 #[tokio::test]
 async fn a_bwrap_without_the_flags_used_is_unavailable() {
     let Some(real) = std::env::var_os("PATH").and_then(|p| {
@@ -617,16 +641,14 @@ async fn a_bwrap_without_the_flags_used_is_unavailable() {
     let dir = std::env::temp_dir().join(format!("toolexec-oldbwrap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let old = dir.join("bwrap");
-    std::fs::write(
+    write_executable(
         &old,
-        format!(
+        &format!(
             "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = --disable-userns ] && \
              {{ echo 'bwrap: Unknown option --disable-userns' >&2; exit 1; }}; done\nexec {} \"$@\"\n",
             real.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&old, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let rt = BubblewrapRuntime::new(BubblewrapConfig {
         bwrap: old,
         ..config(0)
