@@ -35,3 +35,6 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+echo "== sandbox escape tests as an unprivileged user"
+bash scripts/test-unprivileged.sh

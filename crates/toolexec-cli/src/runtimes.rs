@@ -38,14 +38,15 @@ const REGISTRARS: &[Registrar] = &[
     register_host,
 ];
 
-/// The bubblewrap namespaces sandbox; scripts run as `toolexec
-/// __script-worker` (this executable) inside it.
+/// The bubblewrap namespaces sandbox; its init runs as `toolexec
+/// __sandbox-init` and scripts as `toolexec __script-worker` (both this
+/// executable) inside it.
 fn register_bubblewrap(config: &RuntimesConfig, runtimes: &mut Runtimes) {
     let defaults = BubblewrapConfig::default();
     let options = &config.bubblewrap;
     runtimes.register(BubblewrapRuntime::new(BubblewrapConfig {
         bwrap: options.bwrap.clone().unwrap_or(defaults.bwrap.clone()),
-        init: sandbox_init(),
+        init: current_exe(),
         script_worker: current_exe(),
         pool_size: options.pool_size.unwrap_or(defaults.pool_size),
         ..defaults
@@ -191,16 +192,10 @@ fn register_host(config: &RuntimesConfig, runtimes: &mut Runtimes) {
     }
 }
 
-/// The current executable: the script worker sandboxes run
-/// (`toolexec __script-worker`).
+/// The current executable: the sandbox init and script worker sandboxes
+/// run (`toolexec __sandbox-init`, `toolexec __script-worker`).
 pub fn current_exe() -> Option<PathBuf> {
     std::env::current_exe().ok()
-}
-
-/// A `toolexec-sandbox-init` binary next to the current executable.
-pub fn sandbox_init() -> Option<PathBuf> {
-    let path = current_exe()?.with_file_name("toolexec-sandbox-init");
-    path.is_file().then_some(path)
 }
 
 /// The registry for `config`.
@@ -260,6 +255,14 @@ pub fn list(runtimes: &Runtimes, json_out: bool) -> io::Result<()> {
         160,
     )?;
     writeln!(out)?;
+    for info in infos.iter().filter(|i| !i.mechanisms.is_empty()) {
+        writeln!(out, "{} mechanisms:", info.name)?;
+        for m in &info.mechanisms {
+            let mark = if m.enforced { "enforced" } else { "MISSING" };
+            writeln!(out, "  {:<13} {mark}: {}", m.name, m.detail)?;
+        }
+        writeln!(out)?;
+    }
     let map = runtimes.profile_map();
     for p in toolexec_runtime::Profile::ALL {
         writeln!(out, "{p}: {}", map.candidates(p).join(", "))?;

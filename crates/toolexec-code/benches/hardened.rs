@@ -9,8 +9,7 @@
 //!   `toolexec-code-worker` process, the gateway handshake, the script, the
 //!   outcome frame, teardown.
 //! - `trivial/bubblewrap_pool`: the same with a pool of 2 pre-started
-//!   sandboxes (needs `toolexec-sandbox-init` next to the worker binary:
-//!   `cargo build --release -p toolexec-runtime` first).
+//!   sandboxes (the worker binary is the sandbox init too).
 //!
 //! Without bubblewrap the sandboxed cases print `SKIPPED` and only the
 //! in-process figure is measured.
@@ -29,12 +28,8 @@ fn worker() -> PathBuf {
 }
 
 fn runtimes(pool_size: usize) -> Option<Runtimes> {
-    let init = worker().with_file_name("toolexec-sandbox-init");
-    let init = init.is_file().then_some(init);
-    if pool_size > 0 && init.is_none() {
-        eprintln!("SKIPPED: bubblewrap_pool: no toolexec-sandbox-init next to the worker");
-        return None;
-    }
+    // The worker binary is also the sandbox init (`__sandbox-init`).
+    let init = Some(worker());
     let bwrap = BubblewrapRuntime::new(BubblewrapConfig {
         init,
         script_worker: Some(worker()),

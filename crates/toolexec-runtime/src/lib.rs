@@ -41,6 +41,7 @@ mod profile;
 pub mod protocol;
 mod registry;
 mod runtime;
+pub mod seccomp_policy;
 mod unit;
 
 pub use command_tool::{CommandTool, CommandToolDef, OutputMapping, StdinMapping};
@@ -48,9 +49,12 @@ pub use host::{ToolCaller, ToolHost};
 pub use host_runtime::{HostRuntime, UnsandboxedOptIn};
 pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};
 pub use outcome::{Enforcement, RunOutcome, RunStatus, ToolCallRecord};
+pub use process::SandboxUser;
 pub use profile::{Profile, ProfileMap, UnknownProfile};
 pub use registry::Runtimes;
-pub use runtime::{OutputChunk, OutputSink, OutputStream, RunContext, Runtime, RuntimeInfo};
+pub use runtime::{
+    Mechanism, OutputChunk, OutputSink, OutputStream, RunContext, Runtime, RuntimeInfo,
+};
 pub use unit::{
     CommandUnit, MAX_COMMAND_STDIN_BYTES, RunRequest, ScriptUnit, Unit, UnitKind, WasmCode,
     WasmUnit,

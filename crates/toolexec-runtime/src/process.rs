@@ -94,6 +94,77 @@ pub struct ProcessSpec {
     /// each before exec, so it is inside its cgroups before running
     /// anything of the unit.
     pub join_cgroups: Vec<File>,
+    /// The identity the child takes before exec (after joining its
+    /// cgroups, which needs the parent's privileges); `None` keeps the
+    /// parent's. The spawn fails if the child would still be uid 0.
+    pub user: Option<SandboxUser>,
+}
+
+/// An unprivileged host identity for sandboxed processes: supplementary
+/// groups cleared, then real, effective and saved gid and uid set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SandboxUser {
+    /// Host user id (never 0).
+    pub uid: u32,
+    /// Host group id (never 0).
+    pub gid: u32,
+}
+
+impl SandboxUser {
+    /// `nobody:nogroup` (65534), the default.
+    pub const NOBODY: SandboxUser = SandboxUser {
+        uid: 65534,
+        gid: 65534,
+    };
+
+    /// The identity sandboxes take when this process is root
+    /// (`Some(self)`), or `None` when it already runs unprivileged. Errors
+    /// when `self` names uid or gid 0: a sandbox never runs as host root.
+    pub fn when_root(self) -> Result<Option<SandboxUser>, String> {
+        if self.uid == 0 || self.gid == 0 {
+            return Err(format!(
+                "sandbox user {}:{} is root; units never run as host uid or gid 0",
+                self.uid, self.gid
+            ));
+        }
+        // SAFETY: plain syscalls without arguments.
+        let root = unsafe { libc::geteuid() == 0 || libc::getuid() == 0 };
+        Ok(root.then_some(self))
+    }
+}
+
+impl Default for SandboxUser {
+    fn default() -> Self {
+        SandboxUser::NOBODY
+    }
+}
+
+/// Takes `user`'s identity in a forked child before exec: groups, gid,
+/// uid (in that order, so each step still has the privilege it needs),
+/// then checks that no id is 0 any more.
+///
+/// # Safety
+/// Only between fork and exec (async-signal-safe syscalls only).
+unsafe fn become_user(user: SandboxUser) -> std::io::Result<()> {
+    let check = |rc: libc::c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    // SAFETY: plain syscalls; the caller guarantees the fork context.
+    unsafe {
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setresgid(user.gid, user.gid, user.gid))?;
+        check(libc::setresuid(user.uid, user.uid, user.uid))?;
+        let (mut r, mut e, mut s) = (0, 0, 0);
+        check(libc::getresuid(&mut r, &mut e, &mut s))?;
+        if r == 0 || e == 0 || s == 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::EPERM));
+        }
+    }
+    Ok(())
 }
 
 /// Why [`run_process`] stopped the child.
@@ -205,6 +276,7 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
     moves.extend(spec.inherit.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)));
     let mut scratch: Vec<RawFd> = vec![-1; moves.len()];
     let cgroup_fds: Vec<RawFd> = spec.join_cgroups.iter().map(|f| f.as_raw_fd()).collect();
+    let user = spec.user;
     let rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)> = spec
         .rlimits
         .iter()
@@ -222,9 +294,6 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
     // async-signal-safe system calls on memory allocated before the fork.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
             for fd in &cgroup_fds {
                 if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
                     return Err(std::io::Error::last_os_error());
@@ -249,6 +318,13 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
                 if libc::setrlimit(*resource, limit) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+            }
+            if let Some(user) = user {
+                become_user(user)?;
+            }
+            // After the identity change, which clears the parent-death signal.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });

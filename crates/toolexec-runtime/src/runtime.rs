@@ -117,6 +117,45 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Runs one unit. The request's limits are already validated.
     fn run<'a>(&'a self, request: RunRequest, ctx: RunContext) -> BoxFuture<'a, RunOutcome>;
+
+    /// Each isolation mechanism as it stands on this machine: what
+    /// enforces it, or why it is missing. A runtime whose
+    /// [`Runtime::max_profile`] depends on them lists them here, so
+    /// `toolexec runtimes` shows what is really enforced.
+    fn mechanisms(&self) -> Vec<Mechanism> {
+        Vec::new()
+    }
+}
+
+/// One isolation mechanism of a runtime, as measured on this machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mechanism {
+    /// Short name (`user`, `seccomp`, `landlock`, `cgroups`, ...).
+    pub name: String,
+    /// Whether it is in force.
+    pub enforced: bool,
+    /// What enforces it, or why it is missing.
+    pub detail: String,
+}
+
+impl Mechanism {
+    /// A mechanism in force, and how.
+    pub fn enforced(name: impl Into<String>, how: impl Into<String>) -> Self {
+        Mechanism {
+            name: name.into(),
+            enforced: true,
+            detail: how.into(),
+        }
+    }
+
+    /// A missing mechanism, and why.
+    pub fn missing(name: impl Into<String>, why: impl Into<String>) -> Self {
+        Mechanism {
+            name: name.into(),
+            enforced: false,
+            detail: why.into(),
+        }
+    }
 }
 
 /// A runtime as `toolexec runtimes` lists it.
@@ -137,6 +176,9 @@ pub struct RuntimeInfo {
     pub reason: Option<String>,
     /// The profiles it serves in the current mapping.
     pub profiles: Vec<Profile>,
+    /// [`Runtime::mechanisms`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mechanisms: Vec<Mechanism>,
 }
 
 impl RuntimeInfo {
@@ -153,6 +195,7 @@ impl RuntimeInfo {
             available,
             reason,
             profiles,
+            mechanisms: runtime.mechanisms(),
         }
     }
 }

@@ -77,6 +77,8 @@ fn code_worker(test: &str) -> Option<PathBuf> {
 pub fn bubblewrap_runtimes(test: &str) -> Option<Arc<Runtimes>> {
     let worker = code_worker(test)?;
     let runtime = BubblewrapRuntime::new(BubblewrapConfig {
+        // The worker binary is also the sandbox init (`__sandbox-init`).
+        init: Some(worker.clone()),
         script_worker: Some(worker),
         ..BubblewrapConfig::default()
     });

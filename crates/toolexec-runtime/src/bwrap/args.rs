@@ -15,14 +15,30 @@ const SYSTEM_DIRS: &[&str] = &["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbi
 /// The only files of the host's `/etc` a unit sees: what the dynamic
 /// loader and `/usr/bin/*` alternatives need.
 const ETC_FILES: &[&str] = &["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/alternatives"];
+/// `/proc` files that leak host state, covered with `/dev/null` (the list
+/// runc and Docker mask; `kcore` and friends only where the host has them).
+const PROC_MASKED_FILES: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/key-users",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/kallsyms",
+];
+/// `/proc` directories covered with an empty read-only tmpfs.
+const PROC_MASKED_DIRS: &[&str] = &["/proc/acpi", "/proc/asound", "/proc/scsi"];
 
 /// The sandbox's shape, independent of the unit.
 #[derive(Debug, Clone, Default)]
-pub struct SandboxShape<'a> {
-    /// Host path of the init helper, bound at [`INIT_PATH`].
-    pub init: Option<&'a Path>,
-    /// Host path of the script worker, bound at [`WORKER_PATH`].
-    pub worker: Option<&'a Path>,
+pub struct SandboxShape {
+    /// Descriptor (`O_PATH`) of the init helper, bound at [`INIT_PATH`]:
+    /// a descriptor, not a path, so an unprivileged bwrap can bind a
+    /// binary under a directory only root may traverse.
+    pub init_fd: Option<i32>,
+    /// Descriptor of the script worker, bound at [`WORKER_PATH`].
+    pub worker_fd: Option<i32>,
     /// Size of `/tmp` in bytes.
     pub tmp_bytes: Option<u64>,
     /// Descriptors holding seccomp programs.
@@ -34,7 +50,7 @@ fn push(args: &mut Vec<OsString>, items: &[&str]) {
 }
 
 /// Everything before the environment and the command.
-pub fn base_args(shape: &SandboxShape<'_>) -> Vec<OsString> {
+pub fn base_args(shape: &SandboxShape) -> Vec<OsString> {
     let mut args = Vec::new();
     push(
         &mut args,
@@ -68,7 +84,9 @@ pub fn base_args(shape: &SandboxShape<'_>) -> Vec<OsString> {
     for file in ETC_FILES {
         push(&mut args, &["--ro-bind-try", file, file]);
     }
-    push(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
+    push(&mut args, &["--proc", "/proc"]);
+    proc_masks(&mut args);
+    push(&mut args, &["--dev", "/dev"]);
     // The two writable places, each a tmpfs of the disk limit's size:
     // /tmp, and /dev/shm for POSIX shared memory. /dev itself (bwrap's
     // tmpfs with the device nodes) is remounted read-only below: writing
@@ -81,11 +99,10 @@ pub fn base_args(shape: &SandboxShape<'_>) -> Vec<OsString> {
         push(&mut args, &["--tmpfs", dir]);
     }
     push(&mut args, &["--remount-ro", "/dev"]);
-    if let Some(init) = shape.init {
-        args.extend(["--ro-bind".into(), init.into(), INIT_PATH.into()]);
-    }
-    if let Some(worker) = shape.worker {
-        args.extend(["--ro-bind".into(), worker.into(), WORKER_PATH.into()]);
+    for (fd, path) in [(shape.init_fd, INIT_PATH), (shape.worker_fd, WORKER_PATH)] {
+        if let Some(fd) = fd {
+            push(&mut args, &["--ro-bind-fd", &fd.to_string(), path]);
+        }
     }
     // The root tmpfs bwrap builds stays read-only; /tmp is its own mount.
     push(&mut args, &["--remount-ro", "/"]);
@@ -93,6 +110,26 @@ pub fn base_args(shape: &SandboxShape<'_>) -> Vec<OsString> {
         push(&mut args, &["--add-seccomp-fd", &fd.to_string()]);
     }
     args
+}
+
+/// `/proc` hardened the way runc and Docker do it: leak-prone files and
+/// directories covered, then the whole procfs remounted read-only, so
+/// `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus` and every
+/// process's files are read-only even for a unit that is root in its
+/// namespace. (bwrap covers a few of these itself, but only when it can
+/// write them, which it cannot as an unprivileged user.)
+fn proc_masks(args: &mut Vec<OsString>) {
+    for file in PROC_MASKED_FILES {
+        if Path::new(file).exists() {
+            push(args, &["--ro-bind", "/dev/null", file]);
+        }
+    }
+    for dir in PROC_MASKED_DIRS {
+        if Path::new(dir).is_dir() {
+            push(args, &["--tmpfs", dir, "--remount-ro", dir]);
+        }
+    }
+    push(args, &["--remount-ro", "/proc"]);
 }
 
 /// `--chdir`, the clean environment and the command after `--`.
@@ -137,6 +174,30 @@ mod tests {
                 .any(|w| w[0] == "--ro-bind" && w[1] == "/etc")
         );
         assert!(!joined.contains("shadow"));
+        assert!(joined.contains("--proc /proc"), "{joined}");
+        assert!(joined.contains("--remount-ro /proc --dev /dev"), "{joined}");
+    }
+
+    #[test]
+    fn helpers_are_bound_by_descriptor() {
+        let shape = SandboxShape {
+            init_fd: Some(7),
+            worker_fd: Some(8),
+            ..SandboxShape::default()
+        };
+        let joined = base_args(&shape)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            joined.contains(&format!("--ro-bind-fd 7 {INIT_PATH}")),
+            "{joined}"
+        );
+        assert!(
+            joined.contains(&format!("--ro-bind-fd 8 {WORKER_PATH}")),
+            "{joined}"
+        );
     }
 
     #[test]

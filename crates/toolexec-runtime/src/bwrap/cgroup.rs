@@ -80,7 +80,19 @@ impl CgroupLayout {
 /// along). Controllers whose parent cannot be made are dropped; the
 /// returned reason says why (runs then go without them, on rlimits).
 pub fn prepare(layout: &CgroupLayout) -> (CgroupLayout, Option<String>) {
-    let mkdir = |dir: &Path| fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()));
+    // The parent may exist (made by another, more privileged user): only
+    // making and removing a child shows that runs can have cgroups.
+    let mkdir = |dir: &Path| {
+        fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let probe = dir.join(format!("probe-{}", std::process::id()));
+        fs::create_dir(&probe)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Ok(()),
+                _ => Err(e),
+            })
+            .and_then(|()| fs::remove_dir(&probe))
+            .map_err(|e| format!("{}: {e}", probe.display()))
+    };
     match layout {
         CgroupLayout::None => (CgroupLayout::None, None),
         CgroupLayout::V2 { root } => {

@@ -1,9 +1,23 @@
-//! What `toolexec-sandbox-init` does inside the sandbox: restrict the
+//! What the sandbox init does inside the sandbox: restrict the
 //! filesystem with Landlock, then exec the unit. In pool mode it first
 //! waits for the unit's [`InitSpec`] on a descriptor.
+//!
+//! The init is [`main`], run as `toolexec __sandbox-init ...` (it ships
+//! inside the `toolexec` binary) or as the standalone
+//! `toolexec-sandbox-init` binary of this crate, for library users:
+//!
+//! - `exec -- PROGRAM ARGS...`: restrict and exec;
+//! - `wait FD`: a pre-warmed pool entry; reads the unit's JSON spec
+//!   (`{argv, env, cwd, rlimits}`) from descriptor `FD` until EOF,
+//!   applies it, restricts and execs;
+//! - `probe`: restrict, then print a [`ProbeReport`] of what is in force
+//!   inside the sandbox (the runtime's availability check runs it).
+//!
+//! Exit codes: 126 when the sandbox cannot be set up (Landlock, spec),
+//! 127 when the unit cannot be executed.
 
 use std::ffi::CString;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use std::path::Path;
 
@@ -55,6 +69,122 @@ pub struct InitSpec {
     pub cwd: String,
     /// `(resource, soft, hard)` with the `RLIMIT_*` numbers.
     pub rlimits: Vec<(u32, u64, u64)>,
+}
+
+/// The first argument that selects the init in the `toolexec` binary;
+/// [`main`] accepts (and skips) it too, so the runtime passes it always.
+pub const SUBCOMMAND: &str = "__sandbox-init";
+
+/// What `probe` finds inside the sandbox, after Landlock.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    /// Landlock's state (`fully enforced`, `partially enforced ...`, or
+    /// `not enforced: why`).
+    pub landlock: String,
+    /// Whether Landlock rules are in force.
+    pub landlock_enforced: bool,
+    /// `Seccomp:` of `/proc/self/status` (2: a filter is in force).
+    pub seccomp_mode: Option<u32>,
+    /// `NoNewPrivs:` of `/proc/self/status`.
+    pub no_new_privs: Option<u32>,
+    /// `CapEff:` of `/proc/self/status`, hex.
+    pub cap_eff: Option<String>,
+    /// Whether `/proc/sys` is on a read-only mount.
+    pub proc_sys_read_only: bool,
+}
+
+impl ProbeReport {
+    /// Measures this process (inside the sandbox, after [`apply_landlock`]).
+    fn measure(landlock: Result<String, InitError>) -> ProbeReport {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        let (landlock, landlock_enforced) = match landlock {
+            Ok(state) => {
+                let enforced = !state.starts_with("not enforced");
+                (state, enforced)
+            }
+            Err(e) => (format!("not enforced: {e}"), false),
+        };
+        ProbeReport {
+            landlock,
+            landlock_enforced,
+            seccomp_mode: field("Seccomp:").and_then(|v| v.parse().ok()),
+            no_new_privs: field("NoNewPrivs:").and_then(|v| v.parse().ok()),
+            cap_eff: field("CapEff:"),
+            proc_sys_read_only: read_only("/proc/sys"),
+        }
+    }
+
+    /// Whether the process has no capabilities at all.
+    pub fn no_capabilities(&self) -> bool {
+        self.cap_eff
+            .as_deref()
+            .is_some_and(|c| c.chars().all(|ch| ch == '0'))
+    }
+}
+
+fn read_only(path: &str) -> bool {
+    let Ok(c) = CString::new(path) else {
+        return false;
+    };
+    // SAFETY: `st` is a plain struct the call fills; `c` is a valid C string.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        libc::statvfs(c.as_ptr(), &mut st) == 0 && st.f_flag & libc::ST_RDONLY != 0
+    }
+}
+
+/// The init's entry point: `args` without the program name (a leading
+/// [`SUBCOMMAND`] is skipped). Returns only on failure, or after `probe`.
+pub fn main(args: &[String]) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let args = match args.first().map(String::as_str) {
+        Some(SUBCOMMAND) => &args[1..],
+        _ => args,
+    };
+    let result = match args.first().map(String::as_str) {
+        Some("exec") if args.get(1).map(String::as_str) == Some("--") => {
+            apply_landlock().map(|_| exec(&args[2..]))
+        }
+        Some("wait") => match args.get(1).and_then(|fd| fd.parse::<i32>().ok()) {
+            Some(fd) if fd > 3 => read_spec(fd)
+                .and_then(|spec| apply_spec(&spec).map(|_| spec))
+                .and_then(|spec| apply_landlock().map(|_| exec(&spec.argv))),
+            _ => {
+                eprintln!("sandbox init: wait needs a descriptor number above 3");
+                return ExitCode::from(126);
+            }
+        },
+        Some("probe") => {
+            let report = ProbeReport::measure(apply_landlock());
+            let line = serde_json::to_string(&report).unwrap_or_default();
+            let mut out = std::io::stdout().lock();
+            return match writeln!(out, "{line}") {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(126),
+            };
+        }
+        _ => {
+            eprintln!("usage: {SUBCOMMAND} exec -- PROGRAM [ARGS...] | wait FD | probe");
+            return ExitCode::from(126);
+        }
+    };
+    match result {
+        // `exec` only returns with its error.
+        Ok(exec_error) => {
+            eprintln!("sandbox init: {exec_error}");
+            ExitCode::from(127)
+        }
+        Err(e) => {
+            eprintln!("sandbox init: {e}");
+            ExitCode::from(126)
+        }
+    }
 }
 
 /// Errors of the init.

@@ -3,16 +3,29 @@
 //! Every unit runs in new user, pid, net, mount, ipc, uts and cgroup
 //! namespaces (`bwrap --unshare-all`) over a minimal read-only filesystem
 //! (the host's `/usr` and library dirs, only `ld.so.cache` of `/etc`), with
-//! a fresh `/proc`, a minimal `/dev`, a private size-limited `/tmp`, no
-//! capabilities, a seccomp filter, Landlock (through the
-//! `toolexec-sandbox-init` helper), rlimits and a per-run cgroup.
+//! a fresh read-only `/proc` with the leak-prone files masked, a minimal
+//! `/dev`, a private size-limited `/tmp`, no capabilities, a seccomp
+//! filter, Landlock (through the sandbox [`init`]), rlimits and a per-run
+//! cgroup.
+//!
+//! Units never run as host uid 0: when toolexec is root, bwrap itself is
+//! started as [`BubblewrapConfig::user`] (default `nobody`, 65534), so the
+//! sandbox's user namespace maps to that unprivileged host user.
+//!
+//! The runtime serves [`Profile::Hardened`] only when every mechanism it
+//! promises is in force here, measured once by running the init's
+//! `probe` inside a real sandbox ([`crate::Runtime::mechanisms`] lists them);
+//! otherwise it serves [`Profile::Standard`] at most and refuses hardened
+//! runs with `backend_unavailable` naming what is missing.
 //!
 //! ```no_run
 //! use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
 //! use toolexec_runtime::{Profile, RunRequest, Runtime, Unit};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let runtime = BubblewrapRuntime::new(BubblewrapConfig {
-//!     init: Some("/usr/libexec/toolexec-sandbox-init".into()),
+//!     // The `toolexec` binary (as `toolexec __sandbox-init`) or this
+//!     // crate's `toolexec-sandbox-init` binary.
+//!     init: Some("/usr/local/bin/toolexec".into()),
 //!     ..BubblewrapConfig::default()
 //! });
 //! let request = RunRequest::new(Unit::command(["echo", "hi"]), Profile::Hardened);
@@ -45,11 +58,13 @@ pub use cgroup::{CgroupEvents, CgroupLayout, CgroupLimits, RunCgroup};
 pub use seccomp::DENIED as SECCOMP_DENIED;
 
 use crate::host_runtime::{cpu_secs, invalid, rlimits_for, unsupported};
-use crate::process::{ProcessSpec, Rlimit, RlimitResource, Spawned, spawn_process};
+use crate::process::{
+    ProcessSpec, Rlimit, RlimitResource, SandboxUser, Spawned, run_process, spawn_process,
+};
 use crate::protocol::{GATEWAY_FD, GATEWAY_FD_ENV};
 use crate::{
-    Enforcement, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome, RunStatus,
-    RuntimeLimits, Unit, UnitKind,
+    Enforcement, LimitKind, Mechanism, NetworkPolicy, Profile, RunContext, RunOutcome, RunStatus,
+    RuntimeLimits, ToolHost, Unit, UnitKind,
 };
 use args::SandboxShape;
 use pool::{Pool, Warm};
@@ -60,14 +75,20 @@ const SUPERVISORS: u64 = 2;
 /// Descriptor numbers of the seccomp programs and the pool's spec pipe.
 const SECCOMP_FDS: [i32; 2] = [4, 5];
 const SPEC_FD: i32 = 6;
+/// Descriptor numbers of the init and script worker binaries (`O_PATH`).
+const INIT_FD: i32 = 7;
+const WORKER_FD: i32 = 8;
 
 /// Settings of [`BubblewrapRuntime`].
 #[derive(Debug, Clone)]
 pub struct BubblewrapConfig {
     /// The `bwrap` binary; a bare name is looked up on the host's `PATH`.
     pub bwrap: PathBuf,
-    /// `toolexec-sandbox-init` on the host: applies Landlock inside the
-    /// sandbox and waits for pool units. Without it, no Landlock and no pool.
+    /// The sandbox init on the host: the `toolexec` binary (run as
+    /// `toolexec __sandbox-init`) or this crate's `toolexec-sandbox-init`.
+    /// It applies Landlock inside the sandbox, waits for pool units and
+    /// measures the sandbox for the availability probe. Without it: no
+    /// Landlock, no pool, and profile standard at most.
     pub init: Option<PathBuf>,
     /// The script worker binary (`toolexec __script-worker`), for
     /// [`Unit::Script`]; without it script units fail `backend_unavailable`.
@@ -81,6 +102,11 @@ pub struct BubblewrapConfig {
     pub cgroup_root: PathBuf,
     /// `RLIMIT_NOFILE` of units.
     pub max_open_files: u64,
+    /// The host identity sandboxes run as when toolexec is root (bwrap is
+    /// started as this user, so the sandbox maps to it, never to host
+    /// root). Ignored when toolexec already runs unprivileged; uid or gid
+    /// 0 make the runtime unavailable.
+    pub user: SandboxUser,
 }
 
 impl Default for BubblewrapConfig {
@@ -93,6 +119,7 @@ impl Default for BubblewrapConfig {
             pool_disk_bytes: RuntimeLimits::default().disk_bytes,
             cgroup_root: "/sys/fs/cgroup".into(),
             max_open_files: 1024,
+            user: SandboxUser::NOBODY,
         }
     }
 }
@@ -113,7 +140,14 @@ struct Shared {
     /// used; prepared once, at the first run.
     cgroups: OnceLock<(CgroupLayout, Option<String>)>,
     landlock_abi: Option<i64>,
-    available: OnceLock<Result<(), String>>,
+    /// The identity bwrap is started as (`None`: this process's own, which
+    /// is not root), or why there is none fit.
+    user: Result<Option<SandboxUser>, String>,
+    /// The probe's verdict, once: what is in force inside a real sandbox
+    /// (no report without an init to measure it).
+    available: OnceLock<Result<Option<init::ProbeReport>, String>>,
+    /// The mechanisms, measured once (after the probe and cgroup setup).
+    mechanisms: OnceLock<Vec<Mechanism>>,
     seccomp: OnceLock<Result<[Vec<u8>; 2], String>>,
 }
 
@@ -173,7 +207,9 @@ impl BubblewrapRuntime {
                 detected,
                 cgroups: OnceLock::new(),
                 landlock_abi: init::kernel_abi(),
+                user: config.user.when_root(),
                 available: OnceLock::new(),
+                mechanisms: OnceLock::new(),
                 seccomp: OnceLock::new(),
                 config,
             }),
@@ -228,6 +264,20 @@ impl BubblewrapRuntime {
         if let Err(why) = shared.check() {
             return error(ErrorCode::BackendUnavailable, "runtime", why.clone());
         }
+        let hardened = request.profile == Profile::Hardened;
+        if hardened {
+            let gaps = shared.hardened_gaps();
+            if !gaps.is_empty() {
+                return error(
+                    ErrorCode::BackendUnavailable,
+                    "profile",
+                    format!(
+                        "bubblewrap cannot serve profile hardened on this machine: {}",
+                        gaps.join("; ")
+                    ),
+                );
+            }
+        }
         let limits = &request.limits;
         if let NetworkPolicy::Allow { hosts } = &limits.network {
             return error(
@@ -252,8 +302,8 @@ impl BubblewrapRuntime {
         let warm = self.pool().and_then(|p| p.take(limits.disk_bytes));
         let pooled = warm.is_some();
         let started = match warm {
-            Some(warm) => shared.release(warm, &prepared, limits, cg_limits),
-            None => shared.cold(&prepared, limits, cg_limits),
+            Some(warm) => shared.release(warm, &prepared, limits, cg_limits, hardened),
+            None => shared.cold(&prepared, limits, cg_limits, hardened),
         };
         let Started {
             spawned,
@@ -263,6 +313,7 @@ impl BubblewrapRuntime {
             Ok(s) => s,
             Err(why) => return error(ErrorCode::BackendUnavailable, "runtime", why),
         };
+
         let has_memory_cg = cgroup.as_ref().is_some_and(RunCgroup::has_memory);
 
         let stop = ctx.cancel.child_token();
@@ -350,6 +401,65 @@ fn cpu_status(used: Duration, max: Duration, how: &str) -> RunStatus {
     }
 }
 
+/// An `O_PATH` descriptor of a helper binary, for `--ro-bind-fd` at `n`:
+/// opened here with this process's rights, so the unprivileged bwrap can
+/// bind a binary it could not reach by path.
+fn open_helper(path: Option<&Path>, n: i32) -> Result<Option<(OwnedFd, i32)>, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(path) = path else { return Ok(None) };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("cannot open the sandbox helper {}: {e}", path.display()))?;
+    Ok(Some((file.into(), n)))
+}
+
+/// The cgroup controllers hardened needs (memory, pids, CPU accounting).
+fn cgroup_mechanism(layout: &CgroupLayout, problem: Option<&str>) -> Mechanism {
+    let missing = |what: &str| match problem {
+        Some(why) => format!("{what}: {why}"),
+        None => what.to_owned(),
+    };
+    match layout {
+        CgroupLayout::V2 { root } => Mechanism::enforced(
+            "cgroups",
+            format!("cgroup v2 memory, pids, cpu under {}", root.display()),
+        ),
+        CgroupLayout::V1 {
+            memory: Some(_),
+            pids: Some(_),
+            cpuacct: Some(_),
+        } => Mechanism::enforced("cgroups", "cgroup v1 memory, pids, cpuacct per run"),
+        CgroupLayout::V1 {
+            memory,
+            pids,
+            cpuacct,
+        } => {
+            let absent: Vec<&str> = [("memory", memory), ("pids", pids), ("cpuacct", cpuacct)]
+                .into_iter()
+                .filter(|(_, d)| d.is_none())
+                .map(|(n, _)| n)
+                .collect();
+            Mechanism::missing(
+                "cgroups",
+                missing(&format!(
+                    "no usable cgroup v1 {} controller",
+                    absent.join(", ")
+                )),
+            )
+        }
+        CgroupLayout::None => Mechanism::missing("cgroups", missing("no usable cgroup controller")),
+    }
+}
+
+fn no_cgroup_for_hardened(problem: Option<String>) -> String {
+    format!(
+        "profile hardened needs a per-run cgroup, and none could be made: {}",
+        problem.as_deref().unwrap_or("no cgroup controllers")
+    )
+}
+
 /// What [`Shared::cold`] and [`Shared::release`] start.
 struct Started {
     spawned: Spawned,
@@ -401,47 +511,164 @@ impl Shared {
         &self.cgroups().0
     }
 
-    /// Whether bwrap runs here (probed once), with the real sandbox
-    /// arguments (less the seccomp descriptors): a bwrap too old for one
-    /// of them, missing user namespaces or a missing init helper make the
-    /// runtime unavailable rather than fail every run.
+    /// Whether bwrap runs here, probed once through the real spawn path
+    /// (the unprivileged identity, seccomp, the helpers bound by
+    /// descriptor, the init and its Landlock): a bwrap too old for a flag,
+    /// missing user namespaces, a sandbox user that cannot be taken or an
+    /// init that does not start make the runtime unavailable rather than
+    /// fail every run. With an init, the sandbox is also measured from
+    /// inside ([`init::ProbeReport`]).
     fn check(&self) -> Result<(), &String> {
+        self.probe().map(|_| ())
+    }
+
+    fn probe(&self) -> Result<Option<&init::ProbeReport>, &String> {
         self.available
             .get_or_init(|| {
-                let Some(bwrap) = &self.bwrap else {
+                if self.bwrap.is_none() {
                     return Err(format!("{} not found on PATH", self.config.bwrap.display()));
-                };
-                let shape = SandboxShape {
-                    init: self.config.init.as_deref(),
-                    worker: self.config.script_worker.as_deref(),
-                    tmp_bytes: Some(4096),
-                    seccomp_fds: Vec::new(),
-                };
-                let mut args = args::base_args(&shape);
-                args.extend(args::unit_args(
-                    "/tmp",
-                    &[("PATH".into(), SANDBOX_PATH.into())],
-                    &["true".into()],
-                ));
-                let out = std::process::Command::new(bwrap)
-                    .args(args)
-                    .env_clear()
-                    .stdin(std::process::Stdio::null())
-                    .output()
-                    .map_err(|e| format!("cannot run {}: {e}", bwrap.display()))?;
-                if out.status.success() {
-                    Ok(())
-                } else {
-                    let err = String::from_utf8_lossy(&out.stderr);
-                    Err(format!(
-                        "the sandbox probe failed ({}): {}",
-                        out.status,
-                        err.lines().next().unwrap_or("no message")
-                    ))
                 }
+                self.user.as_ref().map_err(Clone::clone)?;
+                // Spawning needs a tokio runtime, and this may be called
+                // inside one (or none): a scoped thread has its own.
+                std::thread::scope(|scope| {
+                    scope
+                        .spawn(|| self.run_probe())
+                        .join()
+                        .unwrap_or_else(|_| Err("the sandbox probe panicked".into()))
+                })
             })
             .as_ref()
-            .map(|_| ())
+            .map(Option::as_ref)
+    }
+
+    fn run_probe(&self) -> Result<Option<init::ProbeReport>, String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("the sandbox probe cannot start a runtime: {e}"))?;
+        let limits = RuntimeLimits {
+            wall_time: Duration::from_secs(10),
+            ..RuntimeLimits::default()
+        };
+        let argv: Vec<String> = match self.config.init {
+            Some(_) => vec![INIT_PATH.into(), init::SUBCOMMAND.into(), "probe".into()],
+            None => vec!["true".into()],
+        };
+        let tail = args::unit_args("/tmp", &[("PATH".into(), SANDBOX_PATH.into())], &argv);
+        let spec = self.spec(
+            Some(4096),
+            tail,
+            self.rlimits(&limits, None),
+            Vec::new(),
+            None,
+            None,
+        )?;
+        let run = rt.block_on(async {
+            let ctx = RunContext::new(ToolHost::without_tools(&limits), Default::default());
+            run_process(spec, &limits, &ctx).await
+        });
+        let run = run.map_err(|e| format!("the sandbox probe cannot start: {e}"))?;
+        if !run.status.is_some_and(|s| s.success()) {
+            let err = String::from_utf8_lossy(&run.stderr);
+            return Err(format!(
+                "the sandbox probe failed ({}): {}",
+                run.status.map_or("killed".into(), |s| s.to_string()),
+                err.lines().next().unwrap_or("no message")
+            ));
+        }
+        if self.config.init.is_none() {
+            return Ok(None);
+        }
+        serde_json::from_slice(&run.stdout)
+            .map(Some)
+            .map_err(|e| format!("the sandbox init's probe report is unreadable: {e}"))
+    }
+
+    /// Every isolation mechanism, as measured once (see
+    /// [`crate::Runtime::mechanisms`]).
+    fn mechanisms(&self) -> &[Mechanism] {
+        self.mechanisms.get_or_init(|| self.measure())
+    }
+
+    fn measure(&self) -> Vec<Mechanism> {
+        let report = match self.probe() {
+            Ok(report) => report,
+            Err(why) => return vec![Mechanism::missing("sandbox", why.clone())],
+        };
+        let unmeasured = "not measured: no init helper configured to probe the sandbox";
+        let measured = |name: &str, ok: Option<bool>, how: &str, why: String| match ok {
+            Some(true) => Mechanism::enforced(name, how),
+            Some(false) => Mechanism::missing(name, why),
+            None => Mechanism::missing(name, unmeasured),
+        };
+        let mut out = vec![Mechanism::enforced(
+            "namespaces",
+            "user, pid, net, mount, ipc, uts, cgroup (bwrap --unshare-all); no nested user namespaces",
+        )];
+        out.push(match &self.user {
+            Ok(Some(user)) => Mechanism::enforced(
+                "host user",
+                format!(
+                    "bwrap runs as host uid {} gid {} (toolexec is root; setresuid before exec)",
+                    user.uid, user.gid
+                ),
+            ),
+            // SAFETY: plain syscall.
+            Ok(None) => Mechanism::enforced(
+                "host user",
+                format!("toolexec's own unprivileged uid {}", unsafe {
+                    libc::geteuid()
+                }),
+            ),
+            Err(why) => Mechanism::missing("host user", why.clone()),
+        });
+        out.push(measured(
+            "proc",
+            report.map(|r| r.proc_sys_read_only),
+            "read-only /proc (so /proc/sys, sysrq-trigger, irq, bus); kcore, keys, timer_list and the like masked",
+            "/proc/sys is writable inside the sandbox".into(),
+        ));
+        out.push(measured(
+            "capabilities",
+            report.map(init::ProbeReport::no_capabilities),
+            "none (bwrap --cap-drop ALL; CapEff 0 measured inside)",
+            format!(
+                "capabilities remain inside: CapEff {}",
+                report.and_then(|r| r.cap_eff.clone()).unwrap_or_default()
+            ),
+        ));
+        out.push(measured(
+            "seccomp",
+            report.map(|r| r.seccomp_mode == Some(2) && r.no_new_privs == Some(1)),
+            &format!(
+                "deny-list of {} system calls, plus clone3 (filter mode 2 and no_new_privs measured inside)",
+                SECCOMP_DENIED.len()
+            ),
+            "no seccomp filter in force inside the sandbox".into(),
+        ));
+        out.push(match (report, self.landlock_abi) {
+            (Some(r), Some(abi)) if r.landlock_enforced => Mechanism::enforced(
+                "landlock",
+                format!(
+                    "{} (kernel ABI {abi}), applied by the sandbox init",
+                    r.landlock
+                ),
+            ),
+            (Some(r), _) => Mechanism::missing("landlock", r.landlock.clone()),
+            (None, _) => Mechanism::missing("landlock", "no init helper configured"),
+        });
+        out.push(cgroup_mechanism(self.layout(), self.cgroups().1.as_deref()));
+        out
+    }
+
+    /// What hardened needs and is missing here (empty: fit for hardened).
+    fn hardened_gaps(&self) -> Vec<String> {
+        self.mechanisms()
+            .iter()
+            .filter(|m| !m.enforced)
+            .map(|m| format!("{}: {}", m.name, m.detail))
+            .collect()
     }
 
     fn prepare(&self, unit: &Unit, limits: &RuntimeLimits) -> Result<Prepared, Box<RunOutcome>> {
@@ -549,12 +776,17 @@ impl Shared {
     ) -> Result<ProcessSpec, String> {
         let mut inherit = self.seccomp_fds()?;
         inherit.extend(extra);
+        let init_fd = open_helper(self.config.init.as_deref(), INIT_FD)?;
+        let worker_fd = open_helper(self.config.script_worker.as_deref(), WORKER_FD)?;
         let shape = SandboxShape {
-            init: self.config.init.as_deref(),
-            worker: self.config.script_worker.as_deref(),
+            init_fd: init_fd.as_ref().map(|(_, n)| *n),
+            worker_fd: worker_fd.as_ref().map(|(_, n)| *n),
             tmp_bytes,
             seccomp_fds: SECCOMP_FDS.to_vec(),
         };
+        inherit.extend(init_fd);
+        inherit.extend(worker_fd);
+        let user = self.user.clone()?;
         let mut args = args::base_args(&shape);
         args.extend(tail);
         Ok(ProcessSpec {
@@ -567,6 +799,7 @@ impl Shared {
             gateway: true,
             inherit,
             join_cgroups,
+            user,
         })
     }
 
@@ -592,22 +825,30 @@ impl Shared {
         }
     }
 
-    /// Starts a sandbox for `prepared` now.
+    /// Starts a sandbox for `prepared` now. `need_cgroup` (hardened)
+    /// refuses to start without a per-run cgroup rather than fall back.
     fn cold(
         &self,
         prepared: &Prepared,
         limits: &RuntimeLimits,
         cg_limits: CgroupLimits,
+        need_cgroup: bool,
     ) -> Result<Started, String> {
         let (made, cgroup_problem) = self.cgroup(cg_limits);
         let (cgroup, join) = match made {
             Some((cg, join)) => (Some(cg), join),
+            None if need_cgroup => return Err(no_cgroup_for_hardened(cgroup_problem)),
             None => (None, Vec::new()),
         };
         let rlimits = self.rlimits(limits, cgroup.as_ref());
         let mut argv = Vec::new();
         if self.config.init.is_some() {
-            argv.extend([INIT_PATH.to_owned(), "exec".into(), "--".into()]);
+            argv.extend([
+                INIT_PATH.to_owned(),
+                init::SUBCOMMAND.into(),
+                "exec".into(),
+                "--".into(),
+            ]);
         }
         argv.extend(prepared.argv.iter().cloned());
         let tail = args::unit_args(&prepared.cwd, &prepared.env, &argv);
@@ -638,7 +879,12 @@ impl Shared {
         let tail = args::unit_args(
             "/tmp",
             &[],
-            &[INIT_PATH.into(), "wait".into(), SPEC_FD.to_string()],
+            &[
+                INIT_PATH.into(),
+                init::SUBCOMMAND.into(),
+                "wait".into(),
+                SPEC_FD.to_string(),
+            ],
         );
         let spec = self.spec(
             self.config.pool_disk_bytes,
@@ -664,6 +910,7 @@ impl Shared {
         prepared: &Prepared,
         limits: &RuntimeLimits,
         cg_limits: CgroupLimits,
+        need_cgroup: bool,
     ) -> Result<Started, String> {
         let Warm {
             mut spawned,
@@ -671,6 +918,10 @@ impl Shared {
             mut cgroup,
             cgroup_problem,
         } = warm;
+        if need_cgroup && cgroup.is_none() {
+            // The init is still waiting: nothing of the unit has run.
+            return Err(no_cgroup_for_hardened(cgroup_problem));
+        }
         if let Some(cg) = &mut cgroup {
             cg.set_limits(cg_limits).map_err(|e| e.to_string())?;
         }
@@ -710,7 +961,7 @@ impl Shared {
             None => format!("no {what} cgroup"),
         };
         let how = if pooled {
-            "setrlimit in toolexec-sandbox-init"
+            "setrlimit in the sandbox init"
         } else {
             "setrlimit before bwrap"
         };
@@ -755,17 +1006,13 @@ impl Shared {
             });
         }
         out.push(Enforcement::by(LimitKind::Output, "host pipe capture"));
-        let landlock = match (&self.config.init, self.landlock_abi) {
-            (Some(_), Some(abi)) => {
-                format!("Landlock (kernel ABI {abi}) via toolexec-sandbox-init")
-            }
-            // Hardened is still served: the filesystem is read-only bind
-            // mounts in a mount namespace either way; Landlock is a second
-            // layer over them, and the init runs without it.
-            (Some(_), None) => {
-                "Landlock not enforced: the kernel lacks it (the read-only mounts remain)".into()
-            }
-            (None, _) => "Landlock not enforced: no init helper configured".into(),
+        let landlock = match self.mechanisms().iter().find(|m| m.name == "landlock") {
+            Some(m) if m.enforced => format!("Landlock: {}", m.detail),
+            Some(m) => format!(
+                "Landlock not enforced: {} (the read-only mounts remain)",
+                m.detail
+            ),
+            None => "Landlock not enforced".into(),
         };
         out.push(match limits.disk_bytes {
             Some(bytes) => Enforcement::by(
@@ -799,12 +1046,22 @@ impl crate::Runtime for BubblewrapRuntime {
          no capabilities, seccomp, Landlock, rlimits, per-run cgroup"
     }
 
+    /// Hardened only when every mechanism is in force here (see
+    /// [`crate::Runtime::mechanisms`]); standard otherwise.
     fn max_profile(&self) -> Profile {
-        Profile::Hardened
+        if self.shared.hardened_gaps().is_empty() {
+            Profile::Hardened
+        } else {
+            Profile::Standard
+        }
     }
 
     fn unit_kinds(&self) -> &[UnitKind] {
         &[UnitKind::Command, UnitKind::Script]
+    }
+
+    fn mechanisms(&self) -> Vec<Mechanism> {
+        self.shared.mechanisms().to_vec()
     }
 
     fn availability(&self) -> Availability {

@@ -10,50 +10,8 @@ use seccompiler::{
     SeccompRule, TargetArch, sock_filter,
 };
 
-/// The system calls denied with `EPERM` unconditionally: debugging other
-/// processes, mounts, new namespaces, kernel modules and kexec, BPF and
-/// perf, the keyring, cross-process memory access, userfaultfd, handle
-/// opens, swap, reboot, the kernel log, accounting, quotas and io_uring.
-pub const DENIED: &[(&str, i64)] = &[
-    ("ptrace", libc::SYS_ptrace),
-    ("mount", libc::SYS_mount),
-    ("umount2", libc::SYS_umount2),
-    ("pivot_root", libc::SYS_pivot_root),
-    ("chroot", libc::SYS_chroot),
-    ("fsopen", libc::SYS_fsopen),
-    ("fsmount", libc::SYS_fsmount),
-    ("fsconfig", libc::SYS_fsconfig),
-    ("fspick", libc::SYS_fspick),
-    ("move_mount", libc::SYS_move_mount),
-    ("open_tree", libc::SYS_open_tree),
-    ("mount_setattr", libc::SYS_mount_setattr),
-    ("unshare", libc::SYS_unshare),
-    ("setns", libc::SYS_setns),
-    ("kexec_load", libc::SYS_kexec_load),
-    ("kexec_file_load", libc::SYS_kexec_file_load),
-    ("init_module", libc::SYS_init_module),
-    ("finit_module", libc::SYS_finit_module),
-    ("delete_module", libc::SYS_delete_module),
-    ("bpf", libc::SYS_bpf),
-    ("perf_event_open", libc::SYS_perf_event_open),
-    ("keyctl", libc::SYS_keyctl),
-    ("add_key", libc::SYS_add_key),
-    ("request_key", libc::SYS_request_key),
-    ("process_vm_readv", libc::SYS_process_vm_readv),
-    ("process_vm_writev", libc::SYS_process_vm_writev),
-    ("userfaultfd", libc::SYS_userfaultfd),
-    ("open_by_handle_at", libc::SYS_open_by_handle_at),
-    ("name_to_handle_at", libc::SYS_name_to_handle_at),
-    ("swapon", libc::SYS_swapon),
-    ("swapoff", libc::SYS_swapoff),
-    ("reboot", libc::SYS_reboot),
-    ("syslog", libc::SYS_syslog),
-    ("acct", libc::SYS_acct),
-    ("quotactl", libc::SYS_quotactl),
-    ("io_uring_setup", libc::SYS_io_uring_setup),
-    ("io_uring_enter", libc::SYS_io_uring_enter),
-    ("io_uring_register", libc::SYS_io_uring_register),
-];
+/// The shared deny-list ([`crate::seccomp_policy::DENIED`]).
+pub use crate::seccomp_policy::DENIED;
 
 /// The namespace flags `clone` may not carry.
 const CLONE_NS_FLAGS: &[libc::c_int] = &[

@@ -4,6 +4,8 @@
 //! Needs `bwrap` with working user namespaces; without it every test
 //! prints `SKIPPED: <test>: <why>` (and fails when `CI` is set).
 
+mod root;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
@@ -17,9 +19,15 @@ use toolexec_runtime::{
 
 const INIT: &str = env!("CARGO_BIN_EXE_toolexec-sandbox-init");
 
+/// The init binary: `TOOLEXEC_TEST_SANDBOX_INIT` when set (the suite run
+/// as an unprivileged user uses a copy it can reach), else Cargo's.
+fn init_path() -> std::path::PathBuf {
+    std::env::var_os("TOOLEXEC_TEST_SANDBOX_INIT").map_or_else(|| INIT.into(), Into::into)
+}
+
 fn config(pool_size: usize) -> BubblewrapConfig {
     BubblewrapConfig {
-        init: Some(INIT.into()),
+        init: Some(init_path()),
         pool_size,
         ..BubblewrapConfig::default()
     }
@@ -52,12 +60,29 @@ fn limits() -> RuntimeLimits {
     }
 }
 
+/// Runs `unit` under the strongest profile the runtime serves here
+/// (hardened as root with every mechanism; standard otherwise).
 async fn run(runtime: &BubblewrapRuntime, unit: Unit, limits: RuntimeLimits) -> RunOutcome {
+    run_as(runtime, unit, limits, runtime.max_profile()).await
+}
+
+async fn run_as(
+    runtime: &BubblewrapRuntime,
+    unit: Unit,
+    limits: RuntimeLimits,
+    profile: Profile,
+) -> RunOutcome {
     let cancel = CancellationToken::new();
     let exec = Exec::new(toolexec_builtins::catalog());
     let host = ToolHost::new(exec, &limits, cancel.clone());
-    let request = RunRequest::new(unit, Profile::Hardened).with_limits(limits);
+    let request = RunRequest::new(unit, profile).with_limits(limits);
     runtime.run(request, RunContext::new(host, cancel)).await
+}
+
+/// Whether this test process is root (as CI runs it).
+fn is_root() -> bool {
+    // SAFETY: plain syscall.
+    unsafe { libc::geteuid() == 0 }
 }
 
 fn sh(script: &str) -> Unit {
@@ -130,7 +155,11 @@ async fn normal_units_run_with_a_clean_environment() {
     let network = out.enforced_by(LimitKind::Network).unwrap();
     assert!(network.mechanism.contains("unshare-net"));
     let disk = out.enforced_by(LimitKind::Disk).unwrap();
-    assert!(disk.mechanism.contains("Landlock (kernel ABI"), "{disk:?}");
+    assert!(
+        disk.mechanism
+            .contains("Landlock: fully enforced (kernel ABI"),
+        "{disk:?}"
+    );
     let exit = run(&rt, sh("exit 7"), limits()).await;
     assert_eq!(exit.exit_code, Some(7));
     assert!(matches!(exit.status, RunStatus::Failed { .. }));
@@ -187,16 +216,18 @@ async fn writes_outside_tmp_fail_and_the_host_is_untouched() {
             "{t} appeared on the host"
         );
     }
-    // Without the init there is no Landlock: /proc/self/comm is writable,
-    // which shows the Landlock layer is what stops it above.
+    // Without the init there is no Landlock, and so no hardened; /proc is
+    // still read-only, a layer of its own.
     let plain = runtime("writes_outside_tmp (no init)", BubblewrapConfig::default()).unwrap();
+    assert_eq!(plain.max_profile(), Profile::Standard);
     let out = run(
         &plain,
         sh("echo x > /proc/self/comm && echo WROTE comm"),
         limits(),
     )
     .await;
-    assert!(out.stdout.contains("WROTE comm"), "{out:?}");
+    assert!(!out.stdout.contains("WROTE comm"), "{out:?}");
+    assert!(out.stderr.contains("Read-only file system"), "{out:?}");
     let disk = out.enforced_by(LimitKind::Disk).unwrap();
     assert!(
         disk.mechanism.contains("no init helper configured"),
@@ -513,8 +544,7 @@ async fn pool_runs_units_single_use() {
         assert!(out.stdout.contains("LANDLOCKED"), "{}", out.stdout);
         let cpu = out.enforced_by(LimitKind::CpuTime).unwrap();
         assert!(
-            cpu.mechanism.contains("toolexec-sandbox-init")
-                || cpu.mechanism.contains("before bwrap")
+            cpu.mechanism.contains("the sandbox init") || cpu.mechanism.contains("before bwrap")
         );
     }
     let limits = RuntimeLimits {
@@ -737,6 +767,16 @@ async fn unusable_cgroups_fall_back_to_rlimits() {
         max_processes: Some(16),
         ..limits()
     };
+    // Hardened promises cgroups: without them it is not offered, and a
+    // hardened run is refused before anything of the unit runs.
+    assert_eq!(rt.max_profile(), Profile::Standard);
+    let refused = run_as(&rt, sh("echo ran"), limits.clone(), Profile::Hardened).await;
+    assert!(
+        matches!(&refused.status, RunStatus::Error { error }
+            if error.code.as_str() == "backend_unavailable" && error.message.contains("cgroups")),
+        "{refused:?}"
+    );
+    assert!(refused.stdout.is_empty(), "{refused:?}");
     let out = run(&rt, sh("echo fine; ulimit -v"), limits).await;
     assert!(out.is_ok(), "{out:?}");
     assert_eq!(out.stdout, format!("fine\n{}\n", 256 << 10));
@@ -776,8 +816,8 @@ fn init_runs_without_landlock_on_a_kernel_lacking_it() {
     )
     .unwrap();
     let program: seccompiler::BpfProgram = filter.try_into().unwrap();
-    let mut cmd = std::process::Command::new(INIT);
-    cmd.args(["exec", "--", "/bin/echo", "ran"]);
+    let mut cmd = std::process::Command::new(init_path());
+    cmd.args(["__sandbox-init", "exec", "--", "/bin/echo", "ran"]);
     // SAFETY: prctl and seccomp only, on a program built before the fork.
     unsafe {
         cmd.pre_exec(move || seccompiler::apply_filter(&program).map_err(std::io::Error::other));
