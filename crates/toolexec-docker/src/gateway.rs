@@ -120,7 +120,7 @@ mod tests {
     /// Python as `uid`: connect to `path`, send a hello frame, print
     /// `served` if an answer comes, `closed` if the host hangs up.
     fn python_client(path: &Path, uid: u32) -> String {
-        let py = "import socket, struct, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\nb = sys.argv[2].encode()\ns.sendall(struct.pack('>I', len(b)) + b)\ntry:\n    got = s.recv(4)\nexcept ConnectionResetError:\n    got = b''\nprint('served' if got else 'closed')";
+        let py = "import socket, struct, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\nb = sys.argv[2].encode()\ndef recv(n):\n    got = b''\n    while len(got) < n:\n        c = s.recv(n - len(got))\n        if not c: break\n        got += c\n    return got\ntry:\n    s.sendall(struct.pack('>I', len(b)) + b)\n    head = recv(4)\n    got = recv(struct.unpack('>I', head)[0]) if len(head) == 4 else b''\nexcept (BrokenPipeError, ConnectionResetError):\n    got = b''\nprint('served' if got else 'closed')";
         let out = std::process::Command::new("/usr/bin/python3")
             .args(["-c", py])
             .arg(path)
