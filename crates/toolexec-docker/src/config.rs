@@ -18,7 +18,10 @@ pub struct DockerConfig {
     pub socket: Option<PathBuf>,
     /// The image units run in (must be present; it is never pulled).
     pub image: String,
-    /// The user units run as (`uid:gid`); never root by default.
+    /// The user units run as: numeric `uid:gid`, neither 0. Names are
+    /// refused (the image's `/etc/passwd` could map any name to root), and
+    /// so is a uid alone (Docker then picks the group, gid 0 for a uid the
+    /// image does not list).
     pub user: String,
     /// CPUs the container may use (`NanoCpus`), e.g. `1.0`.
     pub cpus: f64,
@@ -28,6 +31,11 @@ pub struct DockerConfig {
     /// (default: the system temporary directory). Must be visible to the
     /// daemon at the same path.
     pub gateway_dir: Option<PathBuf>,
+    /// The host uid whose connections the gateway socket serves (checked
+    /// with `SO_PEERCRED`); `None`: the uid of [`DockerConfig::user`]. Set
+    /// it when the daemon remaps user namespaces (`userns-remap`), where
+    /// the unit's host uid is the remapped one.
+    pub gateway_peer_uid: Option<u32>,
     /// Extra labels on every container (the runtime's own `toolexec.*`
     /// labels win on conflict).
     pub labels: BTreeMap<String, String>,
@@ -44,6 +52,7 @@ impl DockerConfig {
             cpus: 1.0,
             max_open_files: 1024,
             gateway_dir: None,
+            gateway_peer_uid: None,
             labels: BTreeMap::new(),
         }
     }
@@ -75,11 +84,12 @@ impl DockerConfig {
         if self.image.trim().is_empty() {
             return Err(("image", "must name an image".into()));
         }
-        if self.user.trim().is_empty() || self.user.contains(char::is_whitespace) {
-            return Err(("user", format!("{:?} is not a uid:gid", self.user)));
-        }
-        if self.user == "0" || self.user.starts_with("0:") || self.user == "root" {
-            return Err(("user", "units never run as root".into()));
+        self.unit_user()?;
+        if self.gateway_peer_uid == Some(0) {
+            return Err((
+                "gateway_peer_uid",
+                "units never run as host uid 0; the gateway does not serve it".into(),
+            ));
         }
         if !(self.cpus.is_finite() && self.cpus > 0.0 && self.cpus <= 1024.0) {
             return Err(("cpus", format!("{} is not in (0, 1024]", self.cpus)));
@@ -88,5 +98,89 @@ impl DockerConfig {
             return Err(("max_open_files", "must be at least 1".into()));
         }
         Ok(())
+    }
+
+    /// [`DockerConfig::user`] as numbers: `Err((field, why))` unless it is
+    /// `uid:gid` in decimal digits with neither 0.
+    pub(crate) fn unit_user(&self) -> Result<(u32, u32), (&'static str, String)> {
+        let number = |s: &str| {
+            (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<u32>().ok())
+                .flatten()
+        };
+        let parsed = self
+            .user
+            .split_once(':')
+            .and_then(|(uid, gid)| Some((number(uid)?, number(gid)?)));
+        match parsed {
+            None => Err((
+                "user",
+                format!(
+                    "{:?} is not a numeric uid:gid (names and a uid alone are refused: the image decides what they mean)",
+                    self.user
+                ),
+            )),
+            Some((0, _)) | Some((_, 0)) => Err((
+                "user",
+                format!("{:?}: units never run as uid 0 or gid 0", self.user),
+            )),
+            Some(ids) => Ok(ids),
+        }
+    }
+
+    /// The host uid the gateway socket serves.
+    pub(crate) fn gateway_uid(&self) -> Option<u32> {
+        self.gateway_peer_uid
+            .or_else(|| self.unit_user().ok().map(|(uid, _)| uid))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every spelling of root (and anything the image could resolve to
+    /// root) is refused; plain numeric users pass.
+    #[test]
+    fn root_in_any_spelling_is_refused() {
+        let with = |user: &str| DockerConfig {
+            user: user.into(),
+            ..DockerConfig::new("img")
+        };
+        for user in [
+            "0",
+            "0:0",
+            "root",
+            "root:root",
+            "00",
+            "00:00",
+            "0:65534",
+            "65534:0",
+            "000:1",
+            "toor",
+            "nobody",
+            "nobody:nogroup",
+            "65534",
+            "+1:+1",
+            "1:",
+            ":1",
+            "-1:1",
+            "65534:65534:1",
+            " 65534:65534",
+            "4294967296:1",
+        ] {
+            let err = with(user).validate().unwrap_err();
+            assert_eq!(err.0, "user", "{user:?}: {err:?}");
+        }
+        for (user, ids) in [("65534:65534", (65534, 65534)), ("1000:100", (1000, 100))] {
+            assert_eq!(with(user).unit_user(), Ok(ids), "{user}");
+            assert!(with(user).validate().is_ok());
+        }
+        let mut remapped = with("1000:1000");
+        assert_eq!(remapped.gateway_uid(), Some(1000));
+        remapped.gateway_peer_uid = Some(166536);
+        assert_eq!(remapped.gateway_uid(), Some(166536));
+        remapped.gateway_peer_uid = Some(0);
+        assert_eq!(remapped.validate().unwrap_err().0, "gateway_peer_uid");
     }
 }

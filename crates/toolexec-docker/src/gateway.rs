@@ -1,6 +1,7 @@
 //! The per-run gateway socket: Docker cannot pass descriptors, so each run
 //! gets a Unix socket in a private host directory, bind-mounted into the
-//! container, served with the shared [`GatewayServer`].
+//! container, served with the shared [`GatewayServer`] to the unit's uid
+//! only ([`PeerPolicy`], the policy the OCI runtime's socket has too).
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::net::UnixListener;
 use toolexec::CancellationToken;
+use toolexec_runtime::gateway_socket::PeerPolicy;
 use toolexec_runtime::protocol::{GatewayServer, ProtocolError};
 
 /// Connections one run may hold open at once; more wait in the backlog.
@@ -63,13 +65,15 @@ impl Drop for GatewaySocket {
     }
 }
 
-/// Accepts the container's connections and serves each against the run's
-/// tool host, until `stop` (then until the open sessions end). Returns the
-/// first protocol violation, which ends the run.
+/// Accepts the container's connections that `policy` admits (the unit's
+/// host uid, from `SO_PEERCRED`; others are closed unserved) and serves
+/// each against the run's tool host, until `stop` (then until the open
+/// sessions end). Returns the first protocol violation, which ends the run.
 pub(crate) async fn serve(
     listener: UnixListener,
     server: GatewayServer,
     stop: CancellationToken,
+    policy: PeerPolicy,
 ) -> Option<ProtocolError> {
     let mut sessions = FuturesUnordered::new();
     let mut accepting = true;
@@ -79,9 +83,9 @@ pub(crate) async fn serve(
         }
         tokio::select! {
             _ = stop.cancelled(), if accepting => accepting = false,
-            accepted = listener.accept(), if accepting && sessions.len() < MAX_CONNECTIONS => {
+            accepted = policy.accept(&listener), if accepting && sessions.len() < MAX_CONNECTIONS => {
                 match accepted {
-                    Ok((stream, _)) => {
+                    Ok(stream) => {
                         let server = server.clone();
                         sessions.push(async move { server.serve(stream).await });
                     }
@@ -99,5 +103,88 @@ pub(crate) async fn serve(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use std::os::unix::process::CommandExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use toolexec_runtime::protocol::GatewayConfig;
+    use toolexec_runtime::{RuntimeLimits, ToolHost};
+
+    const HELLO: &str = r#"{"id":1,"method":"hello","protocol":"toolexec-gateway","version":1}"#;
+
+    /// Python as `uid`: connect to `path`, send a hello frame, print
+    /// `served` if an answer comes, `closed` if the host hangs up.
+    fn python_client(path: &Path, uid: u32) -> String {
+        let py = "import socket, struct, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\nb = sys.argv[2].encode()\ndef recv(n):\n    got = b''\n    while len(got) < n:\n        c = s.recv(n - len(got))\n        if not c: break\n        got += c\n    return got\ntry:\n    s.sendall(struct.pack('>I', len(b)) + b)\n    head = recv(4)\n    got = recv(struct.unpack('>I', head)[0]) if len(head) == 4 else b''\nexcept (BrokenPipeError, ConnectionResetError):\n    got = b''\nprint('served' if got else 'closed')";
+        let out = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", py])
+            .arg(path)
+            .arg(HELLO)
+            .uid(uid)
+            .gid(uid)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Issue 10: the gateway serves the unit's host uid only, as the OCI
+    /// runtime's does; any other local user (root included) reaching the
+    /// socket is closed unserved, and the run goes on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_the_units_uid_is_served() {
+        let test = "only_the_units_uid_is_served";
+        let why = if toolexec_runtime::gateway_socket::euid() != 0 {
+            Some("needs root to run clients as other uids")
+        } else if !Path::new("/usr/bin/python3").exists() {
+            Some("/usr/bin/python3 is missing")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
+            return;
+        }
+        // A directory open to all: only the peer check stands in the way.
+        let dir = std::env::temp_dir().join(format!("toolexec-docker-peer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let path = dir.join("gateway.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let limits = RuntimeLimits::default();
+        let server = GatewayServer::new(ToolHost::without_tools(&limits), GatewayConfig::default());
+        let stop = CancellationToken::new();
+        let serving = tokio::spawn(serve(
+            listener,
+            server,
+            stop.clone(),
+            PeerPolicy::uid(65534),
+        ));
+
+        for (uid, expected) in [(12345, "closed"), (65534, "served"), (4242, "closed")] {
+            let p = path.clone();
+            let got = tokio::task::spawn_blocking(move || python_client(&p, uid))
+                .await
+                .unwrap();
+            assert_eq!(got, expected, "uid {uid}");
+        }
+        // This process is root: not the unit, not served.
+        let mut root = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let _ = root.write_all(&(HELLO.len() as u32).to_be_bytes()).await;
+        let _ = root.write_all(HELLO.as_bytes()).await;
+        let mut buf = [0u8; 4];
+        let read = root.read(&mut buf).await.unwrap_or(0);
+        assert_eq!(read, 0, "root's connection was served");
+        stop.cancel();
+        assert!(serving.await.unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

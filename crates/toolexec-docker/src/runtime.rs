@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use toolexec::{Availability, BoxFuture, CancellationToken, ErrorBody, ErrorCode};
+use toolexec_runtime::gateway_socket::PeerPolicy;
 use toolexec_runtime::protocol::{GatewayConfig, GatewayServer, ProtocolError};
 use toolexec_runtime::{
     CommandUnit, Enforcement, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome,
@@ -223,6 +224,8 @@ impl DockerRuntime {
             name: &name,
             limits,
             ctx,
+            // Validated in `new`; (uid_t)-1 is no process's uid.
+            peers: PeerPolicy::uid(self.config.gateway_uid().unwrap_or(u32::MAX)),
         }
         .execute(command, socket.take_listener(), observer)
         .await;
@@ -257,6 +260,8 @@ struct Run<'a> {
     name: &'a str,
     limits: &'a RuntimeLimits,
     ctx: &'a RunContext,
+    /// Who the gateway socket serves: the unit's host uid.
+    peers: PeerPolicy,
 }
 
 /// Why the host stopped the container.
@@ -318,7 +323,7 @@ impl Run<'_> {
         let gateway = async {
             match listener {
                 Some(listener) => {
-                    gateway::serve(listener, server.clone(), stop_gateway.clone()).await
+                    gateway::serve(listener, server.clone(), stop_gateway.clone(), self.peers).await
                 }
                 None => None,
             }

@@ -136,7 +136,14 @@ pub(crate) fn container_body(
         cmd: Some(command.argv.clone()),
         env: Some(env),
         working_dir: Some(command.cwd.clone().unwrap_or_else(|| "/tmp".into())),
-        user: Some(config.user.clone()),
+        // Validated numbers, as Docker will read them (no name lookup in
+        // the image, no leading zeros).
+        user: Some(
+            config
+                .unit_user()
+                .map(|(uid, gid)| format!("{uid}:{gid}"))
+                .unwrap_or_else(|_| "65534:65534".into()),
+        ),
         labels: Some(
             config
                 .labels

@@ -763,3 +763,156 @@ async fn tool_calls_through_the_gateway_socket_with_budget() {
     // via the public constant's use in filters).
     assert_eq!(RUN_LABEL, "toolexec.run");
 }
+
+/// Issue 10's escape, as a unit script: rewrite kernel settings with their
+/// own values (harmless if it works, but it must not), poke sysrq, /sys and
+/// kernel memory. Each success prints an `ESCAPE` line.
+const HOST_KERNEL_SCRIPT: &str = r#"
+echo "$(cat /proc/sys/kernel/core_pattern)" > /proc/sys/kernel/core_pattern && echo ESCAPE core_pattern
+echo "$(cat /proc/sys/kernel/modprobe)" > /proc/sys/kernel/modprobe && echo ESCAPE modprobe
+echo h > /proc/sysrq-trigger && echo ESCAPE sysrq-trigger
+for f in /sys/kernel/uevent_helper /sys/kernel/profiling /sys/module/printk/parameters/time; do
+  if [ -e "$f" ]; then v=$(cat "$f"); echo "$v" > "$f" && echo "ESCAPE $f"; fi
+done
+touch /sys/toolexec-probe && echo ESCAPE sys-create
+mkdir /sys/fs/cgroup/toolexec-probe && echo ESCAPE cgroup-mkdir
+head -c 16 /proc/kcore > /dev/null && echo ESCAPE kcore
+cat /proc/keys 2>/dev/null | grep -q . && echo ESCAPE keys
+grep -q ' /sys .*\bro\b' /proc/mounts || echo ESCAPE sys-not-read-only
+echo "id: $(id -u):$(id -g)"
+"#;
+
+/// Issue 10: as root on the host, a unit cannot write host kernel settings
+/// (`/proc/sys`), sysrq or `/sys`, nor read kernel memory, and it is not
+/// uid 0. Docker's own defaults (masked and read-only paths, read-only
+/// sysfs) do this; the test holds the runtime to them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_kernel_is_out_of_reach() {
+    let test = "host-kernel";
+    let Some(rt) = runtime(test, &[("toolexec.test", test)], IMAGE).await else {
+        return;
+    };
+    let core_before = std::fs::read("/proc/sys/kernel/core_pattern").unwrap();
+    let out = ok(&rt, HOST_KERNEL_SCRIPT).await;
+    assert!(!out.stdout.contains("ESCAPE"), "{}", out.stdout);
+    assert!(out.stdout.contains("id: 65534:65534"), "{out:#?}");
+    assert_eq!(
+        std::fs::read("/proc/sys/kernel/core_pattern").unwrap(),
+        core_before
+    );
+    assert_none_left(test).await;
+}
+
+/// The uids (real, effective, saved, filesystem) of every process in the
+/// cgroup of host process `pid`, as the host sees them.
+fn cgroup_uids(pid: i64) -> Vec<(u32, Vec<u32>)> {
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let Some(path) = cgroup.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+        (ctrl.split(',').any(|c| c == "pids")).then(|| path.to_owned())
+    }) else {
+        return Vec::new();
+    };
+    let procs = std::fs::read_to_string(format!("/sys/fs/cgroup/pids{path}/cgroup.procs"))
+        .unwrap_or_default();
+    procs
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .filter_map(|p| {
+            let status = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+            let uids = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))?
+                .split_whitespace()
+                .filter_map(|u| u.parse().ok())
+                .collect();
+            Some((p, uids))
+        })
+        .collect()
+}
+
+/// Issue 10: seen from the host, no process of the unit's container is
+/// uid 0 (real, effective, saved or filesystem uid).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unit_is_not_host_root() {
+    let test = "host-uid";
+    let Some(rt) = runtime(test, &[("toolexec.test", test)], IMAGE).await else {
+        return;
+    };
+    let cancel = CancellationToken::new();
+    let limits = limits(|_| {});
+    let ctx = RunContext {
+        host: ToolHost::without_tools(&limits),
+        cancel: cancel.clone(),
+        output: None,
+    };
+    let request = RunRequest::new(
+        Unit::command(["sh", "-c", "sleep 120 & wait"]),
+        Profile::Standard,
+    )
+    .with_limits(limits);
+    let unit = rt.run(request, ctx);
+    let watch = async {
+        let docker = bollard::Docker::connect_with_unix(SOCKET, 30, bollard::API_DEFAULT_VERSION)
+            .unwrap()
+            .negotiate_version()
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        // Up to 60 s for init, the shell and sleep to be running.
+        for _ in 0..600 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Some(id) = containers("toolexec.test", test).await.pop() else {
+                continue;
+            };
+            let pid = docker
+                .inspect_container(&id, None)
+                .await
+                .ok()
+                .and_then(|i| i.state?.pid)
+                .unwrap_or(0);
+            if pid > 0 {
+                seen = cgroup_uids(pid);
+                if seen.len() >= 3 {
+                    break;
+                }
+            }
+        }
+        cancel.cancel();
+        seen
+    };
+    let (out, seen) = tokio::join!(unit, watch);
+    assert_eq!(out.status, RunStatus::Cancelled, "{out:#?}");
+    assert!(seen.len() >= 3, "the unit never ran: {seen:?}");
+    for (pid, uids) in &seen {
+        assert_eq!(uids.len(), 4, "{pid}: {uids:?}");
+        assert!(
+            uids.iter().all(|&u| u == 65534),
+            "process {pid} of the unit has host uids {uids:?} (all: {seen:?})"
+        );
+    }
+    assert_none_left(test).await;
+}
+
+/// Issue 10: a `user` that is, or may resolve to, root is refused when the
+/// runtime is built, with the field.
+#[test]
+fn root_users_are_refused() {
+    for user in [
+        "root:root",
+        "00:00",
+        "0:65534",
+        "65534:0",
+        "nobody",
+        "65534",
+    ] {
+        let err = DockerRuntime::new(DockerConfig {
+            user: user.into(),
+            ..DockerConfig::new(IMAGE)
+        })
+        .unwrap_err();
+        assert_eq!(err.field, "user", "{user}: {err}");
+        assert_eq!(err.code().as_str(), "invalid_request");
+    }
+}

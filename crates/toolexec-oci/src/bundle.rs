@@ -1,5 +1,6 @@
 //! One run's bundle and container, removed whatever way the run ends.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +48,9 @@ struct Inner {
 }
 
 impl RunGuard {
-    /// Creates the bundle directory `<work_dir>/<id>`.
+    /// Checks that `work_dir` and `state_dir` are private (creating them
+    /// if missing), then creates the bundle directory `<work_dir>/<id>`
+    /// (0700; one that already exists is an error).
     pub(crate) fn create(
         flavor: OciFlavor,
         binary: &Path,
@@ -55,16 +58,15 @@ impl RunGuard {
         work_dir: &Path,
         id: &str,
     ) -> Result<Self, OciError> {
+        OciError::private_dir("runtime.state_dir", state_dir)?;
+        OciError::private_dir("runtime.work_dir", work_dir)?;
         let bundle = work_dir.join(id);
-        std::fs::create_dir_all(&bundle).map_err(|e| {
-            OciError::setup(format!("cannot create bundle {}: {e}", bundle.display()))
-        })?;
-        std::fs::create_dir_all(state_dir).map_err(|e| {
-            OciError::setup(format!(
-                "cannot create state dir {}: {e}",
-                state_dir.display()
-            ))
-        })?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&bundle)
+            .map_err(|e| {
+                OciError::setup(format!("cannot create bundle {}: {e}", bundle.display()))
+            })?;
         Ok(RunGuard {
             inner: Some(Inner {
                 flavor,

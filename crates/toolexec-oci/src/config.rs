@@ -71,12 +71,23 @@ pub struct OciConfig {
     /// Host directories bound read-only (e.g. `/usr`, `/lib` for a rootfs
     /// built from the host's own system).
     pub binds: Vec<ReadOnlyBind>,
-    /// Where bundles are created (one temporary directory per run).
+    /// Where bundles are created (one directory per run). Like every
+    /// directory below, it must be private: created 0700 if missing, owned
+    /// by this process's uid, not a symlink, and below directories only
+    /// root or this uid can change; otherwise runs fail
+    /// `backend_unavailable` naming the path (whoever controls a bundle or
+    /// the runtime's state controls the container's spec and hooks).
     pub work_dir: PathBuf,
-    /// Where tarball root filesystems are unpacked.
+    /// Where tarball root filesystems are unpacked (private, see
+    /// [`OciConfig::work_dir`]).
     pub cache_dir: PathBuf,
-    /// The runtime's state directory (`--root`), private to toolexec.
+    /// The runtime's state directory (`--root`), private to toolexec (see
+    /// [`OciConfig::work_dir`]).
     pub state_dir: PathBuf,
+    /// The private parent of runsc's per-run gateway socket directories
+    /// (see [`OciConfig::work_dir`]). Unix socket paths are at most 108
+    /// bytes: keep it short.
+    pub gateway_dir: PathBuf,
     /// The cgroup v1 hierarchy root (normally `/sys/fs/cgroup`).
     pub cgroup_root: PathBuf,
     /// Parent cgroup of every run, below each controller.
@@ -84,7 +95,9 @@ pub struct OciConfig {
     /// The command [`crate::OciRuntime::availability`] runs once to probe
     /// the runtime (must exit 0 in the root filesystem).
     pub probe_argv: Vec<String>,
-    /// The user the unit runs as inside the container (uid, gid).
+    /// The user the unit runs as (uid, gid). Without a user namespace
+    /// these are host ids too: uid 0 or gid 0 is refused (runs fail
+    /// `backend_unavailable`, field `runtime.user`).
     pub user: (u32, u32),
     /// The script worker binary on the host (`toolexec __script-worker`
     /// or `toolexec-code-worker`), bound read-only into the container for
@@ -96,18 +109,20 @@ pub struct OciConfig {
 }
 
 impl OciConfig {
-    /// Defaults for `flavor` with `rootfs`: the binary from `PATH`, work and
-    /// state under the system's temporary directory, user `nobody`.
+    /// Defaults for `flavor` with `rootfs`: the binary from `PATH`, work,
+    /// state and gateway directories under [`default_run_dir`], the rootfs
+    /// cache in [`default_cache_dir`], user `nobody` (65534:65534).
     pub fn new(flavor: OciFlavor, rootfs: RootfsSource) -> Self {
-        let base = std::env::temp_dir().join("toolexec-oci");
+        let base = default_run_dir();
         OciConfig {
             flavor,
             binary: PathBuf::from(flavor.name()),
             rootfs,
             binds: Vec::new(),
             work_dir: base.join("bundles"),
-            cache_dir: base.join("rootfs-cache"),
+            cache_dir: default_cache_dir(),
             state_dir: base.join(format!("state-{}", flavor.name())),
+            gateway_dir: base.join("gw"),
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             cgroup_parent: "toolexec-oci".into(),
             probe_argv: vec!["true".into()],
@@ -115,4 +130,53 @@ impl OciConfig {
             script_worker: None,
         }
     }
+
+    /// Refuses a unit user that is root on the host.
+    pub(crate) fn check_user(&self) -> Result<(), crate::OciError> {
+        let (uid, gid) = self.user;
+        if uid == 0 || gid == 0 {
+            return Err(crate::OciError::Unsafe {
+                field: "runtime.user".into(),
+                message: format!(
+                    "{uid}:{gid}: units never run as uid 0 or gid 0 (the host's root without a user namespace)"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The default parent of bundles, runtime state and gateway sockets:
+/// `/run/toolexec/oci` as root, else `$XDG_RUNTIME_DIR/toolexec/oci`, else
+/// `<temp dir>/toolexec-oci-<uid>`. Each run checks it is private.
+pub fn default_run_dir() -> PathBuf {
+    let euid = toolexec_runtime::gateway_socket::euid();
+    if euid == 0 {
+        return PathBuf::from("/run/toolexec/oci");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir.join("toolexec/oci"),
+        _ => std::env::temp_dir().join(format!("toolexec-oci-{euid}")),
+    }
+}
+
+/// The default rootfs cache: `/var/cache/toolexec/oci` as root, else
+/// `$XDG_CACHE_HOME/toolexec/oci`, else `$HOME/.cache/toolexec/oci`, else
+/// `rootfs-cache` in [`default_run_dir`]. Each run checks it is private.
+pub fn default_cache_dir() -> PathBuf {
+    if toolexec_runtime::gateway_socket::euid() == 0 {
+        return PathBuf::from("/var/cache/toolexec/oci");
+    }
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(cache) = absolute("XDG_CACHE_HOME") {
+        return cache.join("toolexec/oci");
+    }
+    if let Some(home) = absolute("HOME") {
+        return home.join(".cache/toolexec/oci");
+    }
+    default_run_dir().join("rootfs-cache")
 }

@@ -35,6 +35,29 @@ pub enum OciError {
         /// What is missing.
         message: String,
     },
+    /// The configuration would weaken the sandbox (a unit user that is
+    /// root on the host); the runtime refuses to run.
+    #[error("backend_unavailable: {field}: {message}")]
+    Unsafe {
+        /// The setting (`runtime.user`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A directory the runtime keeps private (bundles, state, rootfs
+    /// cache, gateway sockets) is not: another user owns it or a
+    /// directory above it, it is a symlink, or others can write to it.
+    /// Whoever controls it controls the container's spec and hooks.
+    #[error("backend_unavailable: {field}: {path}: {message}")]
+    UnsafeDir {
+        /// The setting (`runtime.work_dir`, `runtime.state_dir`,
+        /// `runtime.cache_dir`, `runtime.gateway_dir`).
+        field: String,
+        /// The offending path (the directory or one of its ancestors).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The host could not prepare the run (bundle, cgroups, runtime binary).
     #[error("backend_unavailable: {0}")]
     Setup(String),
@@ -62,6 +85,16 @@ impl OciError {
         }
     }
 
+    /// Makes `dir` private (see [`toolexec_runtime::gateway_socket::private_dir`]),
+    /// naming `field` if it cannot be.
+    pub(crate) fn private_dir(field: &str, dir: &Path) -> Result<(), Self> {
+        toolexec_runtime::gateway_socket::private_dir(dir).map_err(|e| OciError::UnsafeDir {
+            field: field.into(),
+            path: e.path.display().to_string(),
+            message: e.message,
+        })
+    }
+
     pub(crate) fn setup(message: impl Into<String>) -> Self {
         OciError::Setup(message.into())
     }
@@ -74,12 +107,19 @@ impl OciError {
             OciError::NotConfigured { field, .. } => {
                 (ErrorCode::BackendUnavailable, field.as_str())
             }
+            OciError::Unsafe { field, .. } | OciError::UnsafeDir { field, .. } => {
+                (ErrorCode::BackendUnavailable, field.as_str())
+            }
             OciError::Setup(_) => (ErrorCode::BackendUnavailable, "runtime"),
+        };
+        let details = match self {
+            OciError::UnsafeDir { path, .. } => json!({"field": field, "path": path}),
+            _ => json!({"field": field}),
         };
         ErrorBody {
             code,
             message: self.to_string(),
-            details: Some(json!({"field": field})),
+            details: Some(details),
         }
     }
 }

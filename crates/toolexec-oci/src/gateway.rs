@@ -1,64 +1,32 @@
 //! The runsc gateway socket. gVisor cannot inherit descriptor 3, so the
 //! unit reaches the host through a Unix socket in a per-run directory
 //! bound into the sandbox. Socket paths are short (108 bytes), so the
-//! directory lives under the system's temporary directory, inside a
-//! private parent (a real directory owned by this process's user, mode
-//! 0700) that other local users cannot traverse; the host also accepts
-//! only connections whose peer has this process's uid (gVisor's gofer,
-//! which connects on the unit's behalf).
+//! directory lives in [`crate::OciConfig::gateway_dir`], a private parent
+//! (see [`toolexec_runtime::gateway_socket::private_dir`]) that other
+//! local users cannot traverse; the host also serves only connections
+//! whose peer has this process's uid (gVisor's gofer, which connects on
+//! the unit's behalf): [`PeerPolicy::current_user`].
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::net::UnixListener;
 use toolexec::CancellationToken;
+use toolexec_runtime::gateway_socket::PeerPolicy;
 use toolexec_runtime::protocol::{GatewayServer, ProtocolError};
 
 use crate::OciError;
 use crate::spec;
 
-/// The private parent of every run's gateway directory.
-pub(crate) fn default_parent() -> PathBuf {
-    std::env::temp_dir().join("toolexec-oci-gw")
-}
-
-/// Creates `parent` (mode 0700) if missing and checks it: a directory,
-/// not a symlink, owned by this process's effective uid, closed to
-/// group and others (a directory of ours with a looser mode is tightened).
-pub(crate) fn private_parent(parent: &Path) -> Result<(), OciError> {
-    let err =
-        |what: String| OciError::setup(format!("gateway parent {}: {what}", parent.display()));
-    match std::fs::DirBuilder::new().mode(0o700).create(parent) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(err(e.to_string())),
-    }
-    let meta = std::fs::symlink_metadata(parent).map_err(|e| err(e.to_string()))?;
-    if !meta.file_type().is_dir() {
-        return Err(err("not a directory (or a symlink)".into()));
-    }
-    let euid = euid();
-    if meta.uid() != euid {
-        return Err(err(format!(
-            "owned by uid {}, not by this process's uid {euid}",
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o777 != 0o700 {
-        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| err(e.to_string()))?;
-    }
-    Ok(())
-}
-
 /// Binds `<parent>/<name>/gateway.sock` in a fresh directory (an existing
-/// one is an error). The run directory is 0755 and the socket 0666 because
-/// the unit (uid `nobody` inside the sandbox) sees them through the bind
-/// mount; on the host, the 0700 parent keeps other users out.
+/// one is an error), after checking `parent` is private. The run directory
+/// is 0755 and the socket 0666 because the unit (uid `nobody` inside the
+/// sandbox) sees them through the bind mount; on the host, the 0700
+/// parent keeps other users out.
 pub(crate) fn bind(parent: &Path, name: &str) -> Result<(PathBuf, UnixListener), OciError> {
-    private_parent(parent)?;
+    OciError::private_dir("runtime.gateway_dir", parent)?;
     let dir = parent.join(name);
     let err =
         |e: std::io::Error| OciError::setup(format!("gateway socket in {}: {e}", dir.display()));
@@ -91,18 +59,8 @@ pub(crate) async fn serve(
     error: Arc<Mutex<Option<ProtocolError>>>,
     cancel: CancellationToken,
 ) {
-    let euid = euid();
-    let stream = loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            return;
-        };
-        match stream.peer_cred() {
-            Ok(cred) if cred.uid() == euid => break stream,
-            Ok(cred) => {
-                tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), "gateway connection from a foreign uid refused");
-            }
-            Err(e) => tracing::warn!("gateway connection without peer credentials refused: {e}"),
-        }
+    let Ok(stream) = PeerPolicy::current_user().accept(&listener).await else {
+        return;
     };
     // One connection per run: later ones are refused.
     drop(listener);
@@ -110,11 +68,6 @@ pub(crate) async fn serve(
         *error.lock() = Some(e);
         cancel.cancel();
     }
-}
-
-fn euid() -> u32 {
-    // SAFETY: plain syscall without arguments.
-    unsafe { libc::geteuid() }
 }
 
 #[cfg(test)]
@@ -154,6 +107,7 @@ mod tests {
 
     #[test]
     fn parent_is_private_and_checked() {
+        use std::os::unix::fs::MetadataExt;
         let base = scratch("parent");
         let parent = base.join("gw");
         let (dir, listener) = {
@@ -167,41 +121,30 @@ mod tests {
         drop(listener);
         let meta = std::fs::symlink_metadata(&parent).unwrap();
         assert_eq!(meta.mode() & 0o777, 0o700);
-        assert_eq!(meta.uid(), euid());
         assert!(dir.starts_with(&parent));
         // A name already taken is not reused.
         assert!(bind(&parent, "run-1").is_err());
-        // A looser parent of ours is tightened.
-        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
-        private_parent(&parent).unwrap();
-        let mode = std::fs::metadata(&parent).unwrap().mode();
-        assert_eq!(mode & 0o777, 0o700);
-        // A symlink (even to a private directory of ours) is refused.
+        // A symlink (even to a private directory of ours) is refused,
+        // typed and naming the setting and the path.
         let link = base.join("link");
         std::os::unix::fs::symlink(&parent, &link).unwrap();
-        assert!(private_parent(&link).is_err());
-        // A file is refused.
-        std::fs::write(base.join("file"), b"").unwrap();
-        assert!(private_parent(&base.join("file")).is_err());
-        if euid() == 0 {
-            // Someone else's directory is refused.
-            let foreign = base.join("foreign");
-            std::fs::create_dir(&foreign).unwrap();
-            std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
-            std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o700)).unwrap();
-            let e = private_parent(&foreign).unwrap_err();
-            assert!(e.to_string().contains("owned by uid 65534"), "{e}");
-        }
+        let e = bind(&link, "run-2").unwrap_err();
+        let body = e.to_body();
+        assert_eq!(body.code.as_str(), "backend_unavailable");
+        let details = body.details.unwrap();
+        assert_eq!(details["field"], "runtime.gateway_dir");
+        assert_eq!(details["path"], link.display().to_string());
         std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[tokio::test]
     async fn other_users_cannot_reach_the_gateway() {
         let test = "other_users_cannot_reach_the_gateway";
-        if euid() == 0 && !Path::new("/usr/bin/python3").exists() {
+        let euid = toolexec_runtime::gateway_socket::euid();
+        if euid == 0 && !Path::new("/usr/bin/python3").exists() {
             return skip(test, "/usr/bin/python3 is missing");
         }
-        if euid() != 0 {
+        if euid != 0 {
             return skip(test, "needs root to run a client as another uid");
         }
         let base = scratch("reach");

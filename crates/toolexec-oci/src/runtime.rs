@@ -224,6 +224,7 @@ impl OciRuntime {
     ) -> Result<RunOutcome, OciError> {
         let flavor = self.config.flavor;
         let name = flavor.name();
+        self.config.check_user()?;
         let limits = &request.limits;
         limits
             .validate()
@@ -290,7 +291,7 @@ impl OciRuntime {
                 OciFlavor::Runsc => {
                     // Unix socket paths are short (108 bytes): not in the bundle.
                     let name = format!("txgw-{}", id.trim_start_matches("toolexec-"));
-                    let (dir, listener) = gateway::bind(&gateway::default_parent(), &name)?;
+                    let (dir, listener) = gateway::bind(&self.config.gateway_dir, &name)?;
                     guard.set_extra_dir(dir.clone());
                     (GatewayMode::Socket(dir), Some(listener))
                 }

@@ -18,6 +18,32 @@ pub(crate) const GATEWAY_SOCKET_NAME: &str = "gateway.sock";
 /// the `/tmp` tmpfs, so the runtime never creates a mount point in the
 /// host's root filesystem directory.
 pub(crate) const WORKER_PATH: &str = "/tmp/.toolexec-worker";
+/// Paths hidden from the unit (an empty file or directory over them), as
+/// runc's and Docker's defaults: kernel memory, keys, timers and hardware
+/// details that leak host state or let a unit act on it.
+pub(crate) const MASKED_PATHS: [&str; 11] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+/// Paths the unit sees read-only: `/proc/sys` (sysctls such as
+/// `kernel.core_pattern`, host root for whoever writes it) and the other
+/// `/proc` entries that act on the host kernel.
+pub(crate) const READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
 /// Open descriptors per process.
 pub(crate) const NOFILE: u64 = 1024;
 
@@ -98,6 +124,14 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
                "options": ["nosuid", "strictatime", "mode=755", "size=65536"]}),
         json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": tmp_options}),
     ];
+    if input.flavor == OciFlavor::Runsc {
+        // gVisor mounts its own (emulated) sysfs read-write when the spec
+        // has none: read-only here. runc gets no /sys at all.
+        mounts.push(
+            json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
+               "options": ["nosuid", "noexec", "nodev", "ro"]}),
+        );
+    }
     for bind in input.binds {
         if !bind.destination.starts_with('/') || bind.destination.split('/').any(|c| c == "..") {
             return Err(OciError::invalid(
@@ -155,14 +189,8 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
                 // host's cpuacct watch.
                 "cpu": {"shares": 512, "quota": 100_000, "period": 100_000},
             },
-            "maskedPaths": [
-                "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
-                "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
-                "/proc/sched_debug", "/proc/scsi", "/sys/firmware"
-            ],
-            "readonlyPaths": [
-                "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"
-            ],
+            "maskedPaths": MASKED_PATHS,
+            "readonlyPaths": READONLY_PATHS,
             "seccomp": seccomp::profile(input.flavor),
         },
     }))

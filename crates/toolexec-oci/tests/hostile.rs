@@ -57,6 +57,7 @@ fn config(flavor: OciFlavor, rootfs: RootfsSource, test: &str) -> OciConfig {
     config.work_dir = base.join(format!("bundles-{}-{test}", flavor.name()));
     config.cache_dir = base.join("cache");
     config.state_dir = base.join(format!("state-{}", flavor.name()));
+    config.gateway_dir = base.join("gw");
     config.cgroup_parent = format!(
         "toolexec-oci-test-{}/{}-{test}",
         std::process::id(),
@@ -197,6 +198,77 @@ async fn eventually_clean(rt: &OciRuntime) {
 fn limit_of(outcome: &RunOutcome) -> Option<LimitKind> {
     outcome.status.limit()
 }
+
+/// A process in one of the runtime's run cgroups, as the host sees it.
+#[derive(Debug)]
+struct HostProcess {
+    pid: u32,
+    /// Real, effective, saved and filesystem uid (`/proc/<pid>/status`).
+    uids: Vec<u32>,
+    cmdline: String,
+}
+
+/// Every process in the runtime's run cgroups (pids controller), nested
+/// ones included (runc puts the container in `<run>/c`).
+fn cgroup_processes(rt: &OciRuntime) -> Vec<HostProcess> {
+    let parent = rt
+        .config()
+        .cgroup_root
+        .join("pids")
+        .join(&rt.config().cgroup_parent);
+    let mut found = Vec::new();
+    let mut dirs = vec![parent];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(entry.path());
+            }
+        }
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                continue;
+            };
+            let uids = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|l| {
+                    l.split_whitespace()
+                        .filter_map(|u| u.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .replace('\0', " ")
+                        .trim()
+                        .to_owned()
+                })
+                .unwrap_or_default();
+            found.push(HostProcess { pid, uids, cmdline });
+        }
+    }
+    found
+}
+
+/// Issue 10's escape, as a unit script: rewrite kernel settings with their
+/// own values (harmless if it works, but it must not), poke sysrq, /sys and
+/// kernel memory. Each success prints an `ESCAPE` line.
+const HOST_KERNEL_SCRIPT: &str = r#"
+echo "$(cat /proc/sys/kernel/core_pattern)" > /proc/sys/kernel/core_pattern && echo ESCAPE core_pattern
+echo "$(cat /proc/sys/kernel/modprobe)" > /proc/sys/kernel/modprobe && echo ESCAPE modprobe
+echo h > /proc/sysrq-trigger && echo ESCAPE sysrq-trigger
+for f in /sys/kernel/uevent_helper /sys/kernel/profiling /sys/module/printk/parameters/time; do
+  if [ -e "$f" ]; then v=$(cat "$f"); echo "$v" > "$f" && echo "ESCAPE $f"; fi
+done
+touch /sys/toolexec-probe && echo ESCAPE sys-create
+mkdir /sys/fs/toolexec-probe && echo ESCAPE sys-mkdir
+head -c 16 /proc/kcore > /dev/null && echo ESCAPE kcore
+head -c 16 /proc/keys > /dev/null && cat /proc/keys | grep -q . && echo ESCAPE keys
+echo "uid_map: $(cat /proc/self/uid_map)"
+echo "id: $(id -u):$(id -g)"
+"#;
 
 /// A configuration whose root is the host's `/usr` bound read-only (for
 /// dynamically linked programs: python3, the script worker).
@@ -466,6 +538,170 @@ macro_rules! hostile_suite {
                 let RunStatus::Error { error } = &out.status else { panic!("{out:?}") };
                 assert_eq!(error.code.as_str(), "backend_unavailable");
                 assert!(matches!(broken.availability(), Availability::Unavailable { .. }));
+            }
+
+            /// Issue 10: as root on the host, a unit cannot write host
+            /// kernel settings (`/proc/sys`), sysrq or `/sys`, nor read
+            /// kernel memory, and it is not uid 0.
+            #[tokio::test]
+            async fn host_kernel_is_out_of_reach() {
+                let Some(rt) = runtime("host_kernel_is_out_of_reach", FLAVOR) else { return };
+                let core_before = std::fs::read("/proc/sys/kernel/core_pattern").unwrap();
+                let out = sh(&rt, HOST_KERNEL_SCRIPT, limits()).await;
+                assert!(out.is_ok(), "{out:?}");
+                assert!(!out.stdout.contains("ESCAPE"), "{}", out.stdout);
+                assert!(out.stdout.contains("id: 65534:65534"), "{out:?}");
+                assert_eq!(std::fs::read("/proc/sys/kernel/core_pattern").unwrap(), core_before);
+                assert_clean(&rt);
+            }
+
+            /// Issue 10: seen from the host, no process running the unit
+            /// is uid 0 (real, effective, saved or filesystem uid). Under
+            /// runsc, the unit runs in the sandbox process and its ptrace
+            /// stubs; the `runsc run` launcher and gVisor's gofer (a file
+            /// proxy), which run no unit code, are root by gVisor's design
+            /// and are the exceptions.
+            #[tokio::test]
+            async fn unit_is_not_host_root() {
+                let Some(rt) = runtime("unit_is_not_host_root", FLAVOR) else { return };
+                let cancel = CancellationToken::new();
+                let unit = run_with(&rt, Unit::command(["sleep", "120"]), limits(),
+                    ToolHost::without_tools(&limits()), cancel.clone());
+                let watch = async {
+                    let mut seen = Vec::new();
+                    // Up to 60 s for the unit to be running.
+                    for _ in 0..600 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        seen = cgroup_processes(&rt);
+                        let running = match FLAVOR {
+                            OciFlavor::Runc => seen.iter().any(|p| p.cmdline.starts_with("sleep 120")),
+                            // The sandbox and at least one ptrace stub
+                            // (stubs have no command line).
+                            OciFlavor::Runsc => seen.iter().any(|p| p.cmdline.starts_with("runsc-sandbox"))
+                                && seen.iter().any(|p| p.cmdline.is_empty()),
+                        };
+                        if running {
+                            break;
+                        }
+                    }
+                    cancel.cancel();
+                    seen
+                };
+                let (out, seen) = tokio::join!(unit, watch);
+                assert_eq!(out.status, RunStatus::Cancelled, "{out:?}");
+                let gvisor_host_side = |p: &HostProcess| {
+                    let program = p.cmdline.split(' ').next().unwrap_or("");
+                    FLAVOR == OciFlavor::Runsc
+                        && (p.cmdline.starts_with("runsc-gofer ") || program.rsplit('/').next() == Some("runsc"))
+                };
+                let unit_processes: Vec<_> = seen.iter().filter(|p| !gvisor_host_side(p)).collect();
+                assert!(!unit_processes.is_empty(), "the unit never ran: {seen:?}");
+                for p in &unit_processes {
+                    assert_eq!(p.uids.len(), 4, "{p:?}");
+                    assert!(p.uids.iter().all(|&u| u == 65534), "unit process {} has host uids other than nobody: {p:?} (all: {seen:?})", p.pid);
+                }
+                if FLAVOR == OciFlavor::Runc {
+                    // No user namespace: the unit's ids are the host's.
+                    let map = sh(&rt, "cat /proc/self/uid_map; id -u", limits()).await;
+                    assert!(map.stdout.ends_with("\n65534\n"), "{map:?}");
+                }
+                assert_clean(&rt);
+            }
+
+            /// Issue 10: a unit user that is root on the host is refused
+            /// with a typed error before anything starts.
+            #[tokio::test]
+            async fn root_unit_user_is_refused() {
+                let test = "root_unit_user_is_refused";
+                let rootfs = match busybox_rootfs() {
+                    Ok(dir) => dir,
+                    Err(why) => return skip(test, &why),
+                };
+                for user in [(0, 0), (0, 65534), (65534, 0)] {
+                    let mut config = config(FLAVOR, RootfsSource::Dir(rootfs.clone()), test);
+                    config.user = user;
+                    let rt = OciRuntime::new(config);
+                    let out = sh(&rt, "id -u", limits()).await;
+                    let RunStatus::Error { error } = &out.status else { panic!("{user:?} ran: {out:?}") };
+                    assert_eq!(error.code.as_str(), "backend_unavailable", "{error:?}");
+                    assert_eq!(error.details.as_ref().unwrap()["field"], "runtime.user");
+                    assert!(matches!(rt.availability(), Availability::Unavailable { .. }));
+                    assert_clean(&rt);
+                }
+            }
+
+            /// Issue 10, defect 6: bundles, runtime state, the rootfs cache
+            /// and the gateway sockets' parent are refused (typed, naming
+            /// the setting and the path) when another local user owns them
+            /// or a directory above them, or when they are symlinks; nothing
+            /// is written there and nothing runs.
+            #[tokio::test]
+            async fn directories_others_control_are_refused() {
+                let test = "directories_others_control_are_refused";
+                let Some(rt) = runtime(test, FLAVOR) else { return };
+                assert_eq!(toolexec_runtime::gateway_socket::euid(), 0, "runtime() needs root");
+                let attack = base_dir().join(format!("attack-{}", FLAVOR.name()));
+                let _ = std::fs::remove_dir_all(&attack);
+                std::fs::create_dir_all(&attack).unwrap();
+                // The attacker's directory, their symlink to it, and a
+                // symlink of ours to it.
+                let theirs = attack.join("theirs");
+                std::fs::create_dir(&theirs).unwrap();
+                std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+                let their_link = attack.join("their-link");
+                std::os::unix::fs::symlink(&theirs, &their_link).unwrap();
+                std::os::unix::fs::lchown(&their_link, Some(65534), Some(65534)).unwrap();
+                let our_link = attack.join("our-link");
+                std::os::unix::fs::symlink(&theirs, &our_link).unwrap();
+                type Set = fn(&mut OciConfig, PathBuf);
+                let mut settings: Vec<(&str, Set)> = vec![
+                    ("runtime.work_dir", |c, p| c.work_dir = p),
+                    ("runtime.state_dir", |c, p| c.state_dir = p),
+                    ("runtime.cache_dir", |c, p| {
+                        c.cache_dir = p;
+                        c.rootfs = RootfsSource::Tarball(base_dir().join("busybox.tar"));
+                    }),
+                ];
+                if FLAVOR == OciFlavor::Runsc {
+                    settings.push(("runtime.gateway_dir", |c, p| c.gateway_dir = p));
+                }
+                let cases = [
+                    (theirs.clone(), theirs.clone()),
+                    (theirs.join("below"), theirs.clone()),
+                    (their_link.join("below"), their_link.clone()),
+                    (our_link.clone(), our_link.clone()),
+                ];
+                for (field, set) in settings {
+                    for (path, offending) in &cases {
+                        let mut config = rt.config().clone();
+                        set(&mut config, path.clone());
+                        let out = sh(&OciRuntime::new(config), "echo ran", limits()).await;
+                        let RunStatus::Error { error } = &out.status else { panic!("{field} = {}: {out:?}", path.display()) };
+                        assert_eq!(error.code.as_str(), "backend_unavailable", "{error:?}");
+                        let details = error.details.as_ref().unwrap();
+                        assert_eq!(details["field"], field, "{error:?}");
+                        assert_eq!(details["path"], offending.display().to_string(), "{error:?}");
+                        assert!(!out.stdout.contains("ran"));
+                        let planted: Vec<_> = std::fs::read_dir(&theirs).unwrap().flatten().map(|e| e.path()).collect();
+                        assert!(planted.is_empty(), "{field}: written into the attacker's directory: {planted:?}");
+                    }
+                }
+                assert_clean(&rt);
+                std::fs::remove_dir_all(&attack).unwrap();
+            }
+
+            /// The default directories are private and not in the shared
+            /// temporary directory when running as root.
+            #[tokio::test]
+            async fn default_directories_are_private() {
+                let config = OciConfig::new(FLAVOR, RootfsSource::Dir("/nonexistent".into()));
+                if toolexec_runtime::gateway_socket::euid() == 0 {
+                    for dir in [&config.work_dir, &config.state_dir, &config.cache_dir, &config.gateway_dir] {
+                        assert!(!dir.starts_with(std::env::temp_dir()), "{}", dir.display());
+                        assert!(!dir.starts_with("/tmp"), "{}", dir.display());
+                    }
+                }
+                assert_eq!(config.user, (65534, 65534));
             }
 
             /// Threads start (glibc tries clone3 first; the seccomp

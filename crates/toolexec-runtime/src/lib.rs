@@ -32,6 +32,7 @@
 
 pub mod bwrap;
 mod command_tool;
+pub mod gateway_socket;
 mod host;
 mod host_runtime;
 mod limits;
