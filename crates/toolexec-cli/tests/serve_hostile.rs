@@ -89,10 +89,11 @@ fn serve(dir: &TempDir, gateway: &str) -> (Background, u16) {
     (server, port)
 }
 
+/// With the default limits (`header_timeout = "10s"`).
 #[test]
 fn stalled_headers_are_closed() {
     let dir = TempDir::new("stall");
-    let (server, port) = serve(&dir, "header_timeout = \"1s\"\n");
+    let (server, port) = serve(&dir, "");
     let mut stalled = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(stalled, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthoriz").unwrap();
     let (text, closed) = read_until_closed(&mut stalled);

@@ -212,7 +212,7 @@ async fn python_stdio_server() {
         ],
         "unchanged tools must not be churned"
     );
-    assert_eq!(upstream.status(), UpstreamStatus::Connected { tools: 11 });
+    assert_eq!(upstream.status(), UpstreamStatus::Connected { tools: 12 });
 
     upstream.shutdown().await;
     assert!(catalog.is_empty());
