@@ -1146,7 +1146,10 @@ lazy = true
         let file = dir.join("secret");
         std::fs::write(&file, "s3cr3t-value\n").unwrap();
         let configs = [
-            ("[gateway]\ntoken = { file = \"secret\" }\n", "gateway.token"),
+            (
+                "[gateway]\ntoken = { file = \"secret\" }\n",
+                "gateway.token",
+            ),
             (
                 "[[servers]]\nname = \"a\"\ncommand = \"x\"\nenv = { K = { file = \"secret\" } }\n",
                 "servers[0].env.K",
@@ -1188,11 +1191,9 @@ lazy = true
             }
             other => panic!("{other:?}"),
         }
-        let err = parse(
-            "[[servers]]\nname = \"a\"\nurl = \"http://h\"\ninherit_env = [\"A\"]\n",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = parse("[[servers]]\nname = \"a\"\nurl = \"http://h\"\ninherit_env = [\"A\"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("inherit_env"), "{err}");
     }
 }

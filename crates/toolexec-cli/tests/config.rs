@@ -258,7 +258,11 @@ bearer_token = {bearer}
         let args = json!({ "name": var }).to_string();
         let out = exec(&["--json", "run", "py:show_env", &args]);
         out.expect_code(0);
-        assert_eq!(out.json()["value"]["result"], "", "{var} reached the server: {out}");
+        assert_eq!(
+            out.json()["value"]["result"],
+            "",
+            "{var} reached the server: {out}"
+        );
     }
     // ...and the HTTP server is reached with its header and token.
     let out = exec(&["--json", "run", "web:add", r#"{"a":1,"b":2}"#]);

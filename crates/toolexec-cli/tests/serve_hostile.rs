@@ -29,16 +29,27 @@ fn read_until_closed(stream: &mut TcpStream) -> (String, Option<Duration>) {
     let mut chunk = [0u8; 4096];
     loop {
         match stream.read(&mut chunk) {
-            Ok(0) => return (String::from_utf8_lossy(&buf).into_owned(), Some(start.elapsed())),
+            Ok(0) => {
+                return (
+                    String::from_utf8_lossy(&buf).into_owned(),
+                    Some(start.elapsed()),
+                );
+            }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
             {
                 return (String::from_utf8_lossy(&buf).into_owned(), None);
             }
-            Err(_) => return (String::from_utf8_lossy(&buf).into_owned(), Some(start.elapsed())),
+            Err(_) => {
+                return (
+                    String::from_utf8_lossy(&buf).into_owned(),
+                    Some(start.elapsed()),
+                );
+            }
         }
         if start.elapsed() > WAIT {
             return (String::from_utf8_lossy(&buf).into_owned(), None);
@@ -95,7 +106,11 @@ fn stalled_headers_are_closed() {
     let dir = TempDir::new("stall");
     let (server, port) = serve(&dir, "");
     let mut stalled = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(stalled, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthoriz").unwrap();
+    write!(
+        stalled,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthoriz"
+    )
+    .unwrap();
     let (text, closed) = read_until_closed(&mut stalled);
     let after = closed.unwrap_or_else(|| {
         panic!(
@@ -146,7 +161,10 @@ fn held_connections_and_piled_up_sessions_get_503() {
         let response = initialize(port);
         if response.contains("gateway.max_connections") {
             assert_eq!(status(&response), 503, "{response}");
-            assert!(response.to_ascii_lowercase().contains("retry-after: 1"), "{response}");
+            assert!(
+                response.to_ascii_lowercase().contains("retry-after: 1"),
+                "{response}"
+            );
             break start.elapsed();
         }
         assert!(start.elapsed() < WAIT, "never turned away: {response}");
@@ -166,8 +184,14 @@ fn no_auth_is_refused_off_loopback_without_a_second_flag() {
         &["serve", "--http", &bind, "--insecure-no-auth"],
     ));
     out.expect_code(2);
-    assert!(out.stderr.contains("invalid_request: insecure_no_auth"), "{out}");
-    assert!(out.stderr.contains("--allow-insecure-non-loopback"), "{out}");
+    assert!(
+        out.stderr.contains("invalid_request: insecure_no_auth"),
+        "{out}"
+    );
+    assert!(
+        out.stderr.contains("--allow-insecure-non-loopback"),
+        "{out}"
+    );
     // The second flag alone means nothing.
     let out = run(&mut toolexec(
         dir.path(),

@@ -131,11 +131,17 @@ async fn stalled_headers_and_idle_connections_are_closed() {
         .await
         .unwrap();
     let (text, closed) = read_until_closed(&mut stalled).await;
-    assert!(closed, "a stalled request was kept open for {WAIT:?}: {text:?}");
+    assert!(
+        closed,
+        "a stalled request was kept open for {WAIT:?}: {text:?}"
+    );
 
     // Connected but silent: closed too.
     let mut silent = TcpStream::connect(addr).await.unwrap();
-    assert!(read_until_closed(&mut silent).await.1, "a silent connection was kept open");
+    assert!(
+        read_until_closed(&mut silent).await.1,
+        "a silent connection was kept open"
+    );
 
     // One complete request on a keep-alive connection, then idle: closed.
     let mut idle = TcpStream::connect(addr).await.unwrap();
@@ -144,7 +150,10 @@ async fn stalled_headers_and_idle_connections_are_closed() {
         .unwrap();
     let (text, closed) = read_until_closed(&mut idle).await;
     assert!(text.starts_with("HTTP/1.1 401"), "{text:?}");
-    assert!(closed, "an idle keep-alive connection was kept open: {text:?}");
+    assert!(
+        closed,
+        "an idle keep-alive connection was kept open: {text:?}"
+    );
     shutdown.cancel();
 }
 
@@ -199,7 +208,10 @@ async fn connections_over_the_cap_get_503() {
     // A third client, even with a valid request, is turned away.
     let (status, text) = initialize(addr).await;
     assert_eq!(status, 503, "{text}");
-    assert!(text.to_ascii_lowercase().contains("retry-after: 1"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("retry-after: 1"),
+        "{text}"
+    );
     assert!(text.contains("gateway.max_connections"), "{text}");
     // Once a holder leaves, a slot frees.
     drop(holders);
@@ -210,7 +222,10 @@ async fn connections_over_the_cap_get_503() {
             break;
         }
         assert_eq!(status, 503, "{text}");
-        assert!(start.elapsed() < WAIT, "no slot freed after the holders left");
+        assert!(
+            start.elapsed() < WAIT,
+            "no slot freed after the holders left"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     shutdown.cancel();
@@ -294,8 +309,8 @@ async fn idle_sessions_expire_and_free_their_place() {
 type Client = RunningService<RoleClient, ()>;
 
 async fn client(addr: SocketAddr) -> Client {
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(TOKEN);
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
+        .auth_header(TOKEN);
     ().serve(StreamableHttpClientTransport::from_config(config))
         .await
         .expect("initialize over HTTP")

@@ -254,7 +254,11 @@ mod tests {
         }
         for mode in [0o600, 0o400, 0o700] {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-            assert!(Secret::from_private_file(&path).unwrap().constant_time_eq("t0k"));
+            assert!(
+                Secret::from_private_file(&path)
+                    .unwrap()
+                    .constant_time_eq("t0k")
+            );
         }
         // A symlink is judged by its target.
         let link = dir.join("link");

@@ -47,7 +47,11 @@ pub(super) struct RawGateway {
 }
 
 /// A count that must be at least 1.
-fn positive(v: Option<toml::Spanned<usize>>, key: &str, default: usize) -> Result<usize, ResolveError> {
+fn positive(
+    v: Option<toml::Spanned<usize>>,
+    key: &str,
+    default: usize,
+) -> Result<usize, ResolveError> {
     match v {
         None => Ok(default),
         Some(n) if *n.get_ref() == 0 => Err((
@@ -170,13 +174,25 @@ max_queued_runs = 0
     #[test]
     fn zero_limits_are_refused_with_their_key() {
         for (text, key) in [
-            ("[gateway]\nmax_connections = 0\n", "gateway.max_connections"),
+            (
+                "[gateway]\nmax_connections = 0\n",
+                "gateway.max_connections",
+            ),
             ("[gateway]\nmax_sessions = 0\n", "gateway.max_sessions"),
-            ("[gateway]\nmax_concurrent_runs = 0\n", "gateway.max_concurrent_runs"),
-            ("[gateway]\nheader_timeout = \"0s\"\n", "gateway.header_timeout"),
+            (
+                "[gateway]\nmax_concurrent_runs = 0\n",
+                "gateway.max_concurrent_runs",
+            ),
+            (
+                "[gateway]\nheader_timeout = \"0s\"\n",
+                "gateway.header_timeout",
+            ),
         ] {
             let err = parse(text).unwrap_err();
-            assert!(err.starts_with("invalid_request: config /etc/toolexec.toml:2:"), "{err}");
+            assert!(
+                err.starts_with("invalid_request: config /etc/toolexec.toml:2:"),
+                "{err}"
+            );
             assert!(err.contains(key), "{text:?}: {err}");
         }
     }

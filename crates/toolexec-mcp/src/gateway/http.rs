@@ -141,11 +141,8 @@ pub async fn bind_http(
         // Reachable under names we cannot know; auth and Origin checks apply.
         config = config.disable_allowed_hosts();
     }
-    let service = StreamableHttpService::new(
-        move || Ok(gateway.for_new_connection()),
-        sessions,
-        config,
-    );
+    let service =
+        StreamableHttpService::new(move || Ok(gateway.for_new_connection()), sessions, config);
     let router = Router::new()
         .route_service(MCP_PATH, service)
         .layer(middleware::from_fn_with_state(guard, check_request));
@@ -243,7 +240,9 @@ async fn read_body(guard: &Guard, req: Request) -> Result<Request, Response> {
             ),
         )
             .into_response()),
-        Ok(Err(_)) => Err((StatusCode::BAD_REQUEST, "Bad Request: unreadable body\n").into_response()),
+        Ok(Err(_)) => {
+            Err((StatusCode::BAD_REQUEST, "Bad Request: unreadable body\n").into_response())
+        }
         Err(_) => Err((
             StatusCode::REQUEST_TIMEOUT,
             [(header::CONNECTION, "close")],

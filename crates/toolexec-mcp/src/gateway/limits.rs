@@ -206,7 +206,11 @@ mod tests {
         assert!(futures::poll!(waiting.as_mut()).is_pending());
         let refused = slots.acquire().await.err().expect("the line is full");
         assert_eq!(refused.code, ErrorCode::BackendUnavailable);
-        assert!(refused.message.starts_with("backend_unavailable: mcp-gateway: at capacity"));
+        assert!(
+            refused
+                .message
+                .starts_with("backend_unavailable: mcp-gateway: at capacity")
+        );
         drop(first);
         let second = waiting.await.unwrap();
         // Leaving the line (dropping the future) frees its place.
@@ -223,8 +227,10 @@ mod tests {
     fn zero_limits_are_refused() {
         assert!(HttpLimits::default().check().is_ok());
         assert!(RunLimits::default().check().is_ok());
-        let mut l = HttpLimits::default();
-        l.max_sessions = 0;
+        let l = HttpLimits {
+            max_sessions: 0,
+            ..HttpLimits::default()
+        };
         assert!(
             l.check()
                 .unwrap_err()

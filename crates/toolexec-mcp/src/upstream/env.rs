@@ -125,7 +125,10 @@ mod tests {
         assert!(check_patterns(&["A".into(), "B_*".into()]).is_ok());
         for bad in ["", "A=B", "A\0"] {
             let err = check_patterns(&[bad.into()]).unwrap_err();
-            assert!(err.to_string().starts_with("invalid_request: transport.inherit_env[0]"));
+            assert!(
+                err.to_string()
+                    .starts_with("invalid_request: transport.inherit_env[0]")
+            );
         }
     }
 }
