@@ -196,6 +196,20 @@ async fn a_dripped_body_gets_408() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_body_gets_413() {
+    let (addr, shutdown) = start(support::demo_gateway(Expose::Meta), loose()).await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","pad":"{}"}}"#,
+        "x".repeat(5 << 20)
+    );
+    let (status, text) = post(addr, &[], &big).await;
+    assert_eq!(status, 413, "{}", &text[..text.len().min(300)]);
+    // The server goes on serving.
+    assert_eq!(initialize(addr).await.0, 200);
+    shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn connections_over_the_cap_get_503() {
     let mut limits = loose();
     limits.max_connections = 2;

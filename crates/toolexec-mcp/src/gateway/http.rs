@@ -37,7 +37,8 @@ pub enum HttpAuth {
     /// Every request must carry `Authorization: Bearer <token>`; others get
     /// `401` with `WWW-Authenticate: Bearer`. Compared in constant time.
     Bearer(Secret),
-    /// No authentication (local experiments only).
+    /// No authentication (local experiments only; `toolexec serve` refuses
+    /// it on a non-loopback address unless told twice).
     InsecureNoAuth,
 }
 
@@ -143,8 +144,15 @@ pub async fn bind_http(
     }
     let service =
         StreamableHttpService::new(move || Ok(gateway.for_new_connection()), sessions, config);
+    // The last layer runs first: origin and auth, then the body, then the
+    // session count.
     let router = Router::new()
         .route_service(MCP_PATH, service)
+        .layer(middleware::from_fn_with_state(
+            guard.clone(),
+            limit_sessions,
+        ))
+        .layer(middleware::from_fn_with_state(guard.clone(), buffer_body))
         .layer(middleware::from_fn_with_state(guard, check_request));
     let server = async move {
         super::listener::serve(listener, router, limits, shutdown).await;
@@ -208,42 +216,45 @@ async fn check_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
         )
             .into_response();
     }
-    let req = match read_body(&guard, req).await {
-        Ok(req) => req,
-        Err(response) => return response,
-    };
-    // A POST without a session id is an `initialize` (anything else rmcp
-    // refuses): the one request that creates a session.
-    if req.method() == Method::POST && !req.headers().contains_key(SESSION_HEADER) {
-        let _creating = guard.creating.lock().await;
-        if guard.sessions.sessions.read().await.len() >= guard.limits.max_sessions {
-            return sessions_full(guard.limits.max_sessions);
-        }
+    next.run(req).await
+}
+
+/// Refuses an `initialize` over [`HttpLimits::max_sessions`]. A POST without
+/// a session id is the one request that creates a session (rmcp refuses
+/// anything else without one); those are handled one at a time, so the
+/// count checked is the count the new session joins.
+async fn limit_sessions(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST || req.headers().contains_key(SESSION_HEADER) {
         return next.run(req).await;
+    }
+    let _creating = guard.creating.lock().await;
+    if guard.sessions.sessions.read().await.len() >= guard.limits.max_sessions {
+        return sessions_full(guard.limits.max_sessions);
     }
     next.run(req).await
 }
 
 /// Buffers the request body within [`HttpLimits::body_timeout`] and rmcp's
 /// size cap, so a client that drips its body cannot hold the connection
-/// (and, for `initialize`, the session lock) for longer.
-async fn read_body(guard: &Guard, req: Request) -> Result<Request, Response> {
+/// (nor, for `initialize`, the session lock) for longer.
+async fn buffer_body(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     let read = axum::body::to_bytes(body, guard.max_body_bytes);
     match tokio::time::timeout(guard.limits.body_timeout, read).await {
-        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
-        Ok(Err(e)) if is_length_limit(&e) => Err((
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(e)) if is_length_limit(&e) => (
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "Payload Too Large: the body exceeds {} bytes\n",
                 guard.max_body_bytes
             ),
         )
-            .into_response()),
-        Ok(Err(_)) => {
-            Err((StatusCode::BAD_REQUEST, "Bad Request: unreadable body\n").into_response())
-        }
-        Err(_) => Err((
+            .into_response(),
+        Ok(Err(_)) => (StatusCode::BAD_REQUEST, "Bad Request: unreadable body\n").into_response(),
+        Err(_) => (
             StatusCode::REQUEST_TIMEOUT,
             [(header::CONNECTION, "close")],
             format!(
@@ -251,7 +262,7 @@ async fn read_body(guard: &Guard, req: Request) -> Result<Request, Response> {
                 guard.limits.body_timeout.as_secs_f64()
             ),
         )
-            .into_response()),
+            .into_response(),
     }
 }
 
