@@ -64,9 +64,14 @@ pub struct ServeArgs {
     /// File holding the bearer token HTTP clients must send (else $TOOLEXEC_TOKEN, else the config's gateway.token).
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
-    /// Serve HTTP without authentication (only for local experiments).
+    /// Serve HTTP without authentication (only for local experiments; on a
+    /// loopback address unless --allow-insecure-non-loopback).
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// With --insecure-no-auth, allow a non-loopback --http address: anyone
+    /// who can reach it may run every tool.
+    #[arg(long, requires = "insecure_no_auth")]
+    pub allow_insecure_non_loopback: bool,
     /// What to publish: meta-tools only, every catalog tool, or both.
     #[arg(long, value_enum)]
     pub expose: Option<ExposeArg>,

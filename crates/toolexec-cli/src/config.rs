@@ -12,11 +12,15 @@ use std::time::Duration;
 use serde::Deserialize;
 use toolexec::{Limits, Secret};
 use toolexec_builtins::Group;
-use toolexec_mcp::gateway::Expose;
 use toolexec_mcp::upstream::{UpstreamConfig, UpstreamTransport};
 use toolexec_runtime::{
     CommandToolDef, OutputMapping, Profile, ProfileMap, RuntimeLimits, StdinMapping, UnitKind,
 };
+
+mod gateway;
+
+pub use gateway::GatewayConfig;
+use gateway::RawGateway;
 
 /// The file read when `--config` is not given, if it exists.
 pub const DEFAULT_FILE: &str = "toolexec.toml";
@@ -121,21 +125,6 @@ pub struct BubblewrapOptions {
     pub bwrap: Option<PathBuf>,
     /// Sandboxes kept warm for reuse.
     pub pool_size: Option<usize>,
-}
-
-/// `[gateway]`.
-#[derive(Debug, Default)]
-pub struct GatewayConfig {
-    /// What `serve` publishes, unless `--expose` says otherwise.
-    pub expose: Option<Expose>,
-    /// Bearer token for HTTP mode, unless `--token-file` says otherwise.
-    pub token: Option<Secret>,
-    /// Extra allowed `Origin`s for HTTP mode.
-    pub allowed_origins: Vec<String>,
-    /// Where `execute_code` runs scripts (`standard`: in process;
-    /// `hardened`: in a sandbox runtime), unless `--code-profile` says
-    /// otherwise.
-    pub code_profile: Option<Profile>,
 }
 
 /// A configuration error: file, line, column, key and message.
@@ -459,14 +448,7 @@ impl SecretSource {
                 } else {
                     base.join(file)
                 };
-                std::fs::read_to_string(&path)
-                    .map(|s| Secret::new(s.trim_end_matches(['\n', '\r']).to_owned()))
-                    .map_err(|e| {
-                        (
-                            key.to_owned(),
-                            format!("cannot read secret file {}: {}", path.display(), e.kind()),
-                        )
-                    })
+                Secret::from_private_file(&path).map_err(|e| (key.to_owned(), e.to_string()))
             }
         }
     }
@@ -481,6 +463,8 @@ struct RawServer {
     args: Vec<String>,
     #[serde(default)]
     env: BTreeMap<String, toml::Spanned<SecretSource>>,
+    #[serde(default)]
+    inherit_env: Vec<String>,
     cwd: Option<PathBuf>,
     url: Option<String>,
     #[serde(default)]
@@ -490,16 +474,6 @@ struct RawServer {
     max_concurrency: Option<usize>,
     #[serde(default)]
     lazy: bool,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawGateway {
-    expose: Option<toml::Spanned<String>>,
-    token: Option<toml::Spanned<SecretSource>>,
-    #[serde(default)]
-    allowed_origins: Vec<String>,
-    code_profile: Option<toml::Spanned<String>>,
 }
 
 /// A resolution error: key, message, and where in the file (when known).
@@ -591,36 +565,7 @@ impl RawConfig {
             }
             servers.push(server);
         }
-        let expose = match &self.gateway.expose {
-            None => None,
-            Some(e) => Some(e.get_ref().parse::<Expose>().map_err(|_| {
-                (
-                    "gateway.expose".to_owned(),
-                    format!("expected meta, all or both, got {:?}", e.get_ref()),
-                    Some(e.span()),
-                )
-            })?),
-        };
-        let token = match &self.gateway.token {
-            Some(src) => Some(resolve_secret(src, "gateway.token", base)?),
-            None => None,
-        };
-        let code_profile = match self.gateway.code_profile {
-            Some(p) => match p.get_ref().as_str() {
-                "standard" => Some(Profile::Standard),
-                "hardened" => Some(Profile::Hardened),
-                other => {
-                    return Err((
-                        "gateway.code_profile".into(),
-                        format!(
-                            "expected \"standard\" (in process) or \"hardened\" (in a sandbox runtime), got {other:?}"
-                        ),
-                        Some(p.span()),
-                    ));
-                }
-            },
-            None => None,
-        };
+        let gateway = self.gateway.resolve(base)?;
         let runtimes = resolve_runtimes(self.runtimes, base)?;
         let mut commands = Vec::with_capacity(self.commands.len());
         let mut ids = std::collections::HashSet::new();
@@ -642,12 +587,7 @@ impl RawConfig {
             builtins,
             limits,
             servers,
-            gateway: GatewayConfig {
-                expose,
-                token,
-                allowed_origins: self.gateway.allowed_origins,
-                code_profile,
-            },
+            gateway,
         })
     }
 }
@@ -992,16 +932,21 @@ fn resolve_server(
                 command,
                 args: s.args,
                 env,
+                inherit_env: s.inherit_env,
                 cwd: s
                     .cwd
                     .map(|c| if c.is_absolute() { c } else { base.join(c) }),
             }
         }
         (None, Some(url)) => {
-            if !s.args.is_empty() || !s.env.is_empty() || s.cwd.is_some() {
+            if !s.args.is_empty()
+                || !s.env.is_empty()
+                || !s.inherit_env.is_empty()
+                || s.cwd.is_some()
+            {
                 return Err(fail(
                     "args",
-                    "args, env and cwd are for command servers".into(),
+                    "args, env, inherit_env and cwd are for command servers".into(),
                 ));
             }
             if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -1055,6 +1000,8 @@ fn resolve_server(
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -1169,6 +1116,8 @@ lazy = true
         let dir = std::env::temp_dir().join(format!("toolexec-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("token"), "s3cr3t-token\n").unwrap();
+        std::fs::set_permissions(dir.join("token"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
         let c = Config::parse(
             "[gateway]\ntoken = { file = \"token\" }\n",
             &dir.join("toolexec.toml"),
@@ -1186,5 +1135,65 @@ lazy = true
             "{err}"
         );
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A secret file its group or others may read is refused, whatever the
+    /// secret is for, with the path and the mode (never the contents).
+    #[test]
+    fn secret_files_readable_by_others_are_refused() {
+        let dir = std::env::temp_dir().join(format!("toolexec-cfg-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "s3cr3t-value\n").unwrap();
+        let configs = [
+            (
+                "[gateway]\ntoken = { file = \"secret\" }\n",
+                "gateway.token",
+            ),
+            (
+                "[[servers]]\nname = \"a\"\ncommand = \"x\"\nenv = { K = { file = \"secret\" } }\n",
+                "servers[0].env.K",
+            ),
+            (
+                "[[servers]]\nname = \"a\"\nurl = \"http://h\"\nbearer_token = { file = \"secret\" }\n",
+                "servers[0].bearer_token",
+            ),
+        ];
+        for mode in [0o644, 0o640, 0o604] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            for (text, key) in configs {
+                let err = Config::parse(text, &dir.join("toolexec.toml"))
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.starts_with("invalid_request: config "), "{err}");
+                assert!(err.contains(key), "{err}");
+                assert!(err.contains(&file.display().to_string()), "{err}");
+                assert!(err.contains(&format!("mode {mode:04o}")), "{err}");
+                assert!(!err.contains("s3cr3t"), "{err}");
+            }
+        }
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        for (text, _) in configs {
+            Config::parse(text, &dir.join("toolexec.toml")).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn inherit_env_is_for_command_servers() {
+        let c = parse(
+            "[[servers]]\nname = \"a\"\ncommand = \"x\"\ninherit_env = [\"HTTPS_PROXY\", \"AWS_*\"]\n",
+        )
+        .unwrap();
+        match &c.servers[0].transport {
+            UpstreamTransport::Stdio { inherit_env, .. } => {
+                assert_eq!(inherit_env, &["HTTPS_PROXY", "AWS_*"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = parse("[[servers]]\nname = \"a\"\nurl = \"http://h\"\ninherit_env = [\"A\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("inherit_env"), "{err}");
     }
 }

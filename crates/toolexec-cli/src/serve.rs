@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{Error, Exec, Secret};
 
 use toolexec_mcp::gateway::{
-    self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions,
+    self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions, RunLimits,
 };
 use toolexec_runtime::{Profile, Runtimes};
 
@@ -23,6 +23,7 @@ pub const TOKEN_ENV: &str = "TOOLEXEC_TOKEN";
 pub struct Plan {
     expose: Expose,
     code_profile: Profile,
+    runs: RunLimits,
     http: Option<HttpOptions>,
 }
 
@@ -38,27 +39,38 @@ pub fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
         Some(CodeProfile::Hardened) => Profile::Hardened,
         None => config.gateway.code_profile.unwrap_or(Profile::Standard),
     };
+    let runs = config.gateway.runs;
     let Some(http) = args.http.as_deref() else {
         return Ok(Plan {
             expose,
             code_profile,
+            runs,
             http: None,
         });
     };
     let bind = parse_bind(http)?;
     let auth = if args.insecure_no_auth {
+        if !bind.ip().is_loopback() && !args.allow_insecure_non_loopback {
+            return Err(Error::invalid_request(
+                "insecure_no_auth",
+                format!(
+                    "refusing to serve {bind} without authentication: it is not a loopback \
+                     address, so anyone who reaches it could run every tool; use a token, \
+                     bind 127.0.0.1, or add --allow-insecure-non-loopback"
+                ),
+            ));
+        }
         HttpAuth::InsecureNoAuth
     } else {
         HttpAuth::Bearer(token(args, config)?)
     };
-    let http = HttpOptions {
-        bind,
-        auth,
-        allowed_origins: config.gateway.allowed_origins.clone(),
-    };
+    let mut http = HttpOptions::new(bind, auth);
+    http.allowed_origins = config.gateway.allowed_origins.clone();
+    http.limits = config.gateway.http_limits;
     Ok(Plan {
         expose,
         code_profile,
+        runs,
         http: Some(http),
     })
 }
@@ -75,6 +87,7 @@ pub async fn serve(exec: Exec, runtimes: Arc<Runtimes>, plan: Plan) -> Result<()
                 ..CodeModeOptions::default()
             },
             runtimes: Some(runtimes),
+            runs: plan.runs,
         },
     );
     let Some(options) = plan.http else {
@@ -125,13 +138,7 @@ fn token(args: &ServeArgs, config: &Config) -> Result<Secret, Error> {
         )
     };
     let token = if let Some(path) = &args.token_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::invalid_request(
-                "token_file",
-                format!("cannot read {}: {}", path.display(), e.kind()),
-            )
-        })?;
-        Secret::new(text.trim_end_matches(['\n', '\r']).to_owned())
+        Secret::from_private_file(path).map_err(|e| e.into_error("token_file"))?
     } else if let Ok(t) = std::env::var(TOKEN_ENV) {
         Secret::new(t)
     } else if let Some(t) = &config.gateway.token {

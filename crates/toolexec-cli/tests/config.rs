@@ -128,7 +128,7 @@ fn assert_no_secret(what: &str, text: &str) {
 #[test]
 fn an_unset_secret_variable_names_the_key_and_leaks_nothing() {
     let dir = TempDir::new("unset");
-    dir.write("secret.txt", &format!("{}\n", SECRETS[1]));
+    dir.write_private("secret.txt", &format!("{}\n", SECRETS[1]));
     // BTreeMap order: A_FILE and B_LITERAL resolve before C_MISSING fails.
     dir.write(
         "toolexec.toml",
@@ -194,7 +194,7 @@ fn secrets_stay_out_of_describe_errors_and_debug_logs() {
         return;
     };
     let dir = TempDir::new("secrets");
-    dir.write("secret.txt", &format!("{}\n", SECRETS[1]));
+    dir.write_private("secret.txt", &format!("{}\n", SECRETS[1]));
     let port = free_port();
     let mut web = Background::spawn(std::process::Command::new(&python).args([
         PY_UPSTREAM_SERVER,
@@ -230,6 +230,7 @@ bearer_token = {bearer}
         run(toolexec(dir.path(), args)
             .env("TOOLEXEC_TEST_GATEWAY_SECRET", SECRETS[3])
             .env("TOOLEXEC_TEST_ENV_SECRET", SECRETS[0])
+            .env("TOOLEXEC_TOKEN", SECRETS[3])
             .env("TOOLEXEC_LOG", "debug"))
     };
 
@@ -245,6 +246,23 @@ bearer_token = {bearer}
         assert_eq!(out.json()["value"]["result"], secret, "{out}");
         assert!(out.stderr.contains("DEBUG"), "debug logs are on: {out}");
         assert_no_secret("debug log of a call", &out.stderr);
+    }
+    // ...but not the rest of toolexec's environment: not the gateway's
+    // token, nor the variable a server's secret was read from (only the
+    // value under its configured name).
+    for var in [
+        "TOOLEXEC_TOKEN",
+        "TOOLEXEC_TEST_GATEWAY_SECRET",
+        "TOOLEXEC_TEST_ENV_SECRET",
+    ] {
+        let args = json!({ "name": var }).to_string();
+        let out = exec(&["--json", "run", "py:show_env", &args]);
+        out.expect_code(0);
+        assert_eq!(
+            out.json()["value"]["result"],
+            "",
+            "{var} reached the server: {out}"
+        );
     }
     // ...and the HTTP server is reached with its header and token.
     let out = exec(&["--json", "run", "web:add", r#"{"a":1,"b":2}"#]);
@@ -416,7 +434,7 @@ fn gateway_settings_come_from_the_config() {
     let dir = TempDir::new("gateway");
     std::fs::create_dir(dir.path().join("conf")).unwrap();
     // The token file is relative to the config file, not the working directory.
-    dir.write("conf/token", "config-token\n");
+    dir.write_private("conf/token", "config-token\n");
     dir.write(
         "conf/toolexec.toml",
         "[gateway]\nexpose = \"all\"\ntoken = { file = \"token\" }\nallowed_origins = [\"https://app.example.com\"]\n",

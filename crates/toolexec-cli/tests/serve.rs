@@ -314,7 +314,7 @@ fn python_sdk_over_http_with_a_token_file() {
     };
     let dir = TempDir::new("py-http");
     let config = demo_config(&dir, &python);
-    let token = dir.write("token", "http-secret-token\n");
+    let token = dir.write_private("token", "http-secret-token\n");
     let (mut server, port) = serve_http(
         dir.path(),
         &[
@@ -385,7 +385,7 @@ fn http_needs_a_token_source() {
     out.expect_code(1);
     assert!(out.stderr.contains("backend_unavailable: down"), "{out}");
 
-    let empty = dir.write("empty", "\n");
+    let empty = dir.write_private("empty", "\n");
     let out = run(&mut toolexec(
         dir.path(),
         &[

@@ -1668,6 +1668,7 @@ mod upstream {
                                         (STDIO_ENV.to_owned(), Secret::new("stdio")),
                                     ]
                                     .into(),
+                                    inherit_env: Vec::new(),
                                     cwd: None,
                                 },
                             ),

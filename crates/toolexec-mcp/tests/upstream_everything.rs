@@ -41,6 +41,7 @@ impl Everything {
                 command: self.node.clone(),
                 args: vec![self.bin.clone(), "stdio".into()],
                 env: BTreeMap::new(),
+                inherit_env: Vec::new(),
                 cwd: None,
             },
         );
@@ -447,6 +448,7 @@ async fn configuration_errors_fail_fast_without_leaking_secrets() {
             command: "/nonexistent/toolexec-mcp-server".into(),
             args: vec![],
             env,
+            inherit_env: Vec::new(),
             cwd: None,
         },
     );

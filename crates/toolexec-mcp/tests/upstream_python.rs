@@ -35,6 +35,7 @@ fn stdio_config(python: &str, env: BTreeMap<String, Secret>) -> UpstreamConfig {
             command: python.to_owned(),
             args: vec![FIXTURE.to_owned(), "stdio".to_owned()],
             env,
+            inherit_env: Vec::new(),
             cwd: Some(std::env::temp_dir()),
         },
     );
@@ -82,7 +83,7 @@ async fn python_stdio_server() {
         upstream.status(),
         UpstreamStatus::Connected { tools: ids.len() }
     );
-    assert_eq!(ids.len(), 11, "{ids:?}");
+    assert_eq!(ids.len(), 12, "{ids:?}");
 
     let exec = Exec::new(catalog.clone());
     // Calls use the original names.
@@ -211,7 +212,7 @@ async fn python_stdio_server() {
         ],
         "unchanged tools must not be churned"
     );
-    assert_eq!(upstream.status(), UpstreamStatus::Connected { tools: 11 });
+    assert_eq!(upstream.status(), UpstreamStatus::Connected { tools: 12 });
 
     upstream.shutdown().await;
     assert!(catalog.is_empty());
@@ -306,6 +307,7 @@ async fn python_stdio_restart_backoff_and_availability() {
             command: python.clone(),
             args: vec![script.display().to_string(), "stdio".to_owned()],
             env: BTreeMap::new(),
+            inherit_env: Vec::new(),
             cwd: None,
         },
     );

@@ -1,21 +1,28 @@
 //! Streamable HTTP hosting: rmcp's `StreamableHttpService` at `/mcp` in
-//! axum, behind bearer-token auth and `Origin` checks.
+//! axum, behind bearer-token auth and `Origin` checks, within the bounds of
+//! [`HttpLimits`] (connections, header and body time, sessions).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolexec::{Error, Secret};
 
 use super::Gateway;
+use super::limits::{BACKEND, HttpLimits};
+
+/// The header naming a request's MCP session.
+const SESSION_HEADER: &str = "mcp-session-id";
 
 /// The endpoint path.
 pub const MCP_PATH: &str = "/mcp";
@@ -30,7 +37,8 @@ pub enum HttpAuth {
     /// Every request must carry `Authorization: Bearer <token>`; others get
     /// `401` with `WWW-Authenticate: Bearer`. Compared in constant time.
     Bearer(Secret),
-    /// No authentication (local experiments only).
+    /// No authentication (local experiments only; `toolexec serve` refuses
+    /// it on a non-loopback address unless told twice).
     InsecureNoAuth,
 }
 
@@ -49,15 +57,18 @@ pub struct HttpOptions {
     /// matches any port, one with a port only that port; `*` allows every
     /// origin and `null` allows `Origin: null`.
     pub allowed_origins: Vec<String>,
+    /// Connections, header and body time, sessions.
+    pub limits: HttpLimits,
 }
 
 impl HttpOptions {
-    /// Options with the default allowed origins.
+    /// Options with the default allowed origins and limits.
     pub fn new(bind: SocketAddr, auth: HttpAuth) -> Self {
         HttpOptions {
             bind,
             auth,
             allowed_origins: Vec::new(),
+            limits: HttpLimits::default(),
         }
     }
 }
@@ -94,7 +105,18 @@ pub async fn bind_http(
     {
         return Err(Error::invalid_request("auth", "the bearer token is empty"));
     }
+    options.limits.check()?;
+    let limits = options.limits;
+    let mut config =
+        StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(limits.session_idle_timeout);
+    let sessions = Arc::new(sessions);
     let guard = Arc::new(Guard {
+        limits,
+        max_body_bytes: config.max_request_body_bytes,
+        sessions: sessions.clone(),
+        creating: tokio::sync::Mutex::new(()),
         auth: options.auth,
         origins: if options.allowed_origins.is_empty() {
             DEFAULT_ALLOWED_ORIGINS
@@ -116,34 +138,41 @@ pub async fn bind_http(
         .local_addr()
         .map_err(|e| unavailable(format!("cannot read the bound address: {e}")))?;
 
-    let mut config =
-        StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
     if !addr.ip().is_loopback() {
         // Reachable under names we cannot know; auth and Origin checks apply.
         config = config.disable_allowed_hosts();
     }
-    let service = StreamableHttpService::new(
-        move || Ok(gateway.for_new_connection()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let service =
+        StreamableHttpService::new(move || Ok(gateway.for_new_connection()), sessions, config);
+    // The last layer runs first: origin and auth, then the body, then the
+    // session count.
     let router = Router::new()
         .route_service(MCP_PATH, service)
+        .layer(middleware::from_fn_with_state(
+            guard.clone(),
+            limit_sessions,
+        ))
+        .layer(middleware::from_fn_with_state(guard.clone(), buffer_body))
         .layer(middleware::from_fn_with_state(guard, check_request));
     let server = async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
-            .map_err(|e| unavailable(format!("HTTP server failed: {e}")))
+        super::listener::serve(listener, router, limits, shutdown).await;
+        Ok(())
     };
     Ok((addr, server))
 }
 
 fn unavailable(message: String) -> Error {
-    Error::backend_unavailable("mcp-gateway", message)
+    Error::backend_unavailable(BACKEND, message)
 }
 
 struct Guard {
+    limits: HttpLimits,
+    /// rmcp's own cap on a POST body, applied while buffering it.
+    max_body_bytes: usize,
+    sessions: Arc<LocalSessionManager>,
+    /// Held while a request that may create a session is handled, so the
+    /// session count checked is the count the new session joins.
+    creating: tokio::sync::Mutex<()>,
     auth: HttpAuth,
     origins: Vec<OriginRule>,
 }
@@ -188,6 +217,90 @@ async fn check_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
             .into_response();
     }
     next.run(req).await
+}
+
+/// Refuses an `initialize` over [`HttpLimits::max_sessions`]. A POST without
+/// a session id is the one request that creates a session (rmcp refuses
+/// anything else without one); those are handled one at a time, so the
+/// count checked is the count the new session joins.
+async fn limit_sessions(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST || req.headers().contains_key(SESSION_HEADER) {
+        return next.run(req).await;
+    }
+    let _creating = guard.creating.lock().await;
+    if guard.sessions.sessions.read().await.len() >= guard.limits.max_sessions {
+        return sessions_full(guard.limits.max_sessions);
+    }
+    next.run(req).await
+}
+
+/// Buffers the request body within [`HttpLimits::body_timeout`] and rmcp's
+/// size cap, so a client that drips its body cannot hold the connection
+/// (nor, for `initialize`, the session lock) for longer.
+async fn buffer_body(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let read = axum::body::to_bytes(body, guard.max_body_bytes);
+    match tokio::time::timeout(guard.limits.body_timeout, read).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(e)) if is_length_limit(&e) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "Payload Too Large: the body exceeds {} bytes\n",
+                guard.max_body_bytes
+            ),
+        )
+            .into_response(),
+        Ok(Err(_)) => (StatusCode::BAD_REQUEST, "Bad Request: unreadable body\n").into_response(),
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            [(header::CONNECTION, "close")],
+            format!(
+                "Request Timeout: the body did not arrive within {}s (gateway.body_timeout)\n",
+                guard.limits.body_timeout.as_secs_f64()
+            ),
+        )
+            .into_response(),
+    }
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// `503` with a JSON-RPC error for an `initialize` over the session limit.
+fn sessions_full(max: usize) -> Response {
+    let message = format!(
+        "backend_unavailable: {BACKEND}: at capacity: {max} MCP sessions are open \
+         (gateway.max_sessions); close one (HTTP DELETE) or retry later"
+    );
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32000,
+            "message": message,
+            "data": {"reason": "at_capacity", "max_sessions": max},
+        },
+    });
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [
+            (header::RETRY_AFTER, "1"),
+            (header::CONTENT_TYPE, "application/json"),
+        ],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// A parsed `scheme://host[:port]`.
@@ -276,6 +389,17 @@ impl OriginRule {
 mod tests {
     use super::*;
 
+    fn unlimited() -> Guard {
+        Guard {
+            limits: HttpLimits::default(),
+            max_body_bytes: 1 << 20,
+            sessions: Arc::new(LocalSessionManager::default()),
+            creating: tokio::sync::Mutex::new(()),
+            auth: HttpAuth::InsecureNoAuth,
+            origins: Vec::new(),
+        }
+    }
+
     fn guard(origins: &[&str]) -> Guard {
         let list: Vec<&str> = if origins.is_empty() {
             DEFAULT_ALLOWED_ORIGINS.to_vec()
@@ -285,6 +409,7 @@ mod tests {
         Guard {
             auth: HttpAuth::Bearer(Secret::new("t0k")),
             origins: list.iter().map(|o| OriginRule::parse(o)).collect(),
+            ..unlimited()
         }
     }
 
@@ -334,10 +459,7 @@ mod tests {
         assert!(!g.authorized(Some(&h("Basic t0k"))));
         assert!(!g.authorized(Some(&h("t0k"))));
         assert!(!g.authorized(None));
-        let open = Guard {
-            auth: HttpAuth::InsecureNoAuth,
-            origins: Vec::new(),
-        };
+        let open = unlimited();
         assert!(open.authorized(None));
     }
 }

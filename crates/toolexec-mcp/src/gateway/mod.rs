@@ -49,6 +49,15 @@
 //! [`ToolContext::is_cancelled`](toolexec::ToolContext::is_cancelled));
 //! for `execute_code` it stops the script and cancels its tool calls.
 //!
+//! # Limits
+//!
+//! Tool runs (`run_tool`, `run_chain` and direct tools) share one bound over
+//! every client ([`GatewayOptions::runs`], [`RunLimits`]): past
+//! `max_concurrent` runs, calls wait in line; past `max_queued` waiting, a
+//! call gets an `isError` result with code `backend_unavailable` and
+//! `details.reason = "at_capacity"`. Over HTTP, [`HttpLimits`] bounds
+//! connections, the time to send headers and bodies, and sessions.
+//!
 //! # Protocol versions
 //!
 //! The gateway speaks the session-based MCP revisions 2024-11-05 through
@@ -57,6 +66,8 @@
 
 mod code;
 mod http;
+mod limits;
+mod listener;
 mod meta;
 mod names;
 mod result;
@@ -91,6 +102,11 @@ use toolexec_runtime::{Profile, Runtimes};
 
 pub use code::CodeModeOptions;
 pub use http::{DEFAULT_ALLOWED_ORIGINS, HttpAuth, HttpOptions, MCP_PATH, bind_http, serve_http};
+pub use limits::{
+    DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONCURRENT_RUNS,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUED_RUNS, DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_IDLE_TIMEOUT, HttpLimits, RunLimits,
+};
 pub use meta::{DEFAULT_INSTRUCTIONS, META_TOOLS};
 pub use names::{id_to_mcp_name, mcp_name_to_id};
 pub use result::RESULT_KEY;
@@ -185,6 +201,9 @@ pub struct GatewayOptions {
     /// hardened scripts fail `backend_unavailable` (never silently in
     /// process).
     pub runtimes: Option<Arc<Runtimes>>,
+    /// How many tool runs (`run_tool`, `run_chain`, direct tools) may be in
+    /// flight and waiting, over all clients.
+    pub runs: RunLimits,
 }
 
 impl Default for GatewayOptions {
@@ -195,6 +214,7 @@ impl Default for GatewayOptions {
             instructions: None,
             code: CodeModeOptions::default(),
             runtimes: None,
+            runs: RunLimits::default(),
         }
     }
 }
@@ -228,6 +248,8 @@ struct Shared {
     /// Bounds hardened scripts at once, like the engine's pool does for
     /// scripts in process.
     hardened_slots: Arc<tokio::sync::Semaphore>,
+    /// Bounds tool runs over every connection.
+    runs: limits::RunSlots,
     /// Initialized clients to notify of catalog changes.
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Catalog changes since the gateway was created, until the watcher
@@ -284,12 +306,14 @@ impl Gateway {
         let hardened_slots = Arc::new(tokio::sync::Semaphore::new(
             options.code.max_concurrent.max(1),
         ));
+        let runs = limits::RunSlots::new(options.runs);
         Gateway {
             shared: Arc::new(Shared {
                 exec,
                 options,
                 code,
                 hardened_slots,
+                runs,
                 peers: Mutex::new(Vec::new()),
                 changes: Mutex::new(changes),
                 watcher_started: AtomicBool::new(false),
@@ -456,12 +480,34 @@ impl Gateway {
         }
     }
 
+    /// A slot for one tool run ([`GatewayOptions::runs`]), or the result to
+    /// answer with: `backend_unavailable` when the line is full, `cancelled`
+    /// when the client cancels while waiting.
+    async fn run_permit(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<limits::RunPermit, CallToolResult> {
+        tokio::select! {
+            permit = self.shared.runs.acquire() => permit.map_err(|body| result::error(&body)),
+            _ = context.ct.cancelled() => Err(result::error(&ErrorBody {
+                code: ErrorCode::Cancelled,
+                message: "cancelled: the client cancelled the request while it waited for a run slot"
+                    .into(),
+                details: None,
+            })),
+        }
+    }
+
     async fn run_tool(
         &self,
         id: String,
         args: Value,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
+        let _permit = match self.run_permit(context).await {
+            Ok(permit) => permit,
+            Err(refused) => return refused,
+        };
         let shape = self
             .exec()
             .catalog()
@@ -495,6 +541,10 @@ impl Gateway {
         steps: Vec<ChainStep>,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
+        let _permit = match self.run_permit(context).await {
+            Ok(permit) => permit,
+            Err(refused) => return refused,
+        };
         let opts = run_options(context);
         let outcome = match context.meta.get_progress_token() {
             Some(token) => {

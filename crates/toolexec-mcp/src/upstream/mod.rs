@@ -19,6 +19,7 @@
 //!     command: "npx".into(),
 //!     args: vec!["-y".into(), "@modelcontextprotocol/server-everything".into()],
 //!     env: BTreeMap::new(),
+//!     inherit_env: Vec::new(),
 //!     cwd: None,
 //! });
 //! let upstream = Upstream::connect(config, catalog.clone()).await?;
@@ -100,7 +101,9 @@
 //!
 //! # Secrets
 //!
-//! Environment values, header values and the bearer token are
+//! A stdio server gets a cleared environment (see
+//! [`UpstreamTransport::Stdio`]). Environment values, header values and the
+//! bearer token are
 //! [`Secret`]s: they never appear in logs, errors or `Debug` output
 //! (header values are marked sensitive for the HTTP stack as well). The
 //! server's own stderr is forwarded to `tracing` at debug level (target
@@ -108,6 +111,7 @@
 
 mod call;
 mod convert;
+mod env;
 mod http_client;
 mod names;
 mod session;
@@ -124,6 +128,8 @@ use serde_json::{Map, Value};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use toolexec::{Availability, Catalog, Error, ListRequest, Secret, Tool};
+
+pub use self::env::INHERITED_ENV;
 
 use self::call::ToolBackend;
 use self::session::{Endpoint, Router};
@@ -186,15 +192,22 @@ impl UpstreamConfig {
 /// The transport to an upstream server.
 #[derive(Debug, Clone)]
 pub enum UpstreamTransport {
-    /// A child process speaking MCP on stdin/stdout. It inherits this
-    /// process's environment plus `env`; its stderr goes to `tracing`.
+    /// A child process speaking MCP on stdin/stdout; its stderr goes to
+    /// `tracing`. Its environment starts empty: the variables of this process
+    /// named in [`INHERITED_ENV`] or `inherit_env` are copied, then `env` is
+    /// set, so this process's other variables (tokens, keys, other servers'
+    /// secrets) never reach it.
     Stdio {
-        /// The program to run.
+        /// The program to run (looked up on this process's `PATH`).
         command: String,
         /// Its arguments.
         args: Vec<String>,
-        /// Extra environment variables.
+        /// Environment variables set for it.
         env: BTreeMap<String, Secret>,
+        /// More variables to copy from this process's environment when set,
+        /// besides [`INHERITED_ENV`]: names, or patterns with `*`
+        /// (`"AWS_*"`).
+        inherit_env: Vec<String>,
         /// Working directory (default: this process's).
         cwd: Option<PathBuf>,
     },

@@ -36,6 +36,7 @@ pub(crate) enum Endpoint {
         command: String,
         args: Vec<String>,
         env: Vec<(String, Secret)>,
+        inherit_env: Vec<String>,
         cwd: Option<std::path::PathBuf>,
     },
     Http {
@@ -57,8 +58,10 @@ impl Endpoint {
                 command,
                 args,
                 env,
+                inherit_env,
                 cwd,
             } => {
+                super::env::check_patterns(inherit_env)?;
                 if command.trim().is_empty() {
                     return Err(toolexec::Error::invalid_request(
                         "transport.command",
@@ -69,6 +72,7 @@ impl Endpoint {
                     command: command.clone(),
                     args: args.clone(),
                     env: env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    inherit_env: inherit_env.clone(),
                     cwd: cwd.clone(),
                 })
             }
@@ -224,12 +228,16 @@ pub(crate) async fn open(
             command,
             args,
             env,
+            inherit_env,
             cwd,
         } => {
             let mut cmd = tokio::process::Command::new(command);
             // Never leave a server behind, even if the runtime goes away
             // before the graceful shutdown ran.
             cmd.args(args).kill_on_drop(true);
+            // Only the allow-listed part of this process's environment.
+            cmd.env_clear()
+                .envs(super::env::inherited(std::env::vars_os(), inherit_env));
             for (k, v) in env {
                 cmd.env(k, v.expose());
             }
