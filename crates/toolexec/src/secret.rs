@@ -201,26 +201,15 @@ mod tests {
         assert_eq!(format!("{:?}", Some(s)), "Some([redacted])");
     }
 
-    /// The time to compare does not grow with the secret: a short guess
-    /// against a 16 MiB secret takes no longer than hashing the guess (a
-    /// byte-by-byte loop over the longer of the two took milliseconds).
-    /// The fastest of several tries is used, so a preempted try cannot fail
-    /// it; the bound is two orders of magnitude above the expected time.
+    /// Length independence holds by construction (two 32-byte digests
+    /// meet in `ct_eq`), not by a timing test: what is checked here is that
+    /// secrets of any length compare by digest.
     #[test]
-    fn comparison_time_does_not_depend_on_the_secret_length() {
+    fn long_secrets_compare_by_digest() {
         let secret = Secret::new("k".repeat(16 << 20));
-        let fastest = (0..20)
-            .map(|_| {
-                let start = std::time::Instant::now();
-                assert!(!std::hint::black_box(&secret).constant_time_eq("x"));
-                start.elapsed()
-            })
-            .min()
-            .unwrap();
-        assert!(
-            fastest < std::time::Duration::from_millis(2),
-            "comparing against a 16 MiB secret took {fastest:?}"
-        );
+        assert!(!secret.constant_time_eq("x"));
+        assert!(secret.constant_time_eq(&"k".repeat(16 << 20)));
+        assert!(!secret.constant_time_eq(&"k".repeat((16 << 20) - 1)));
     }
 
     #[cfg(unix)]
