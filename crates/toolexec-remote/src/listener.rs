@@ -17,7 +17,7 @@ use axum::extract::connect_info::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;
@@ -30,17 +30,6 @@ use crate::server::{LocalAddr, ServerState};
 /// make the server hold: at most this many bytes are read before the
 /// signature in the head is checked.
 pub const READ_BUFFER_BYTES: usize = 16 << 10;
-
-/// Connections closed at once that get a lingering close: after the
-/// answer, the write side is shut and up to [`LINGER_BYTES`] of whatever
-/// the client still sends (a body the server refused to read) are read and
-/// discarded for up to [`LINGER`], so that closing with unread bytes does
-/// not reset the connection before the client has read the answer (a `401`
-/// or `503` sent before the body). Beyond this many at once, connections
-/// are closed at once.
-pub(crate) const LINGER_SLOTS: usize = 64;
-const LINGER: Duration = Duration::from_secs(2);
-const LINGER_BYTES: usize = 64 << 10;
 
 /// One connection's share of the server's gauges: activity for the idle
 /// timeout, and bytes read before its request was authenticated. Handed to
@@ -116,28 +105,15 @@ impl Drop for MeterInner {
     }
 }
 
-/// A socket whose reads and writes feed a [`ConnMeter`], closed with a
-/// lingering close when dropped.
+/// A socket whose reads and writes feed a [`ConnMeter`].
 struct MeteredIo {
-    /// Always `Some` until dropped.
-    inner: Option<TcpStream>,
+    inner: TcpStream,
     meter: ConnMeter,
 }
 
 impl MeteredIo {
-    fn tcp(&mut self) -> io::Result<Pin<&mut TcpStream>> {
-        self.inner
-            .as_mut()
-            .map(Pin::new)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
-    }
-}
-
-impl Drop for MeteredIo {
-    fn drop(&mut self) {
-        if let Some(tcp) = self.inner.take() {
-            linger_close(&self.meter.0.state, tcp, None);
-        }
+    fn tcp(&mut self) -> Pin<&mut TcpStream> {
+        Pin::new(&mut self.inner)
     }
 }
 
@@ -148,7 +124,7 @@ impl AsyncRead for MeteredIo {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let polled = self.tcp()?.poll_read(cx, buf);
+        let polled = self.tcp().poll_read(cx, buf);
         let read = buf.filled().len() - before;
         if read > 0 {
             self.meter.on_read(read);
@@ -163,7 +139,7 @@ impl AsyncWrite for MeteredIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let polled = self.tcp()?.poll_write(cx, buf);
+        let polled = self.tcp().poll_write(cx, buf);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.meter.touch();
         }
@@ -175,7 +151,7 @@ impl AsyncWrite for MeteredIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let polled = self.tcp()?.poll_write_vectored(cx, bufs);
+        let polled = self.tcp().poll_write_vectored(cx, bufs);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.meter.touch();
         }
@@ -183,15 +159,15 @@ impl AsyncWrite for MeteredIo {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.as_ref().is_some_and(|t| t.is_write_vectored())
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.tcp()?.poll_flush(cx)
+        self.tcp().poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.tcp()?.poll_shutdown(cx)
+        self.tcp().poll_shutdown(cx)
     }
 }
 
@@ -293,7 +269,7 @@ async fn connection(
     let local = tcp.local_addr().ok();
     let meter = ConnMeter::new(state.clone());
     let io = TokioIo::new(MeteredIo {
-        inner: Some(tcp),
+        inner: tcp,
         meter: meter.clone(),
     });
     let for_requests = meter.clone();
@@ -343,7 +319,9 @@ async fn connection(
     }
 }
 
-/// Answers a connection beyond the cap with `503 busy` and closes it.
+/// Answers a connection beyond the cap with `503 busy` and closes it. The
+/// answer is tiny and the socket's send buffer empty, so one non-blocking
+/// write sends it whole; nothing of the request is read.
 fn refuse(state: &ServerState, tcp: TcpStream) {
     state
         .counters
@@ -365,37 +343,5 @@ fn refuse(state: &ServerState, tcp: TcpStream) {
          content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    linger_close(state, tcp, Some(answer));
-}
-
-/// Writes `answer` (if any) and closes `tcp` with a lingering close when a
-/// slot is free (see [`LINGER_SLOTS`]), else at once.
-fn linger_close(state: &ServerState, mut tcp: TcpStream, answer: Option<String>) {
-    let slot = state.lingering.clone().try_acquire_owned();
-    let runtime = tokio::runtime::Handle::try_current();
-    let (Ok(slot), Ok(runtime)) = (slot, runtime) else {
-        if let Some(answer) = answer {
-            let _ = tcp.try_write(answer.as_bytes());
-        }
-        return;
-    };
-    runtime.spawn(async move {
-        let _slot = slot;
-        let _ = tokio::time::timeout(LINGER, async {
-            if let Some(answer) = answer {
-                tcp.write_all(answer.as_bytes()).await?;
-            }
-            tcp.shutdown().await?;
-            let mut sink = [0u8; 4096];
-            let mut left = LINGER_BYTES;
-            while left > 0 {
-                match tcp.read(&mut sink).await? {
-                    0 => break,
-                    n => left = left.saturating_sub(n),
-                }
-            }
-            io::Result::Ok(())
-        })
-        .await;
-    });
+    let _ = tcp.try_write(answer.as_bytes());
 }

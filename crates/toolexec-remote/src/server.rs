@@ -23,7 +23,7 @@ pub use crate::listener::READ_BUFFER_BYTES;
 use crate::error::{ApiError, ApiErrorCode};
 use crate::gate;
 use crate::nonce::NonceCache;
-use crate::{listener, session};
+use crate::session;
 
 /// Path of the run endpoint.
 pub const RUNS_PATH: &str = "/v1/runs";
@@ -144,8 +144,6 @@ pub(crate) struct ServerState {
     pub(crate) config: ServerConfig,
     pub(crate) nonces: NonceCache,
     runs: Arc<tokio::sync::Semaphore>,
-    /// Connections being closed with a lingering close.
-    pub(crate) lingering: Arc<tokio::sync::Semaphore>,
     pub(crate) counters: Counters,
 }
 
@@ -186,7 +184,6 @@ impl RuntimeServer {
             state: Arc::new(ServerState {
                 runtimes,
                 nonces: NonceCache::new(config.nonce_capacity),
-                lingering: Arc::new(tokio::sync::Semaphore::new(listener::LINGER_SLOTS)),
                 runs: Arc::new(tokio::sync::Semaphore::new(
                     config.max_concurrent_runs.max(1),
                 )),
