@@ -16,6 +16,14 @@ use support::{Background, Out, TempDir, run, run_with_input, toolexec};
 /// A key for the tests; long enough, never printed.
 const KEY: &str = "k3y-material-that-must-never-be-printed";
 
+/// Writes a key file only its owner may read (the CLI refuses others).
+fn write_key(dir: &TempDir, name: &str, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.write(name, text);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
 /// `toolexec ARGS` in `dir`, with `stdin`.
 fn cli(dir: &TempDir, args: &[&str], stdin: Option<&str>) -> Out {
     run_with_input(&mut toolexec(dir.path(), args), stdin)
@@ -24,7 +32,7 @@ fn cli(dir: &TempDir, args: &[&str], stdin: Option<&str>) -> Out {
 /// A runtime server in its own directory (no catalog of its own: built-ins
 /// off), with `KEY` in a key file. Returns it and its URL.
 fn start_server(dir: &TempDir) -> (Background, String) {
-    dir.write("server.key", &format!("{KEY}\n"));
+    write_key(dir, "server.key", &format!("{KEY}\n"));
     dir.write("server.toml", "[builtins]\nenabled = false\n");
     let mut server = Background::spawn(&mut toolexec(
         dir.path(),
@@ -111,7 +119,7 @@ fn remote_command_tools_and_hardened_scripts_run_on_the_server() {
         return;
     }
     let dir = TempDir::new("caller");
-    dir.write("caller.key", KEY);
+    write_key(&dir, "caller.key", KEY);
     dir.write("toolexec.toml", &caller_config(&url, "caller.key"));
 
     // The caller sees the remote runtime available and serving its profiles.
@@ -212,7 +220,7 @@ fn wrong_key_is_a_clear_error() {
     let (server, url) = start_server(&server_dir);
     let dir = TempDir::new("caller");
     let wrong = "another-key-also-never-printed-0000";
-    dir.write("caller.key", wrong);
+    write_key(&dir, "caller.key", wrong);
     dir.write("toolexec.toml", &caller_config(&url, "caller.key"));
     let out = cli(&dir, &["run", "remote:args", r#"{"a": "x"}"#], None);
     out.expect_code(1);
@@ -244,7 +252,7 @@ fn runtime_server_refuses_to_start_without_a_usable_key() {
     out.expect_code(2);
     assert!(out.stderr.contains("--key-file"), "{out}");
     // Both: also usage.
-    dir.write("k", KEY);
+    write_key(&dir, "k", KEY);
     let out = cli(
         &dir,
         &["runtime-server", "--key-file", "k", "--key-env", "X"],
@@ -253,9 +261,19 @@ fn runtime_server_refuses_to_start_without_a_usable_key() {
     out.expect_code(2);
     // Too short (the contents never appear), missing file, unset variable,
     // bad address, bad limits.
-    dir.write("short", "tiny-secret\n");
+    write_key(&dir, "short", "tiny-secret\n");
+    // Readable by others: refused, naming the file and its mode.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let shared = dir.write("shared.key", &format!("{KEY}\n"));
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
     let cases: &[(&[&str], &str)] = &[
         (&["--key-file", "short"], "key_file"),
+        (
+            &["--key-file", "shared.key"],
+            "shared.key is accessible by group or others (mode 0644)",
+        ),
         (&["--key-file", "missing"], "key_file"),
         (&["--key-env", "TOOLEXEC_TEST_SURELY_UNSET_KEY"], "key_env"),
         (&["--key-file", "k", "--listen", "nowhere"], "listen"),

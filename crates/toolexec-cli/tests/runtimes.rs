@@ -132,7 +132,11 @@ fn runtimes_lists_each_runtime_with_its_profiles() {
     // Configured: a root filesystem that does not exist, a docker socket
     // that does not exist, a remote server nobody listens on, a key file
     // that cannot be read, a key that is never printed.
-    dir.write("remote.key", "0123456789abcdef-never-printed\n");
+    let key = dir.write("remote.key", "0123456789abcdef-never-printed\n");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     dir.write(
         "toolexec.toml",
         "[runtimes.oci]\nrootfs = \"no-such-rootfs\"\n\

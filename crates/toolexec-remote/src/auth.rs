@@ -4,16 +4,20 @@
 //! by `\n`, after a fixed version line:
 //!
 //! ```text
-//! toolexec-remote-v1
+//! toolexec-remote-v2
 //! <METHOD>
 //! <authority: the Host header, e.g. 10.0.0.5:7878>
 //! <path and query, as sent>
 //! <timestamp: unix seconds>
 //! <nonce>
-//! <lowercase hex SHA-256 of the body>
+//! <the x-toolexec-content-sha256 header: lowercase hex SHA-256 of the body>
 //! ```
 //!
-//! The signature header is `v1=<lowercase hex HMAC-SHA256(key, canonical)>`.
+//! The signature header is `v2=<lowercase hex HMAC-SHA256(key, canonical)>`.
+//! Because the body's digest travels in a signed header, the server
+//! authenticates a request (signature, freshness, nonce) from its head
+//! alone, before it reads a byte of the body, and then checks the body
+//! against the digest.
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -28,19 +32,25 @@ pub const SIGNATURE_HEADER: &str = "x-toolexec-signature";
 pub const TIMESTAMP_HEADER: &str = "x-toolexec-timestamp";
 /// Header carrying the nonce (16 to 128 characters of `[A-Za-z0-9_-]`).
 pub const NONCE_HEADER: &str = "x-toolexec-nonce";
+/// Header carrying the lowercase hex SHA-256 of the body (signed).
+pub const CONTENT_SHA256_HEADER: &str = "x-toolexec-content-sha256";
 /// First line of the canonical string.
-pub const CANONICAL_VERSION: &str = "toolexec-remote-v1";
+pub const CANONICAL_VERSION: &str = "toolexec-remote-v2";
+/// Prefix of the signature header's value.
+pub const SIGNATURE_PREFIX: &str = "v2=";
 /// Shortest accepted key, in bytes.
 pub const MIN_KEY_BYTES: usize = 16;
 
-/// The three signing headers of one request.
+/// The four signing headers of one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Signature {
     /// Unix seconds.
     pub timestamp: u64,
     /// Random, unique per request.
     pub nonce: String,
-    /// `v1=<hex>`.
+    /// Lowercase hex SHA-256 of the body ([`body_sha256`]).
+    pub content_sha256: String,
+    /// `v2=<hex>`.
     pub signature: String,
 }
 
@@ -57,25 +67,53 @@ pub struct Target<'a> {
     pub path_and_query: &'a str,
 }
 
-/// The canonical string that is signed.
+/// The lowercase hex SHA-256 of `body`: the value of
+/// [`CONTENT_SHA256_HEADER`].
 ///
 /// ```
-/// use toolexec_remote::auth::{canonical_string, Target};
+/// assert_eq!(
+///     toolexec_remote::auth::body_sha256(b""),
+///     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+/// );
+/// ```
+pub fn body_sha256(body: &[u8]) -> String {
+    hex(&Sha256::digest(body))
+}
+
+/// Whether `digest` has the shape of [`body_sha256`]'s output (64
+/// lowercase hex digits).
+pub fn valid_sha256(digest: &str) -> bool {
+    digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The canonical string that is signed; `content_sha256` is the body's
+/// digest as sent in [`CONTENT_SHA256_HEADER`].
+///
+/// ```
+/// use toolexec_remote::auth::{body_sha256, canonical_string, Target};
 /// let target = Target { method: "POST", authority: "127.0.0.1:7878", path_and_query: "/v1/runs" };
-/// let s = canonical_string(target, 1700000000, "abcdefghijklmnop", b"");
+/// let s = canonical_string(target, 1700000000, "abcdefghijklmnop", &body_sha256(b""));
 /// assert_eq!(s.lines().count(), 7);
+/// assert_eq!(s.lines().next(), Some("toolexec-remote-v2"));
 /// assert_eq!(s.lines().nth(2), Some("127.0.0.1:7878"));
 /// assert!(s.ends_with("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
 /// ```
-pub fn canonical_string(target: Target<'_>, timestamp: u64, nonce: &str, body: &[u8]) -> String {
+pub fn canonical_string(
+    target: Target<'_>,
+    timestamp: u64,
+    nonce: &str,
+    content_sha256: &str,
+) -> String {
     let Target {
         method,
         authority,
         path_and_query,
     } = target;
     format!(
-        "{CANONICAL_VERSION}\n{method}\n{authority}\n{path_and_query}\n{timestamp}\n{nonce}\n{}",
-        hex(&Sha256::digest(body))
+        "{CANONICAL_VERSION}\n{method}\n{authority}\n{path_and_query}\n{timestamp}\n{nonce}\n{content_sha256}"
     )
 }
 
@@ -98,29 +136,32 @@ pub fn sign_at(
     timestamp: u64,
     nonce: &str,
 ) -> Signature {
+    let content_sha256 = body_sha256(body);
     let mut mac = mac(key);
-    mac.update(canonical_string(target, timestamp, nonce, body).as_bytes());
+    mac.update(canonical_string(target, timestamp, nonce, &content_sha256).as_bytes());
     Signature {
         timestamp,
         nonce: nonce.to_owned(),
-        signature: format!("v1={}", hex(&mac.finalize().into_bytes())),
+        content_sha256,
+        signature: format!("{SIGNATURE_PREFIX}{}", hex(&mac.finalize().into_bytes())),
     }
 }
 
-/// Checks `signature` (`v1=<hex>`) in constant time.
+/// Checks `signature` (`v2=<hex>`) in constant time, over the body's
+/// digest as sent (the body itself is checked against it once read).
 pub fn verify(
     key: &Secret,
     target: Target<'_>,
-    body: &[u8],
+    content_sha256: &str,
     timestamp: u64,
     nonce: &str,
     signature: &str,
 ) -> bool {
-    let Some(bytes) = signature.strip_prefix("v1=").and_then(unhex) else {
+    let Some(bytes) = signature.strip_prefix(SIGNATURE_PREFIX).and_then(unhex) else {
         return false;
     };
     let mut mac = mac(key);
-    mac.update(canonical_string(target, timestamp, nonce, body).as_bytes());
+    mac.update(canonical_string(target, timestamp, nonce, content_sha256).as_bytes());
     // `verify_slice` compares in constant time.
     mac.verify_slice(&bytes).is_ok()
 }
@@ -211,10 +252,63 @@ pub enum KeyError {
     /// Shorter than [`MIN_KEY_BYTES`].
     #[error("invalid_request: key from {0} is shorter than {MIN_KEY_BYTES} bytes")]
     TooShort(String),
+    /// The file grants access to group or others (any bit of `0o077`): anyone
+    /// who can read it could sign requests, so it is refused, as ssh refuses
+    /// such private keys.
+    #[error(
+        "invalid_request: key file {path} is accessible by group or others (mode {mode:04o}); \
+         make it private to its owner, e.g. chmod 600 {path}"
+    )]
+    Permissions {
+        /// The file.
+        path: String,
+        /// Its permission bits (`st_mode & 0o7777`).
+        mode: u32,
+    },
+}
+
+/// Largest key file read; a longer one is refused (`/dev/zero` is not a key).
+pub const MAX_KEY_FILE_BYTES: u64 = 64 << 10;
+
+/// Reads a key file after checking, on the opened file, that only its
+/// owner may access it.
+fn read_key_file(path: &std::path::Path) -> Result<String, KeyError> {
+    use std::io::Read;
+    let shown = || path.display().to_string();
+    let failed = |reason: String| KeyError::File {
+        path: shown(),
+        reason,
+    };
+    let file = std::fs::File::open(path).map_err(|e| failed(e.to_string()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = file
+            .metadata()
+            .map_err(|e| failed(e.to_string()))?
+            .permissions()
+            .mode()
+            & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(KeyError::Permissions {
+                path: shown(),
+                mode,
+            });
+        }
+    }
+    let mut text = String::new();
+    file.take(MAX_KEY_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| failed(e.to_string()))?;
+    if text.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err(failed(format!("larger than {MAX_KEY_FILE_BYTES} bytes")));
+    }
+    Ok(text)
 }
 
 impl KeySource {
-    /// Reads the key.
+    /// Reads the key. A key file must be private to its owner (no
+    /// permission bits for group or others, [`KeyError::Permissions`]).
     ///
     /// ```
     /// use toolexec_remote::auth::{KeyError, KeySource};
@@ -223,13 +317,7 @@ impl KeySource {
     /// ```
     pub fn load(&self) -> Result<Secret, KeyError> {
         let (value, from) = match self {
-            KeySource::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| KeyError::File {
-                    path: path.display().to_string(),
-                    reason: e.to_string(),
-                })?;
-                (text, format!("file {}", path.display()))
-            }
+            KeySource::File(path) => (read_key_file(path)?, format!("file {}", path.display())),
             KeySource::Env(name) => (
                 std::env::var(name).map_err(|_| KeyError::Env(name.clone()))?,
                 format!("variable {name}"),
@@ -263,10 +351,11 @@ mod tests {
         let key = Secret::new("0123456789abcdef0123");
         let good = target("POST", "10.0.0.1:7878", "/v1/runs");
         let sig = sign_at(&key, good, b"{}", 100, "nonce-nonce-nonce");
+        assert_eq!(sig.content_sha256, body_sha256(b"{}"));
         assert!(verify(
             &key,
             good,
-            b"{}",
+            &body_sha256(b"{}"),
             100,
             "nonce-nonce-nonce",
             &sig.signature
@@ -330,7 +419,7 @@ mod tests {
             ),
         ] {
             assert!(
-                !verify(&key, target(m, a, p), b, t, n, &sig.signature),
+                !verify(&key, target(m, a, p), &body_sha256(b), t, n, &sig.signature),
                 "{m} {a} {p} {t} {n}"
             );
         }
@@ -338,13 +427,39 @@ mod tests {
         assert!(!verify(
             &other,
             good,
-            b"{}",
+            &body_sha256(b"{}"),
             100,
             "nonce-nonce-nonce",
             &sig.signature
         ));
-        for bad in ["", "v1=", "v1=zz", "v2=00", "v1=abc", &sig.signature[3..]] {
-            assert!(!verify(&key, good, b"{}", 100, "nonce-nonce-nonce", bad));
+        // A version-1 signature over the same string is not accepted.
+        let v1 = format!("v1={}", &sig.signature[3..]);
+        for bad in [
+            "",
+            "v2=",
+            "v2=zz",
+            "v1=00",
+            "v2=abc",
+            &sig.signature[3..],
+            &v1,
+        ] {
+            assert!(!verify(
+                &key,
+                good,
+                &body_sha256(b"{}"),
+                100,
+                "nonce-nonce-nonce",
+                bad
+            ));
+        }
+        assert!(valid_sha256(&sig.content_sha256));
+        for bad in [
+            "",
+            "abc",
+            &sig.content_sha256.to_uppercase(),
+            &"g".repeat(64),
+        ] {
+            assert!(!valid_sha256(bad), "{bad}");
         }
     }
 
@@ -357,20 +472,60 @@ mod tests {
         assert!(!valid_nonce(&"a".repeat(129)));
     }
 
+    fn write_private(path: &std::path::Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
     #[test]
     fn key_file_trailing_newline_and_short_keys() {
         let dir = std::env::temp_dir().join(format!("toolexec-remote-key-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("key");
-        std::fs::write(&path, "0123456789abcdef-key\n").unwrap();
+        write_private(&path, "0123456789abcdef-key\n");
         let key = KeySource::File(path.clone()).load().unwrap();
         assert_eq!(key.expose(), "0123456789abcdef-key");
-        std::fs::write(&path, "short\n").unwrap();
+        write_private(&path, "short\n");
         let err = KeySource::File(path.clone()).load().unwrap_err();
         assert!(matches!(err, KeyError::TooShort(_)));
         assert!(!err.to_string().contains("short\n"));
         let missing = KeySource::File(dir.join("missing")).load().unwrap_err();
         assert!(matches!(missing, KeyError::File { .. }));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A key file others may read (or write) is refused, naming the path
+    /// and the mode; the key never appears. Root reads any file, so the
+    /// check is on the mode, not on whether opening fails.
+    #[test]
+    fn key_files_accessible_by_others_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir =
+            std::env::temp_dir().join(format!("toolexec-remote-key-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("key");
+        write_private(&path, "0123456789abcdef-secret-key\n");
+        assert!(KeySource::File(path.clone()).load().is_ok());
+        for mode in [0o644, 0o640, 0o604, 0o660, 0o602, 0o610] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = KeySource::File(path.clone()).load().unwrap_err();
+            assert_eq!(
+                err,
+                KeyError::Permissions {
+                    path: path.display().to_string(),
+                    mode
+                },
+                "{mode:o}"
+            );
+            let text = err.to_string();
+            assert!(text.starts_with("invalid_request: "), "{text}");
+            assert!(text.contains(&path.display().to_string()), "{text}");
+            assert!(text.contains(&format!("{mode:04o}")), "{text}");
+            assert!(!text.contains("secret-key"), "{text}");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert!(KeySource::File(path.clone()).load().is_ok());
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

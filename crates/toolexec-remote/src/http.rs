@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use toolexec::Secret;
 
-use crate::auth::{self, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use crate::auth::{self, CONTENT_SHA256_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use crate::error::{ApiError, ApiErrorCode, ApiErrorEnvelope};
 use crate::server::UPGRADE_PROTOCOL;
 
@@ -116,7 +116,8 @@ pub(crate) async fn send(
             .header(header::HOST, &endpoint.authority)
             .header(SIGNATURE_HEADER, &signature.signature)
             .header(TIMESTAMP_HEADER, signature.timestamp.to_string())
-            .header(NONCE_HEADER, &signature.nonce);
+            .header(NONCE_HEADER, &signature.nonce)
+            .header(CONTENT_SHA256_HEADER, &signature.content_sha256);
         if !body.is_empty() {
             builder = builder.header(header::CONTENT_TYPE, "application/json");
         }

@@ -6,13 +6,19 @@
 //! [`toolexec_runtime::Runtime`] named `remote`) that sends units there.
 //!
 //! - **Signed requests**: HMAC-SHA256 over method, authority (`Host`),
-//!   path, timestamp, nonce and body ([`auth`]); the server checks the
-//!   headers before reading the body and refuses missing or wrong
-//!   signatures, requests addressed to another server, timestamps outside
-//!   the allowed skew and replayed nonces with `401`, oversized bodies with
-//!   `413`, slow ones with `408`, malformed ones and limits above the
-//!   server's ceilings ([`LimitCeilings`]) with `400`, each with a typed
-//!   JSON error ([`ApiError`]).
+//!   path, timestamp, nonce and the body's SHA-256, sent in a header
+//!   ([`auth`]); the server authenticates the head (signature, freshness,
+//!   nonce) before reading a byte of the body, then checks the body against
+//!   the signed digest. It refuses missing or wrong signatures, requests
+//!   addressed to another server, timestamps outside the allowed skew and
+//!   replayed nonces with `401`, oversized bodies with `413`, slow ones
+//!   with `408`, malformed ones and limits above the server's ceilings
+//!   ([`LimitCeilings`]) with `400`, each with a typed JSON error
+//!   ([`ApiError`]).
+//! - **Bounded connections**: a cap on open connections (`503 busy`
+//!   beyond it), header-read and idle timeouts, and at most
+//!   [`server::READ_BUFFER_BYTES`] read from a connection before its
+//!   signature is checked.
 //! - **One connection per run**: `POST /v1/runs` with the signed request,
 //!   upgraded (`101`) to a full-duplex stream of length-prefixed JSON frames
 //!   ([`wire`]): the server sends output, tool-call requests and the
@@ -32,7 +38,9 @@ pub mod auth;
 mod ceilings;
 mod client;
 mod error;
+mod gate;
 mod http;
+mod listener;
 pub mod nonce;
 pub mod server;
 mod session;

@@ -9,19 +9,20 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::Connected;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use toolexec::Secret;
 use toolexec_runtime::{RunRequest, Runtime, Runtimes};
 
 pub use crate::ceilings::LimitCeilings;
+pub use crate::listener::READ_BUFFER_BYTES;
 
-use crate::auth::{self, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use crate::error::{ApiError, ApiErrorCode};
-use crate::nonce::{NonceCache, NonceRejection};
+use crate::gate;
+use crate::nonce::NonceCache;
 use crate::session;
 
 /// Path of the run endpoint.
@@ -39,10 +40,12 @@ pub struct ServerConfig {
     /// Accepted distance between a request's timestamp and the server's
     /// clock, either way (default 30 s).
     pub max_clock_skew: Duration,
-    /// Largest accepted body (default 4 MiB); more is `413`.
+    /// Largest accepted body (default 4 MiB); more is `413`. Only read
+    /// once the request's head is authenticated.
     pub max_body_bytes: usize,
     /// Nonces remembered (default 65 536); when all are live, new requests
-    /// get `503 busy` rather than the cache forgetting one.
+    /// get `503 busy` rather than the cache forgetting one. A nonce is kept
+    /// until `timestamp + max_clock_skew + body_timeout`.
     pub nonce_capacity: usize,
     /// Runs at once (default 16); more get `503 busy`.
     pub max_concurrent_runs: usize,
@@ -54,6 +57,16 @@ pub struct ServerConfig {
     /// How long reading a request's body may take (default 30 s); slower
     /// is `408 request_timeout`.
     pub body_timeout: Duration,
+    /// Connections open at once, not counting upgraded runs (default
+    /// 256); one more is answered `503 busy` and closed. (Used by
+    /// [`RuntimeServer::serve`].)
+    pub max_connections: usize,
+    /// How long a connection may take to send its request head (default
+    /// 10 s), from the moment it is accepted; then it is closed.
+    pub header_timeout: Duration,
+    /// A connection not yet upgraded on which nothing is read or written
+    /// for this long (default 30 s) is closed.
+    pub idle_timeout: Duration,
     /// The authorities (`host:port`, as in the `Host` header the client
     /// sends and signs) this server answers to. A request signed for any
     /// other is refused, so a request captured on its way to another
@@ -76,6 +89,9 @@ impl ServerConfig {
             cleanup_grace: Duration::from_secs(5),
             max_limits: LimitCeilings::default(),
             body_timeout: Duration::from_secs(30),
+            max_connections: 256,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
             hosts: Vec::new(),
         }
     }
@@ -94,21 +110,39 @@ pub struct ServerStats {
     pub runs_active: u64,
     /// Runs whose caller disconnected before the outcome.
     pub runs_abandoned: u64,
+    /// Connections open now, not counting upgraded runs.
+    pub connections_open: u64,
+    /// Connections refused with `503 busy` because
+    /// [`ServerConfig::max_connections`] were open.
+    pub connections_refused: u64,
+    /// Connections closed by the header-read or the idle timeout.
+    pub connections_timed_out: u64,
+    /// Bytes read now from connections whose request is not authenticated
+    /// (yet): what clients without the key make the server hold. At most
+    /// [`READ_BUFFER_BYTES`] per open connection.
+    pub unauthenticated_bytes: u64,
+    /// The highest [`ServerStats::unauthenticated_bytes`] seen.
+    pub unauthenticated_bytes_peak: u64,
 }
 
 #[derive(Default)]
 pub(crate) struct Counters {
     requests: AtomicU64,
-    rejected: AtomicU64,
+    pub(crate) rejected: AtomicU64,
     pub(crate) runs_started: AtomicU64,
     pub(crate) runs_active: AtomicU64,
     pub(crate) runs_abandoned: AtomicU64,
+    pub(crate) connections_open: AtomicU64,
+    pub(crate) connections_refused: AtomicU64,
+    pub(crate) connections_timed_out: AtomicU64,
+    pub(crate) unauthenticated_bytes: AtomicU64,
+    pub(crate) unauthenticated_bytes_peak: AtomicU64,
 }
 
 pub(crate) struct ServerState {
     pub(crate) runtimes: Runtimes,
     pub(crate) config: ServerConfig,
-    nonces: NonceCache,
+    pub(crate) nonces: NonceCache,
     runs: Arc<tokio::sync::Semaphore>,
     pub(crate) counters: Counters,
 }
@@ -162,8 +196,11 @@ impl RuntimeServer {
     /// The axum router (`POST /v1/runs`, `GET /v1/health`). Serve it with
     /// upgrades enabled (`axum::serve` does). Without
     /// [`ServerConfig::hosts`], serve it through
-    /// `into_make_service_with_connect_info::<LocalAddr>()` (as
-    /// [`RuntimeServer::serve`] does), else every request is refused.
+    /// `into_make_service_with_connect_info::<LocalAddr>()`, else every
+    /// request is refused. Served this way, the connection limits
+    /// ([`ServerConfig::max_connections`], `header_timeout`,
+    /// `idle_timeout`) are the caller's to enforce; [`RuntimeServer::serve`]
+    /// enforces them.
     pub fn router(&self) -> Router {
         Router::new()
             .route(RUNS_PATH, post(run_handler))
@@ -172,19 +209,17 @@ impl RuntimeServer {
             .with_state(self.state.clone())
     }
 
-    /// Serves on `listener` until `shutdown` resolves. Runs in flight are
-    /// not waited for; their units stop when their connections close.
+    /// Serves on `listener` until `shutdown` resolves, one request per
+    /// connection, with the connection cap and the header-read and idle
+    /// timeouts of the config. Runs in flight are not waited for; their
+    /// units stop when their connections close.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let service = self
-            .router()
-            .into_make_service_with_connect_info::<LocalAddr>();
-        axum::serve(listener, service)
-            .with_graceful_shutdown(shutdown)
-            .await
+        let router = self.router();
+        crate::listener::serve(self.state, router, listener, shutdown).await
     }
 
     /// A snapshot of the counters.
@@ -196,6 +231,11 @@ impl RuntimeServer {
             runs_started: c.runs_started.load(Ordering::Relaxed),
             runs_active: c.runs_active.load(Ordering::Relaxed),
             runs_abandoned: c.runs_abandoned.load(Ordering::Relaxed),
+            connections_open: c.connections_open.load(Ordering::Relaxed),
+            connections_refused: c.connections_refused.load(Ordering::Relaxed),
+            connections_timed_out: c.connections_timed_out.load(Ordering::Relaxed),
+            unauthenticated_bytes: c.unauthenticated_bytes.load(Ordering::Relaxed),
+            unauthenticated_bytes_peak: c.unauthenticated_bytes_peak.load(Ordering::Relaxed),
         }
     }
 }
@@ -217,23 +257,6 @@ fn reject(state: &ServerState, error: ApiError) -> Response {
     error.into_response()
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a str, ApiError> {
-    let value = headers.get(name).ok_or_else(|| {
-        ApiError::new(
-            ApiErrorCode::MissingSignature,
-            Some(name),
-            format!("missing_signature: header {name} is required"),
-        )
-    })?;
-    value.to_str().map_err(|_| {
-        ApiError::new(
-            ApiErrorCode::BadSignature,
-            Some(name),
-            format!("bad_signature: header {name} is not ASCII"),
-        )
-    })
-}
-
 /// The local address a connection arrived on: the server's own authority
 /// when [`ServerConfig::hosts`] is empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,206 +273,32 @@ impl Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for Loc
     }
 }
 
-/// The signing headers of a request, checked for shape, time window and
-/// authority before its body is read.
-struct Signed {
-    signature: String,
-    timestamp: u64,
-    nonce: String,
-    authority: String,
-}
-
-/// Checks everything about the signature that does not need the body:
-/// headers present and well formed, timestamp in the window, nonce shape,
-/// and that the request is addressed to this server.
-fn check_headers(state: &ServerState, request: &Request) -> Result<Signed, ApiError> {
-    let headers = request.headers();
-    let signature = header_str(headers, SIGNATURE_HEADER)?;
-    let timestamp = header_str(headers, TIMESTAMP_HEADER)?;
-    let nonce = header_str(headers, NONCE_HEADER)?;
-    let authority = header_str(headers, header::HOST.as_str())?;
-    if !signature.starts_with("v1=") || signature.len() != 3 + 64 {
-        return Err(ApiError::new(
-            ApiErrorCode::BadSignature,
-            Some(SIGNATURE_HEADER),
-            "bad_signature: expected v1= and 64 hex digits",
-        ));
-    }
-    let timestamp: u64 = timestamp.parse().map_err(|_| {
-        ApiError::new(
-            ApiErrorCode::ExpiredTimestamp,
-            Some(TIMESTAMP_HEADER),
-            "expired_timestamp: not a number of unix seconds",
-        )
-    })?;
-    let now = auth::unix_now();
-    let skew = state.config.max_clock_skew.as_secs();
-    if timestamp.abs_diff(now) > skew {
-        return Err(ApiError::new(
-            ApiErrorCode::ExpiredTimestamp,
-            Some(TIMESTAMP_HEADER),
-            format!("expired_timestamp: {timestamp} is more than {skew} s from the server's clock"),
-        ));
-    }
-    if !auth::valid_nonce(nonce) {
-        return Err(ApiError::new(
-            ApiErrorCode::ReplayedNonce,
-            Some(NONCE_HEADER),
-            "replayed_nonce: the nonce must be 16 to 128 characters of [A-Za-z0-9_-]",
-        ));
-    }
-    let local = request
-        .extensions()
-        .get::<ConnectInfo<LocalAddr>>()
-        .map(|c| c.0.0.to_string());
-    let ours = if state.config.hosts.is_empty() {
-        local.is_some_and(|l| l.eq_ignore_ascii_case(authority))
-    } else {
-        state
-            .config
-            .hosts
-            .iter()
-            .any(|h| h.eq_ignore_ascii_case(authority))
-    };
-    if !ours {
-        return Err(ApiError::new(
-            ApiErrorCode::BadSignature,
-            Some("host"),
-            format!(
-                "bad_signature: the request is addressed to {authority:?}, which is not this server"
-            ),
-        ));
-    }
-    Ok(Signed {
-        signature: signature.to_owned(),
-        timestamp,
-        nonce: nonce.to_owned(),
-        authority: authority.to_owned(),
-    })
-}
-
-/// Checks the signature over the body and records the nonce.
-fn authenticate(
-    state: &ServerState,
-    request: &Request,
-    signed: &Signed,
-    body: &[u8],
-) -> Result<(), ApiError> {
-    let path = request
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let target = auth::Target {
-        method: request.method().as_str(),
-        authority: &signed.authority,
-        path_and_query: path,
-    };
-    if !auth::verify(
-        &state.config.key,
-        target,
-        body,
-        signed.timestamp,
-        &signed.nonce,
-        &signed.signature,
-    ) {
-        return Err(ApiError::new(
-            ApiErrorCode::BadSignature,
-            Some(SIGNATURE_HEADER),
-            "bad_signature: the signature does not match the request",
-        ));
-    }
-    // Only signed requests reach the cache, so nobody without the key can
-    // fill it. A nonce is kept until its timestamp leaves the window.
-    let expires = signed.timestamp + state.config.max_clock_skew.as_secs();
-    match state
-        .nonces
-        .check_and_insert(&signed.nonce, expires, auth::unix_now())
-    {
-        Ok(()) => Ok(()),
-        Err(NonceRejection::Replayed) => Err(ApiError::new(
-            ApiErrorCode::ReplayedNonce,
-            Some(NONCE_HEADER),
-            "replayed_nonce: this nonce was already used",
-        )),
-        Err(NonceRejection::Full) => Err(ApiError::new(
-            ApiErrorCode::Busy,
-            None,
-            "busy: too many recent requests; retry later",
-        )),
-    }
-}
-
-/// Reads the body, refusing more than the limit with `413` and a body
-/// slower than [`ServerConfig::body_timeout`] with `408`.
-async fn read_body(state: &ServerState, request: Request) -> Result<(Request, Vec<u8>), ApiError> {
-    let max = state.config.max_body_bytes;
-    let too_large = || {
-        ApiError::new(
-            ApiErrorCode::BodyTooLarge,
-            Some("body"),
-            format!("body_too_large: the body is larger than {max} bytes"),
-        )
-    };
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return Err(too_large());
-    }
-    let (parts, body) = request.into_parts();
-    let timeout = state.config.body_timeout;
-    let bytes = tokio::time::timeout(timeout, axum::body::to_bytes(body, max))
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                ApiErrorCode::RequestTimeout,
-                Some("body"),
-                format!(
-                    "request_timeout: the body did not arrive within {} ms",
-                    timeout.as_millis()
-                ),
-            )
-        })?
-        .map_err(|_| too_large())?;
-    Ok((Request::from_parts(parts, Body::empty()), bytes.to_vec()))
-}
-
-/// Headers first, then the body, then the signature over it.
-async fn signed_body(
-    state: &ServerState,
-    request: Request,
-) -> Result<(Request, Vec<u8>), ApiError> {
-    let signed = check_headers(state, &request)?;
-    let (request, body) = read_body(state, request).await?;
-    authenticate(state, &request, &signed, &body)?;
-    Ok((request, body))
-}
-
 async fn health_handler(State(state): State<Arc<ServerState>>, request: Request) -> Response {
     state.counters.requests.fetch_add(1, Ordering::Relaxed);
-    if let Err(e) = signed_body(&state, request).await {
+    let checked = match gate::authenticate_head(&state, &request) {
+        // A health check has no body.
+        Ok(authenticated) => gate::read_body(&state, request, 0, &authenticated)
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = checked {
         return reject(&state, e);
     }
     let runtimes = state.runtimes.list();
     axum::Json(serde_json::json!({"status": "ok", "runtimes": runtimes})).into_response()
 }
 
+/// Head first (signature, freshness, nonce), then a run slot, and only
+/// then the body: a request without the key, or one beyond the run cap,
+/// costs the server no body reading.
 async fn run_handler(State(state): State<Arc<ServerState>>, mut request: Request) -> Response {
     state.counters.requests.fetch_add(1, Ordering::Relaxed);
     let on_upgrade = request
         .extensions_mut()
         .remove::<hyper::upgrade::OnUpgrade>();
-    let (request, body) = match signed_body(&state, request).await {
-        Ok(read) => read,
-        Err(e) => return reject(&state, e),
-    };
-    let run_request = match parse_request(&body)
-        .and_then(|r| state.config.max_limits.check(&r.limits).map(|()| r))
-    {
-        Ok(r) => r,
+    let authenticated = match gate::authenticate_head(&state, &request) {
+        Ok(authenticated) => authenticated,
         Err(e) => return reject(&state, e),
     };
     let wants_upgrade = request
@@ -469,6 +318,33 @@ async fn run_handler(State(state): State<Arc<ServerState>>, mut request: Request
             ),
         );
     };
+    // The run slot is taken before the body is read, so bodies being read
+    // are bounded by `max_concurrent_runs × max_body_bytes`.
+    let Ok(permit) = state.runs.clone().try_acquire_owned() else {
+        return reject(
+            &state,
+            ApiError::new(
+                ApiErrorCode::Busy,
+                None,
+                format!(
+                    "busy: {} runs are in flight; retry later",
+                    state.config.max_concurrent_runs
+                ),
+            ),
+        );
+    };
+    let body =
+        match gate::read_body(&state, request, state.config.max_body_bytes, &authenticated).await {
+            Ok((_, body)) => body,
+            Err(e) => return reject(&state, e),
+        };
+    let run_request = match parse_request(&body)
+        .and_then(|r| state.config.max_limits.check(&r.limits).map(|()| r))
+    {
+        Ok(r) => r,
+        Err(e) => return reject(&state, e),
+    };
+    drop(body);
     let runtime: Arc<dyn Runtime> = match state
         .runtimes
         .select(run_request.profile, run_request.unit.kind())
@@ -484,19 +360,6 @@ async fn run_handler(State(state): State<Arc<ServerState>>, mut request: Request
                 },
             );
         }
-    };
-    let Ok(permit) = state.runs.clone().try_acquire_owned() else {
-        return reject(
-            &state,
-            ApiError::new(
-                ApiErrorCode::Busy,
-                None,
-                format!(
-                    "busy: {} runs are in flight; retry later",
-                    state.config.max_concurrent_runs
-                ),
-            ),
-        );
     };
     let session_state = state.clone();
     tokio::spawn(async move {

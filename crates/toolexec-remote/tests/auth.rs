@@ -8,7 +8,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use toolexec::{ErrorCode, Exec, Secret};
-use toolexec_remote::auth::{self, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use toolexec_remote::auth::{
+    self, CONTENT_SHA256_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+};
 use toolexec_remote::{RemoteRuntime, ServerConfig};
 use toolexec_runtime::{CommandUnit, RunStatus, RuntimeLimits, Unit};
 
@@ -79,6 +81,7 @@ async fn raw_to(
         (SIGNATURE_HEADER, sig.signature.clone()),
         (TIMESTAMP_HEADER, sig.timestamp.to_string()),
         (NONCE_HEADER, sig.nonce.clone()),
+        (CONTENT_SHA256_HEADER, sig.content_sha256.clone()),
     ] {
         if s.omit != Some(name) {
             builder = builder.header(name, value);
@@ -122,7 +125,12 @@ async fn refusals_have_their_status_code_and_field() {
     let (status, _) = raw(addr, "POST", "/v1/runs", GOOD, &Signing::good()).await;
     assert_eq!(status, 101, "a good request is accepted");
 
-    for header in [SIGNATURE_HEADER, TIMESTAMP_HEADER, NONCE_HEADER] {
+    for header in [
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        NONCE_HEADER,
+        CONTENT_SHA256_HEADER,
+    ] {
         let s = Signing {
             omit: Some(header),
             ..Signing::good()
@@ -147,12 +155,29 @@ async fn refusals_have_their_status_code_and_field() {
     );
     assert!(!body.to_string().contains(KEY));
 
-    // A body swapped after signing: the server hashes what it got.
+    // A body swapped after signing: the server hashes what it got and
+    // compares it with the signed digest.
     let tampered = br#"{"unit": {"kind": "command", "argv": ["false"]}, "profile": "dev"}"#;
-    let (status, body) = raw_mismatch(addr, tampered, &Signing::good()).await;
+    let (status, body) = raw_mismatch(addr, tampered, None, &Signing::good()).await;
+    assert_eq!(
+        (status, code(&body)),
+        (401, ("bad_signature", CONTENT_SHA256_HEADER)),
+        "{body}"
+    );
+    // The digest header swapped too: the signature no longer matches.
+    let digest = auth::body_sha256(tampered);
+    let (status, body) = raw_mismatch(addr, tampered, Some(&digest), &Signing::good()).await;
     assert_eq!(
         (status, code(&body)),
         (401, ("bad_signature", SIGNATURE_HEADER)),
+        "{body}"
+    );
+    // A digest that is not 64 lowercase hex digits.
+    let upper = auth::body_sha256(GOOD).to_uppercase();
+    let (status, body) = raw_mismatch(addr, GOOD, Some(&upper), &Signing::good()).await;
+    assert_eq!(
+        (status, code(&body)),
+        (401, ("bad_signature", CONTENT_SHA256_HEADER)),
         "{body}"
     );
 
@@ -259,8 +284,14 @@ async fn refusals_have_their_status_code_and_field() {
     assert_eq!(server.server.stats().runs_started, 2);
 }
 
-/// A request whose signature covers `GOOD`, sent with `body`.
-async fn raw_mismatch(addr: std::net::SocketAddr, body: &[u8], s: &Signing) -> (u16, Value) {
+/// A request whose signature covers `GOOD`, sent with `body` and with the
+/// digest header `digest` (else `GOOD`'s, as signed).
+async fn raw_mismatch(
+    addr: std::net::SocketAddr,
+    body: &[u8],
+    digest: Option<&str>,
+    s: &Signing,
+) -> (u16, Value) {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
@@ -280,6 +311,9 @@ async fn raw_mismatch(addr: std::net::SocketAddr, body: &[u8], s: &Signing) -> (
         .header(SIGNATURE_HEADER, sig.signature)
         .header(TIMESTAMP_HEADER, sig.timestamp.to_string())
         .header(NONCE_HEADER, sig.nonce)
+        .header(CONTENT_SHA256_HEADER, digest.unwrap_or(&sig.content_sha256))
+        .header("connection", "upgrade")
+        .header("upgrade", "toolexec-run.v1")
         .body(Full::new(Bytes::copy_from_slice(body)))
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
@@ -426,11 +460,13 @@ async fn headers_are_checked_before_the_body_is_read() {
         addr,
         format!(
             "POST /v1/runs HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\n\
-             {SIGNATURE_HEADER}: {}\r\n{TIMESTAMP_HEADER}: {}\r\n{NONCE_HEADER}: {}\r\n\r\n",
+             {SIGNATURE_HEADER}: {}\r\n{TIMESTAMP_HEADER}: {}\r\n{NONCE_HEADER}: {}\r\n\
+             {CONTENT_SHA256_HEADER}: {}\r\nconnection: upgrade\r\nupgrade: toolexec-run.v1\r\n\r\n",
             GOOD.len(),
             sig.signature,
             sig.timestamp,
-            sig.nonce
+            sig.nonce,
+            sig.content_sha256
         ),
     )
     .await;
@@ -444,9 +480,11 @@ async fn headers_are_checked_before_the_body_is_read() {
         addr,
         format!(
             "POST /v1/runs HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 1073741824\r\n\
-             {SIGNATURE_HEADER}: v1=zz\r\n{TIMESTAMP_HEADER}: {}\r\n{NONCE_HEADER}: {}\r\n\r\n",
+             {SIGNATURE_HEADER}: v2=zz\r\n{TIMESTAMP_HEADER}: {}\r\n{NONCE_HEADER}: {}\r\n\
+             {CONTENT_SHA256_HEADER}: {}\r\n\r\n",
             sig.timestamp,
-            auth::random_nonce()
+            auth::random_nonce(),
+            sig.content_sha256
         ),
     )
     .await;

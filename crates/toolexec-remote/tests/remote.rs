@@ -403,6 +403,21 @@ async fn busy_503_is_retried_a_bounded_number_of_times() {
     assert_eq!(error.code, ErrorCode::BackendUnavailable, "{out:?}");
     assert_eq!(second.attempts(), 3, "max_attempts is 3");
     assert_eq!(server.server.stats().requests - before, 3);
+    // The run slot is checked before the body is read: a large body the
+    // server never reads still gets its 503 (not a reset), and is retried.
+    let large = Unit::Command(CommandUnit {
+        argv: vec!["cat".into()],
+        stdin: Some("x".repeat(2 << 20)),
+        ..CommandUnit::default()
+    });
+    let third = client(&server.url());
+    let out = run_direct(&third, dev(large), &exec).await;
+    let RunStatus::Error { error } = &out.status else {
+        panic!("{out:?}")
+    };
+    assert_eq!(error.code, ErrorCode::BackendUnavailable, "{out:?}");
+    assert!(error.message.contains("503"), "{out:?}");
+    assert_eq!(third.attempts(), 3, "{out:?}");
     holder.abort();
     until_gone(pid, "holder").await;
     std::fs::remove_dir_all(dir).unwrap();
