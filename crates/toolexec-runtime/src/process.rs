@@ -116,27 +116,6 @@ impl SandboxUser {
         uid: 65534,
         gid: 65534,
     };
-
-    /// The identity sandboxes take when this process is root
-    /// (`Some(self)`), or `None` when it already runs unprivileged. Errors
-    /// when `self` names uid or gid 0: a sandbox never runs as host root.
-    pub fn when_root(self) -> Result<Option<SandboxUser>, String> {
-        if self.uid == 0 || self.gid == 0 {
-            return Err(format!(
-                "sandbox user {}:{} is root; units never run as host uid or gid 0",
-                self.uid, self.gid
-            ));
-        }
-        // SAFETY: plain syscalls without arguments.
-        let root = unsafe { libc::geteuid() == 0 || libc::getuid() == 0 };
-        Ok(root.then_some(self))
-    }
-}
-
-impl Default for SandboxUser {
-    fn default() -> Self {
-        SandboxUser::NOBODY
-    }
 }
 
 /// Takes `user`'s identity in a forked child before exec: groups, gid,
@@ -277,6 +256,7 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
     let mut scratch: Vec<RawFd> = vec![-1; moves.len()];
     let cgroup_fds: Vec<RawFd> = spec.join_cgroups.iter().map(|f| f.as_raw_fd()).collect();
     let user = spec.user;
+    let parent = std::process::id() as libc::pid_t;
     let rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)> = spec
         .rlimits
         .iter()
@@ -325,6 +305,11 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
             // After the identity change, which clears the parent-death signal.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // A parent that died before the prctl would never send it: the
+            // child must not run unsupervised.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
         });

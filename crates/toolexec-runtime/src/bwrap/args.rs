@@ -19,6 +19,7 @@ const ETC_FILES: &[&str] = &["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/altern
 /// runc and Docker mask; `kcore` and friends only where the host has them).
 const PROC_MASKED_FILES: &[&str] = &[
     "/proc/kcore",
+    "/proc/interrupts",
     "/proc/keys",
     "/proc/key-users",
     "/proc/latency_stats",

@@ -9,8 +9,9 @@
 //! cgroup.
 //!
 //! Units never run as host uid 0: when toolexec is root, bwrap itself is
-//! started as [`BubblewrapConfig::user`] (default `nobody`, 65534), so the
-//! sandbox's user namespace maps to that unprivileged host user.
+//! started as a host uid of the sandbox's own, leased from
+//! [`BubblewrapConfig::users`] (see [`UidRange`]), so the sandbox's user
+//! namespace maps to an unprivileged user no other process shares.
 //!
 //! The runtime serves [`Profile::Hardened`] only when every mechanism it
 //! promises is in force here, measured once by running the init's
@@ -41,6 +42,7 @@ mod cgroup;
 pub mod init;
 mod pool;
 mod seccomp;
+mod users;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -56,6 +58,7 @@ use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode};
 pub use args::{INIT_PATH, SANDBOX_PATH, WORKER_PATH};
 pub use cgroup::{CgroupEvents, CgroupLayout, CgroupLimits, RunCgroup};
 pub use seccomp::DENIED as SECCOMP_DENIED;
+pub use users::UidRange;
 
 use crate::host_runtime::{cpu_secs, invalid, rlimits_for, unsupported};
 use crate::process::{
@@ -102,11 +105,12 @@ pub struct BubblewrapConfig {
     pub cgroup_root: PathBuf,
     /// `RLIMIT_NOFILE` of units.
     pub max_open_files: u64,
-    /// The host identity sandboxes run as when toolexec is root (bwrap is
-    /// started as this user, so the sandbox maps to it, never to host
-    /// root). Ignored when toolexec already runs unprivileged; uid or gid
-    /// 0 make the runtime unavailable.
-    pub user: SandboxUser,
+    /// The host uids sandboxes run as when toolexec is root, one of its own
+    /// per sandbox (bwrap is started as it, so the sandbox maps to it,
+    /// never to host root or a shared user). Ignored when toolexec already
+    /// runs unprivileged; a range holding 0 or 65534 makes the runtime
+    /// unavailable.
+    pub users: UidRange,
 }
 
 impl Default for BubblewrapConfig {
@@ -119,7 +123,7 @@ impl Default for BubblewrapConfig {
             pool_disk_bytes: RuntimeLimits::default().disk_bytes,
             cgroup_root: "/sys/fs/cgroup".into(),
             max_open_files: 1024,
-            user: SandboxUser::NOBODY,
+            users: UidRange::default(),
         }
     }
 }
@@ -140,9 +144,9 @@ struct Shared {
     /// used; prepared once, at the first run.
     cgroups: OnceLock<(CgroupLayout, Option<String>)>,
     landlock_abi: Option<i64>,
-    /// The identity bwrap is started as (`None`: this process's own, which
-    /// is not root), or why there is none fit.
-    user: Result<Option<SandboxUser>, String>,
+    /// The uids bwrap is started as (`None`: this process's own, which is
+    /// not root), or why the configured range is unfit.
+    user: Result<Option<UidRange>, String>,
     /// The probe's verdict, once: what is in force inside a real sandbox
     /// (no report without an init to measure it).
     available: OnceLock<Result<Option<init::ProbeReport>, String>>,
@@ -207,7 +211,10 @@ impl BubblewrapRuntime {
                 detected,
                 cgroups: OnceLock::new(),
                 landlock_abi: init::kernel_abi(),
-                user: config.user.when_root(),
+                user: config
+                    .users
+                    .check()
+                    .map(|()| is_root().then(|| config.users.clone())),
                 available: OnceLock::new(),
                 mechanisms: OnceLock::new(),
                 seccomp: OnceLock::new(),
@@ -308,6 +315,7 @@ impl BubblewrapRuntime {
         let Started {
             spawned,
             cgroup,
+            lease,
             cgroup_problem,
         } = match started {
             Ok(s) => s,
@@ -365,7 +373,9 @@ impl BubblewrapRuntime {
             pooled,
             cgroup_problem.as_deref(),
         );
+        // The cgroup first (it kills what is left), then the identity.
         drop(cgroup);
+        drop(lease);
         outcome
     }
 }
@@ -399,6 +409,12 @@ fn cpu_status(used: Duration, max: Duration, how: &str) -> RunStatus {
             max.as_secs_f64()
         ),
     }
+}
+
+/// Whether this process is root (real or effective uid 0).
+fn is_root() -> bool {
+    // SAFETY: plain syscalls without arguments.
+    unsafe { libc::geteuid() == 0 || libc::getuid() == 0 }
 }
 
 /// An `O_PATH` descriptor of a helper binary, for `--ro-bind-fd` at `n`:
@@ -460,10 +476,28 @@ fn no_cgroup_for_hardened(problem: Option<String>) -> String {
     )
 }
 
+/// One bwrap launch: what differs between cold runs, pool entries and
+/// the probe.
+struct Launch {
+    /// The `/tmp` size.
+    tmp_bytes: Option<u64>,
+    /// `--chdir`, environment and command (see [`args::unit_args`]).
+    tail: Vec<OsString>,
+    rlimits: Vec<Rlimit>,
+    join_cgroups: Vec<std::fs::File>,
+    stdin: Option<Vec<u8>>,
+    /// One more inherited descriptor (the pool's spec pipe).
+    extra: Option<(OwnedFd, i32)>,
+    /// The host identity (when toolexec is root).
+    user: Option<SandboxUser>,
+}
+
 /// What [`Shared::cold`] and [`Shared::release`] start.
 struct Started {
     spawned: Spawned,
     cgroup: Option<RunCgroup>,
+    /// The sandbox's host identity, held until the run is over.
+    lease: Option<users::Lease>,
     /// Why the run has no cgroup, when cgroups were expected.
     cgroup_problem: Option<String>,
 }
@@ -556,14 +590,16 @@ impl Shared {
             None => vec!["true".into()],
         };
         let tail = args::unit_args("/tmp", &[("PATH".into(), SANDBOX_PATH.into())], &argv);
-        let spec = self.spec(
-            Some(4096),
+        let lease = self.lease()?;
+        let spec = self.spec(Launch {
+            tmp_bytes: Some(4096),
             tail,
-            self.rlimits(&limits, None),
-            Vec::new(),
-            None,
-            None,
-        )?;
+            rlimits: self.rlimits(&limits, None),
+            join_cgroups: Vec::new(),
+            stdin: None,
+            extra: None,
+            user: lease.as_ref().map(|l| l.user),
+        })?;
         let run = rt.block_on(async {
             let ctx = RunContext::new(ToolHost::without_tools(&limits), Default::default());
             run_process(spec, &limits, &ctx).await
@@ -583,6 +619,16 @@ impl Shared {
         serde_json::from_slice(&run.stdout)
             .map(Some)
             .map_err(|e| format!("the sandbox init's probe report is unreadable: {e}"))
+    }
+
+    /// A host identity of its own for one sandbox when toolexec is root
+    /// (`None`: the sandbox runs as this unprivileged process's user).
+    fn lease(&self) -> Result<Option<users::Lease>, String> {
+        match &self.user {
+            Ok(Some(range)) => range.lease().map(Some),
+            Ok(None) => Ok(None),
+            Err(why) => Err(why.clone()),
+        }
     }
 
     /// Every isolation mechanism, as measured once (see
@@ -607,11 +653,13 @@ impl Shared {
             "user, pid, net, mount, ipc, uts, cgroup (bwrap --unshare-all); no nested user namespaces",
         )];
         out.push(match &self.user {
-            Ok(Some(user)) => Mechanism::enforced(
+            Ok(Some(range)) => Mechanism::enforced(
                 "host user",
                 format!(
-                    "bwrap runs as host uid {} gid {} (toolexec is root; setresuid before exec)",
-                    user.uid, user.gid
+                    "a host uid and gid of its own per sandbox, from {}..={} (leased under {}; setresuid before bwrap)",
+                    range.first,
+                    range.last(),
+                    range.lock_dir.display()
                 ),
             ),
             // SAFETY: plain syscall.
@@ -765,15 +813,16 @@ impl Shared {
             .collect()
     }
 
-    fn spec(
-        &self,
-        tmp_bytes: Option<u64>,
-        tail: Vec<OsString>,
-        rlimits: Vec<Rlimit>,
-        join_cgroups: Vec<std::fs::File>,
-        stdin: Option<Vec<u8>>,
-        extra: Option<(OwnedFd, i32)>,
-    ) -> Result<ProcessSpec, String> {
+    fn spec(&self, launch: Launch) -> Result<ProcessSpec, String> {
+        let Launch {
+            tmp_bytes,
+            tail,
+            rlimits,
+            join_cgroups,
+            stdin,
+            extra,
+            user,
+        } = launch;
         let mut inherit = self.seccomp_fds()?;
         inherit.extend(extra);
         let init_fd = open_helper(self.config.init.as_deref(), INIT_FD)?;
@@ -786,7 +835,6 @@ impl Shared {
         };
         inherit.extend(init_fd);
         inherit.extend(worker_fd);
-        let user = self.user.clone()?;
         let mut args = args::base_args(&shape);
         args.extend(tail);
         Ok(ProcessSpec {
@@ -852,18 +900,21 @@ impl Shared {
         }
         argv.extend(prepared.argv.iter().cloned());
         let tail = args::unit_args(&prepared.cwd, &prepared.env, &argv);
-        let spec = self.spec(
-            limits.disk_bytes,
+        let lease = self.lease()?;
+        let spec = self.spec(Launch {
+            tmp_bytes: limits.disk_bytes,
             tail,
             rlimits,
-            join,
-            prepared.stdin.clone(),
-            None,
-        )?;
+            join_cgroups: join,
+            stdin: prepared.stdin.clone(),
+            extra: None,
+            user: lease.as_ref().map(|l| l.user),
+        })?;
         let spawned = spawn_process(spec).map_err(|e| e.to_string())?;
         Ok(Started {
             spawned,
             cgroup,
+            lease,
             cgroup_problem,
         })
     }
@@ -886,20 +937,23 @@ impl Shared {
                 SPEC_FD.to_string(),
             ],
         );
-        let spec = self.spec(
-            self.config.pool_disk_bytes,
+        let lease = self.lease()?;
+        let spec = self.spec(Launch {
+            tmp_bytes: self.config.pool_disk_bytes,
             tail,
-            Vec::new(),
-            join,
-            Some(Vec::new()),
-            Some((read.into(), SPEC_FD)),
-        )?;
+            rlimits: Vec::new(),
+            join_cgroups: join,
+            stdin: Some(Vec::new()),
+            extra: Some((read.into(), SPEC_FD)),
+            user: lease.as_ref().map(|l| l.user),
+        })?;
         let spawned = spawn_process(spec).map_err(|e| e.to_string())?;
         Ok(Warm {
             spawned,
             spec: write,
             cgroup,
             cgroup_problem,
+            lease,
         })
     }
 
@@ -917,6 +971,7 @@ impl Shared {
             mut spec,
             mut cgroup,
             cgroup_problem,
+            lease,
         } = warm;
         if need_cgroup && cgroup.is_none() {
             // The init is still waiting: nothing of the unit has run.
@@ -944,6 +999,7 @@ impl Shared {
         Ok(Started {
             spawned,
             cgroup,
+            lease,
             cgroup_problem,
         })
     }

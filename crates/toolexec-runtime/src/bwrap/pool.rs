@@ -24,6 +24,8 @@ pub(crate) struct Warm {
     pub cgroup: Option<RunCgroup>,
     /// Why the entry has no cgroup, when cgroups were expected.
     pub cgroup_problem: Option<String>,
+    /// The entry's own host identity (when toolexec is root).
+    pub lease: Option<super::users::Lease>,
 }
 
 type Make = Arc<dyn Fn() -> Result<Warm, String> + Send + Sync>;

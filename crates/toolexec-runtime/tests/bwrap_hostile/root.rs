@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
-use toolexec_runtime::{Profile, RunStatus, Runtime, SandboxUser, Unit};
+use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime, UidRange};
+use toolexec_runtime::{Profile, RunStatus, Runtime, Unit};
 
 use super::{config, is_root, limits, run, run_as, runtime, sh};
 
@@ -126,22 +126,94 @@ async fn units_never_run_as_host_root() {
         );
     }
     if is_root() {
-        let expected = SandboxUser::NOBODY.uid;
-        assert!(seen.iter().all(|(_, u)| u.iter().all(|&x| x == expected)));
+        let range = UidRange::default();
+        assert!(
+            seen.iter()
+                .all(|(_, u)| u.iter().all(|&x| (range.first..=range.last()).contains(&x))),
+            "{seen:?}"
+        );
     }
 }
 
-#[test]
-fn a_root_sandbox_user_is_refused() {
-    let rt = BubblewrapRuntime::new(BubblewrapConfig {
-        user: SandboxUser { uid: 0, gid: 0 },
-        ..config(0)
-    });
-    let reason = match rt.availability() {
-        toolexec::Availability::Unavailable { reason } => reason,
-        toolexec::Availability::Available => panic!("uid 0 accepted as the sandbox user"),
+/// Concurrent sandboxes never share a host identity: one sandbox (or the
+/// host's `nobody`) could otherwise ptrace, signal or take descriptors
+/// from another's processes.
+#[tokio::test]
+async fn concurrent_sandboxes_have_their_own_host_uid() {
+    let Some(rt) = runtime("concurrent_sandboxes_have_their_own_host_uid", config(0)) else {
+        return;
     };
-    assert!(reason.contains("never run as host uid"), "{reason}");
+    if !is_root() {
+        // Unprivileged, every sandbox is this user's: nothing to lease.
+        eprintln!(
+            "concurrent_sandboxes_have_their_own_host_uid: not root, sandboxes run as this user"
+        );
+        return;
+    }
+    let rt = std::sync::Arc::new(rt);
+    let markers: Vec<String> = (0..3)
+        .map(|i| format!("28.{}{i}", std::process::id()))
+        .collect();
+    let tasks: Vec<_> = markers
+        .iter()
+        .map(|m| {
+            let (rt, unit) = (rt.clone(), Unit::command(["sleep", m.as_str()]));
+            tokio::spawn(async move { run(&rt, unit, limits()).await })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut uids = Vec::new();
+    while Instant::now() < deadline && uids.len() < markers.len() {
+        uids = markers
+            .iter()
+            .filter_map(|m| {
+                host_pids_with(m)
+                    .iter()
+                    .find(|pid| {
+                        std::fs::read(format!("/proc/{pid}/comm"))
+                            .is_ok_and(|c| c.starts_with(b"sleep"))
+                    })
+                    .and_then(|pid| host_uids(pid))
+                    .map(|u| u[0])
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for t in tasks {
+        t.abort();
+    }
+    assert_eq!(
+        uids.len(),
+        markers.len(),
+        "not every sandbox was seen: {uids:?}"
+    );
+    let mut distinct = uids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        uids.len(),
+        "sandboxes share a host uid: {uids:?}"
+    );
+}
+
+#[test]
+fn uid_ranges_with_root_or_nobody_are_refused() {
+    for (first, what) in [(0, "root"), (65_000, "nobody")] {
+        let rt = BubblewrapRuntime::new(BubblewrapConfig {
+            users: UidRange {
+                first,
+                count: 1000,
+                ..UidRange::default()
+            },
+            ..config(0)
+        });
+        let reason = match rt.availability() {
+            toolexec::Availability::Unavailable { reason } => reason,
+            toolexec::Availability::Available => panic!("a range with {what} was accepted"),
+        };
+        assert!(reason.contains(what), "{reason}");
+    }
 }
 
 #[tokio::test]
@@ -197,7 +269,11 @@ async fn mechanisms_are_measured_inside_the_sandbox() {
         // As root (CI) every mechanism hardened promises is in force.
         assert!(get("cgroups").enforced, "{:?}", get("cgroups"));
         assert_eq!(rt.max_profile(), Profile::Hardened, "{mechanisms:?}");
-        assert!(get("host user").detail.contains("uid 65534"));
+        assert!(
+            get("host user").detail.contains("of its own per sandbox"),
+            "{:?}",
+            get("host user")
+        );
     } else {
         // An unprivileged user cannot make cgroups here: no hardened.
         if !get("cgroups").enforced {
