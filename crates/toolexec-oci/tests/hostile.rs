@@ -757,6 +757,32 @@ macro_rules! hostile_suite {
                 assert_clean(&rt);
             }
 
+            /// Runs of one runtime start and end concurrently below one
+            /// parent: each run's cleanup removes the parent once empty,
+            /// which must never pull it from under a run being set up
+            /// (runc once failed reading the parent's `cpuset.cpus`).
+            #[tokio::test]
+            async fn concurrent_runs_share_the_parent() {
+                const RUNS: usize = 8;
+                const ROUNDS: usize = 3;
+                let Some(rt) = runtime("concurrent_runs_share_the_parent", FLAVOR) else { return };
+                let rt = std::sync::Arc::new(rt);
+                for _ in 0..ROUNDS {
+                    let mut runs = tokio::task::JoinSet::new();
+                    for i in 0..RUNS {
+                        let rt = rt.clone();
+                        // Staggered ends: cleanups land while others set up.
+                        let script = format!("sleep 0.{i}; echo {i}");
+                        runs.spawn(async move { (i, sh(&rt, &script, limits()).await) });
+                    }
+                    while let Some(joined) = runs.join_next().await {
+                        let (i, out) = joined.unwrap();
+                        assert!(out.is_ok() && out.stdout == format!("{i}\n"), "run {i}: {out:?}");
+                    }
+                }
+                assert_clean(&rt);
+            }
+
             /// The deny-list shared with bubblewrap binds here too: calls
             /// an unprivileged process may make on itself, and that fail
             /// differently without the filter (`kcmp` and `modify_ldt`
