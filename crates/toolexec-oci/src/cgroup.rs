@@ -54,22 +54,26 @@ impl RunCgroup {
             parent: parent.to_owned(),
             rel: format!("{parent}/{id}"),
         };
-        let mut hierarchies = hierarchies(root);
         for ctrl in OWN_CONTROLLERS {
-            let dir = root.join(ctrl);
-            if !hierarchies.contains(&dir) {
-                hierarchies.push(dir);
-            }
-        }
-        for hierarchy in hierarchies {
+            let hierarchy = root.join(ctrl);
             create_path(&hierarchy, &cgroup.rel).map_err(|e| {
                 // Leave nothing half-made behind.
                 cgroup.remove();
                 OciError::setup(format!(
-                    "cgroup v1: cannot create {}: {e}",
+                    "cgroup v1 {ctrl}: cannot create {}: {e}",
                     hierarchy.join(&cgroup.rel).display()
                 ))
             })?;
+        }
+        // The rest for the runtime: if one cannot be made here, the
+        // runtime's own attempt says why.
+        for hierarchy in hierarchies(root) {
+            if let Err(e) = create_path(&hierarchy, &cgroup.rel) {
+                tracing::warn!(
+                    dir = %hierarchy.join(&cgroup.rel).display(),
+                    "cannot create run cgroup: {e}"
+                );
+            }
         }
         if let Err(e) = cgroup.write_limits(memory, pids) {
             // A limit the kernel refused: the directories go too.
