@@ -9,6 +9,16 @@
 //! counters are read while they exist. runsc is pointed at the run's
 //! cgroup itself: it joins a pre-created cgroup without changing or
 //! deleting it, so gVisor's OOM kills and refused forks stay countable.
+//!
+//! The configured parent is shared by concurrent runs (of this process
+//! and others), and a run's cleanup removes it once it is empty. So no
+//! runtime ever creates a directory in it: toolexec creates the run's
+//! cgroup below *every* mounted hierarchy (cpuset with `cpuset.cpus` and
+//! `cpuset.mems` copied from the level above, as a new v1 cpuset starts
+//! empty), retrying when a concurrent cleanup removes an empty parent
+//! between two of its `mkdir`s. From then on the run's own directory
+//! holds the parent in place, and the runtime only adds `c` below it
+//! (runc) or joins it as it is (runsc).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,8 +39,8 @@ pub(crate) struct RunCgroup {
 const OWN_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpuacct"];
 
 impl RunCgroup {
-    /// Creates `<root>/<ctrl>/<parent>/<id>` for memory, pids and cpuacct
-    /// and writes the limits.
+    /// Creates `<root>/<hierarchy>/<parent>/<id>` below every mounted
+    /// hierarchy (see the module doc) and writes the limits.
     pub(crate) fn create(
         root: &Path,
         parent: &str,
@@ -45,15 +55,25 @@ impl RunCgroup {
             rel: format!("{parent}/{id}"),
         };
         for ctrl in OWN_CONTROLLERS {
-            let dir = cgroup.dir(ctrl);
-            create_dir(&dir).map_err(|e| {
+            let hierarchy = root.join(ctrl);
+            create_path(&hierarchy, &cgroup.rel).map_err(|e| {
                 // Leave nothing half-made behind.
                 cgroup.remove();
                 OciError::setup(format!(
                     "cgroup v1 {ctrl}: cannot create {}: {e}",
-                    dir.display()
+                    hierarchy.join(&cgroup.rel).display()
                 ))
             })?;
+        }
+        // The rest for the runtime: if one cannot be made here, the
+        // runtime's own attempt says why.
+        for hierarchy in hierarchies(root) {
+            if let Err(e) = create_path(&hierarchy, &cgroup.rel) {
+                tracing::warn!(
+                    dir = %hierarchy.join(&cgroup.rel).display(),
+                    "cannot create run cgroup: {e}"
+                );
+            }
         }
         if let Err(e) = cgroup.write_limits(memory, pids) {
             // A limit the kernel refused: the directories go too.
@@ -84,7 +104,8 @@ impl RunCgroup {
 
     /// The `cgroupsPath` for the container: nested in this cgroup for
     /// runc (which deletes its own), this cgroup itself for runsc (which
-    /// joins a pre-created cgroup as it is and leaves it in place).
+    /// joins a pre-created cgroup as it is and leaves it in place). Either
+    /// way the runtime creates nothing in the shared parent.
     pub(crate) fn container_path(&self, flavor: OciFlavor) -> String {
         match flavor {
             OciFlavor::Runc => format!("/{}/c", self.rel),
@@ -136,16 +157,12 @@ impl RunCgroup {
         self.sum("pids", "pids.events", |t| field(t, "max"))
     }
 
-    /// Removes the run's cgroups below every v1 controller (the runtime
-    /// creates intermediate directories in controllers toolexec does not
-    /// set limits in), killing stragglers first. Best effort, bounded.
+    /// Removes the run's cgroups below every hierarchy, killing
+    /// stragglers first, then the parent where it is empty. Best effort,
+    /// bounded.
     pub(crate) fn remove(&self) {
-        let Ok(entries) = std::fs::read_dir(&self.root) else {
-            return;
-        };
-        let ctrls: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        for ctrl in ctrls {
-            let base = ctrl.join(&self.rel);
+        for hierarchy in hierarchies(&self.root) {
+            let base = hierarchy.join(&self.rel);
             if !base.is_dir() {
                 continue;
             }
@@ -157,28 +174,96 @@ impl RunCgroup {
     }
 }
 
-/// Creates `dir` and its parents; retries when a concurrent
-/// [`remove_parents`] removes an empty parent in between.
-fn create_dir(dir: &Path) -> std::io::Result<()> {
-    let mut attempt = 0;
+/// The cgroup hierarchies mounted below `root` (each v1 controller, named
+/// hierarchies, the v2 one of a hybrid setup): a runtime may put the
+/// container in any of them.
+fn hierarchies(root: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("cgroup.procs").exists())
+        .collect();
+    found.sort();
+    found
+}
+
+/// How often [`create_path`] starts over after a concurrent
+/// [`remove_parents`] removed a directory it had just created. Each
+/// removal needs an empty parent, i.e. a cleanup landing in the few
+/// microseconds between two `mkdir`s.
+const CREATE_ATTEMPTS: usize = 100;
+
+/// Creates `<hierarchy>/<rel>` one level at a time, each new cpuset
+/// initialised from the level above; starts over when a concurrent
+/// [`remove_parents`] removes an empty level in between.
+fn create_path(hierarchy: &Path, rel: &str) -> std::io::Result<()> {
+    let mut attempt = 1;
     loop {
-        match std::fs::create_dir_all(dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt < 10 => attempt += 1,
+        match try_create_path(hierarchy, rel) {
+            Err(e) if removed_meanwhile(&e) && attempt < CREATE_ATTEMPTS && hierarchy.is_dir() => {
+                attempt += 1;
+            }
             other => return other,
         }
     }
 }
 
+fn try_create_path(hierarchy: &Path, rel: &str) -> std::io::Result<()> {
+    let mut dir = hierarchy.to_owned();
+    for part in rel.split('/') {
+        let above = dir.clone();
+        dir.push(part);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        inherit_cpuset(&above, &dir)?;
+    }
+    Ok(())
+}
+
+/// A level of the path went away under us: `ENOENT`, or `ENODEV` for a
+/// file of a cgroup removed while open.
+fn removed_meanwhile(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV)
+}
+
+/// A new v1 cpuset has no CPUs and no memory nodes (unless the level
+/// above sets `cgroup.clone_children`), and no task may join it: copy
+/// them from the level above. Not a cpuset hierarchy, or already set:
+/// nothing to do.
+fn inherit_cpuset(above: &Path, dir: &Path) -> std::io::Result<()> {
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let path = dir.join(file);
+        let current = match std::fs::read_to_string(&path) {
+            Ok(current) => current,
+            // Not a cpuset hierarchy, unless the level itself is gone.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir.is_dir() => continue,
+            Err(e) => return Err(e),
+        };
+        if !current.trim().is_empty() {
+            continue;
+        }
+        let value = std::fs::read_to_string(above.join(file))?;
+        if !value.trim().is_empty() {
+            std::fs::write(&path, value.trim())?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes the configured parent cgroup (each of its path components,
-/// deepest first) below every v1 controller where it is empty. Best
-/// effort: a parent still holding another run's cgroup stays (`rmdir` of
-/// a cgroup with children fails), and so does anything above it.
+/// deepest first) below every hierarchy where it is empty. Best effort: a
+/// parent still holding another run's cgroup stays (`rmdir` of a cgroup
+/// with children fails), and so does anything above it. A run being set
+/// up concurrently recreates what this removes ([`create_path`]).
 pub(crate) fn remove_parents(root: &Path, parent: &str) {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return;
-    };
     let parts: Vec<&str> = parent.split('/').filter(|p| !p.is_empty()).collect();
-    for ctrl in entries.flatten().map(|e| e.path()) {
+    for ctrl in hierarchies(root) {
         for depth in (1..=parts.len()).rev() {
             let dir = ctrl.join(parts[..depth].join("/"));
             match std::fs::remove_dir(&dir) {
@@ -230,9 +315,8 @@ pub(crate) fn check(root: &Path, parent: &str) -> Result<(), String> {
                 dir.display()
             ));
         }
-        let parent_dir = dir.join(parent);
-        let made = create_dir(&parent_dir)
-            .map_err(|e| format!("cannot create cgroup {}: {e}", parent_dir.display()));
+        let made = create_path(&dir, parent)
+            .map_err(|e| format!("cannot create cgroup {}: {e}", dir.join(parent).display()));
         if made.is_err() {
             remove_parents(root, parent);
         }
@@ -296,8 +380,8 @@ mod tests {
         let err =
             RunCgroup::create(root, &parent, "run", Some(64 << 20), Some(u64::MAX)).unwrap_err();
         assert!(err.to_string().contains("pids.max"), "{err}");
-        for ctrl in OWN_CONTROLLERS {
-            let dir = root.join(ctrl).join(&parent);
+        for hierarchy in hierarchies(root) {
+            let dir = hierarchy.join(&parent);
             assert!(!dir.exists(), "left behind: {}", dir.display());
         }
         // The same with a valid limit works and is removed.
@@ -318,9 +402,106 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("memory/p/q")).unwrap();
         std::fs::create_dir_all(root.join("pids/p/q/run")).unwrap();
+        for hierarchy in ["memory", "pids"] {
+            std::fs::write(root.join(hierarchy).join("cgroup.procs"), "").unwrap();
+        }
         remove_parents(&root, "p/q");
         assert!(!root.join("memory/p").exists());
         assert!(root.join("pids/p/q/run").exists());
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The race a full hostile run hit: one run's cleanup removed the
+    /// shared, momentarily empty parent in the cpuset hierarchy just after
+    /// runc, setting up another run, had created it, and runc failed
+    /// reading its `cpuset.cpus`. Here threads set up runs below one
+    /// shared parent and clean them up, many times over, each doing after
+    /// `create` what runc does with the run's `cgroupsPath`; none may find
+    /// a level of its path gone.
+    #[test]
+    fn concurrent_runs_never_lose_their_parent() {
+        const THREADS: usize = 8;
+        const CYCLES: usize = 40;
+        let root = Path::new("/sys/fs/cgroup");
+        let top = format!("toolexec-oci-unit-{}-race", std::process::id());
+        let parent = format!("{top}/shared");
+        if let Err(why) = check(root, &parent) {
+            assert!(std::env::var_os("CI").is_none(), "{why}");
+            eprintln!("SKIPPED: concurrent_runs_never_lose_their_parent: {why}");
+            return;
+        }
+        let failures: Vec<String> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let parent = &parent;
+                    s.spawn(move || {
+                        let mut failures = Vec::new();
+                        for cycle in 0..CYCLES {
+                            let id = format!("run-{t}-{cycle}");
+                            let cgroup =
+                                RunCgroup::create(root, parent, &id, Some(64 << 20), Some(8))
+                                    .unwrap();
+                            let path = cgroup.container_path(OciFlavor::Runc);
+                            if let Err(e) = runc_like_setup(root, &path) {
+                                failures.push(e);
+                            }
+                            cgroup.remove();
+                        }
+                        failures
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect()
+        });
+        remove_parents(root, &parent);
+        assert!(
+            failures.is_empty(),
+            "{} of {} setups lost a level of their cgroup path: {:?}",
+            failures.len(),
+            THREADS * CYCLES,
+            &failures[..failures.len().min(5)]
+        );
+        for hierarchy in hierarchies(root) {
+            let dir = hierarchy.join(&top);
+            assert!(!dir.exists(), "left behind: {}", dir.display());
+        }
+    }
+
+    /// What runc 1.1 does with `cgroupsPath` in each v1 hierarchy before
+    /// the container starts: `mkdir` of every level, existing ones kept;
+    /// in cpuset it reads each level's `cpuset.cpus` and `cpuset.mems`
+    /// and fills empty ones from the level above (`cpusetEnsureParent`).
+    fn runc_like_setup(root: &Path, path: &str) -> Result<(), String> {
+        for hierarchy in hierarchies(root) {
+            let cpuset = hierarchy.join("cpuset.cpus").exists();
+            let mut dir = hierarchy.clone();
+            for part in path.trim_start_matches('/').split('/') {
+                let above = dir.clone();
+                dir.push(part);
+                match std::fs::create_dir(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(format!("mkdir {}: {e}", dir.display())),
+                }
+                if !cpuset {
+                    continue;
+                }
+                for file in ["cpuset.cpus", "cpuset.mems"] {
+                    let read = |d: &Path| {
+                        std::fs::read_to_string(d.join(file))
+                            .map_err(|e| format!("read {}: {e}", d.join(file).display()))
+                    };
+                    if read(&dir)?.trim().is_empty() {
+                        let value = read(&above)?;
+                        std::fs::write(dir.join(file), value.trim())
+                            .map_err(|e| format!("write {}: {e}", dir.join(file).display()))?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }

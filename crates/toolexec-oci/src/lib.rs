@@ -37,4 +37,3 @@ mod spec;
 pub use config::{OciConfig, OciFlavor, ReadOnlyBind, RootfsSource};
 pub use error::OciError;
 pub use runtime::{OciRuntime, RUNSC_PIDS_OVERHEAD};
-pub use seccomp::DENIED_SYSCALLS;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 use toolexec::{Availability, CancellationToken, Exec};
 use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, ReadOnlyBind, RootfsSource};
+use toolexec_runtime::seccomp_policy::DENIED;
 use toolexec_runtime::{
     LimitKind, NetworkPolicy, RunContext, RunOutcome, RunRequest, RunStatus, Runtime,
     RuntimeLimits, ToolHost, Unit,
@@ -307,6 +308,41 @@ console.log("sum", r.result);
 const s = await tools.math.add({a: r.result, b: 0});
 return s.result * 2;
 "#;
+
+/// A python3 script calling, by number, system calls of the shared
+/// deny-list that would succeed (or fail with another errno) without the
+/// filter, printing each one's errno (0: it ran) after a control call
+/// that must work; and the names it probes.
+fn deny_probe() -> (String, Vec<&'static str>) {
+    // Arguments: on the caller itself, or a bad descriptor.
+    const PROBES: [(&str, &str); 4] = [
+        ("kcmp", "me, me, 1, 0, 0"),
+        ("pidfd_getfd", "-1, 0, 0"),
+        ("unshare", "0"),
+        ("modify_ldt", "0, ctypes.addressof(buf), 16"),
+    ];
+    let mut script = format!(
+        "import ctypes, os\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         def call(nr, *args):\n    \
+             ctypes.set_errno(0)\n    \
+             r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])\n    \
+             return 0 if r >= 0 else ctypes.get_errno()\n\
+         me = os.getpid()\n\
+         buf = ctypes.create_string_buffer(16)\n\
+         print('getpid', call({}))\n",
+        libc::SYS_getpid
+    );
+    let mut probed = Vec::new();
+    for (name, args) in PROBES {
+        let Some((_, nr)) = DENIED.iter().find(|(n, _)| *n == name) else {
+            continue; // not on the list for this architecture
+        };
+        script.push_str(&format!("print('{name}', call({nr}, {args}))\n"));
+        probed.push(name);
+    }
+    (script, probed)
+}
 
 macro_rules! hostile_suite {
     ($module:ident, $flavor:expr) => {
@@ -718,6 +754,66 @@ macro_rules! hostile_suite {
                 let py = "import threading\nt = threading.Thread(target=lambda: print('thread ok'))\nt.start(); t.join()";
                 let out = run_with(&rt, Unit::command(["python3", "-c", py]), l.clone(), ToolHost::without_tools(&l), CancellationToken::new()).await;
                 assert!(out.is_ok() && out.stdout == "thread ok\n", "{out:?}");
+                assert_clean(&rt);
+            }
+
+            /// Runs of one runtime start and end concurrently below one
+            /// parent: each run's cleanup removes the parent once empty,
+            /// which must never pull it from under a run being set up
+            /// (runc once failed reading the parent's `cpuset.cpus`).
+            #[tokio::test]
+            async fn concurrent_runs_share_the_parent() {
+                const RUNS: usize = 8;
+                const ROUNDS: usize = 3;
+                let Some(rt) = runtime("concurrent_runs_share_the_parent", FLAVOR) else { return };
+                let rt = std::sync::Arc::new(rt);
+                for _ in 0..ROUNDS {
+                    let mut runs = tokio::task::JoinSet::new();
+                    for i in 0..RUNS {
+                        let rt = rt.clone();
+                        // Staggered ends: cleanups land while others set up.
+                        let script = format!("sleep 0.{i}; echo {i}");
+                        runs.spawn(async move { (i, sh(&rt, &script, limits()).await) });
+                    }
+                    while let Some(joined) = runs.join_next().await {
+                        let (i, out) = joined.unwrap();
+                        assert!(out.is_ok() && out.stdout == format!("{i}\n"), "run {i}: {out:?}");
+                    }
+                }
+                assert_clean(&rt);
+            }
+
+            /// The deny-list shared with bubblewrap binds here too: calls
+            /// an unprivileged process may make on itself, and that fail
+            /// differently without the filter (`kcmp` and `modify_ldt`
+            /// succeed, `pidfd_getfd` on a bad descriptor is `EBADF`),
+            /// are `EPERM`.
+            #[tokio::test]
+            async fn shared_deny_list_is_enforced() {
+                let test = "shared_deny_list_is_enforced";
+                if !Path::new("/usr/bin/python3").exists() {
+                    return skip(test, "/usr/bin/python3 is missing");
+                }
+                let Some(rt) = available(test, OciRuntime::new(usr_config(FLAVOR, test))) else { return };
+                let mut l = limits();
+                l.memory_bytes = Some(256 << 20);
+                let (script, probed) = deny_probe();
+                let out = run_with(&rt, Unit::command(["python3", "-c", &script]), l.clone(), ToolHost::without_tools(&l), CancellationToken::new()).await;
+                assert!(out.is_ok(), "{out:?}");
+                let answers: Vec<(&str, i32)> = out.stdout.lines()
+                    .filter_map(|l| l.split_once(' '))
+                    .map(|(name, errno)| (name, errno.parse().unwrap()))
+                    .collect();
+                assert_eq!(answers.first(), Some(&("getpid", 0)), "{out:?}");
+                let names: Vec<&str> = answers[1..].iter().map(|(n, _)| *n).collect();
+                assert_eq!(names, probed, "{out:?}");
+                for (name, errno) in &answers[1..] {
+                    // runsc: the filter's EPERM, or ENOSYS for a call the
+                    // gVisor kernel lacks (measured: pidfd_getfd).
+                    let refused = *errno == libc::EPERM
+                        || (FLAVOR == OciFlavor::Runsc && *errno == libc::ENOSYS);
+                    assert!(refused, "{name} answered errno {errno}, not EPERM: {out:?}");
+                }
                 assert_clean(&rt);
             }
 
