@@ -29,13 +29,14 @@ pub(crate) struct MemoryMeter {
 
 impl MemoryMeter {
     /// A meter that is not armed: neither the limit nor the starvation of a
-    /// stopping execution applies. QuickJS does not survive every failed
-    /// allocation while it creates a runtime or a context (in
-    /// `JS_NewContextRaw`, a failure right after the context is linked
-    /// into the runtime's GC list frees it while still linked, and the
-    /// runtime's teardown then walks freed memory), so the meter is armed
-    /// with [`Self::arm`] only once the runtime, context and globals exist,
-    /// and disarmed with [`Self::disarm`] before they are torn down.
+    /// stopping execution applies. A failed allocation while the engine is
+    /// built is not survivable: if `JS_NewRuntime2`'s first one fails,
+    /// rquickjs 0.14 writes through the NULL runtime before checking it (a
+    /// segfault), and QuickJS's cleanup of a half-built context is not safe
+    /// either (`JS_NewContextRaw` frees a context still linked in the GC
+    /// list). So the meter is armed with [`Self::arm`] only once the
+    /// runtime, context and globals exist, and disarmed with
+    /// [`Self::disarm`] before they are torn down.
     pub(crate) fn new() -> Rc<Self> {
         Rc::new(MemoryMeter {
             used: Cell::new(0),
