@@ -187,6 +187,8 @@ impl CodeEngine {
         let mut guard = StopOnDrop {
             abort: abort.clone(),
             tx: tx.clone(),
+            watch: watch.clone(),
+            pool: Arc::downgrade(&self.pool.inner),
             armed: true,
         };
         let limits = req.limits.clone();
@@ -267,18 +269,34 @@ impl CodeEngine {
 }
 
 /// Stops the execution if the caller drops `execute` before it finishes.
-/// The worker keeps its pool slot until it has really stopped.
+/// The worker keeps its pool slot until it has really stopped; if it is
+/// still running [`GRACE`] later, it counts as stuck, as if its caller had
+/// waited for it.
 struct StopOnDrop {
     abort: Arc<AbortFlag>,
     tx: Sender<Msg>,
+    watch: Arc<Watch>,
+    pool: Weak<PoolInner>,
     armed: bool,
 }
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        if self.armed {
-            self.abort.raise(Abort::Cancelled);
-            let _ = self.tx.send(Msg::Wake);
+        if !self.armed {
+            return;
+        }
+        self.abort.raise(Abort::Cancelled);
+        let _ = self.tx.send(Msg::Wake);
+        // Without a runtime (it is shutting down), the job is simply not
+        // counted as stuck: it still holds its slot.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (watch, pool) = (self.watch.clone(), self.pool.clone());
+            handle.spawn(async move {
+                tokio::time::sleep(GRACE).await;
+                if let Some(pool) = pool.upgrade() {
+                    pool.mark_stuck(&watch);
+                }
+            });
         }
     }
 }
@@ -437,8 +455,8 @@ impl Pool {
                 inner.max
             )));
         }
-        let _queued = Queued(&inner.queued);
         let waiting = inner.queued.fetch_add(1, Ordering::AcqRel);
+        let _queued = Queued(&inner.queued);
         if waiting >= inner.max_queued {
             return Err(saturated(format!(
                 "all {} code-mode workers are busy and {waiting} executions are already \

@@ -98,4 +98,26 @@ async fn hostile_native_calls_never_occupy_more_than_the_pool() {
         assert_eq!(out.status.limit(), Some(CodeLimit::Workers), "{out:?}");
     }
     check("after the burst");
+
+    // A caller that drops its execution does not free the slot either: the
+    // worker keeps it, and counts as stuck once the grace has passed.
+    let g = fixture(1);
+    for attempt in 0.. {
+        assert!(attempt < 5, "the dropped hostile script never got stuck");
+        let run = g.run(HOSTILE, quick(600_000));
+        let dropped = tokio::time::timeout(Duration::from_millis(HOSTILE_TIMEOUT), run).await;
+        assert!(dropped.is_err(), "{dropped:?}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while g.engine.stats().stuck == 0 && g.engine.stats().busy == 1 {
+            assert!(Instant::now() < deadline, "{:?}", g.engine.stats());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if g.engine.stats().stuck == 1 {
+            break;
+        }
+    }
+    let out = g.run("return 1", quick(HOSTILE_TIMEOUT)).await;
+    assert_eq!(out.status.limit(), Some(CodeLimit::Workers), "{out:?}");
+    assert_eq!(g.engine.stats().threads, 1);
+    assert!(worker_threads() <= POOL + 1, "{}", worker_threads());
 }
