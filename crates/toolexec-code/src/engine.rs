@@ -23,6 +23,14 @@ use crate::{CodeLimit, CodeOutcome, CodeRequest, CodeStatus};
 /// more than the pool's threads.
 pub(crate) const GRACE: Duration = Duration::from_millis(500);
 
+/// How long a worker must still be running after its caller stopped
+/// waiting for it (past the deadline and [`GRACE`], or after the caller
+/// dropped the execution) before it counts as stuck. A worker that is only
+/// slow to reach its next interrupt check (a loaded machine) stops well
+/// within this; while every slot is held by stuck work, new executions are
+/// refused at once instead of waiting out their timeouts.
+pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(5);
+
 /// Pool size of the shared engine behind [`crate::ExecCodeExt`].
 pub const DEFAULT_MAX_CONCURRENT: usize = 64;
 
@@ -57,10 +65,11 @@ pub(crate) const WORKER_STACK: usize = 16 << 20;
 /// does not check for interrupts inside a builtin such as a naive
 /// `String.prototype.includes` over megabytes) is answered with its
 /// timeout (500 ms after its deadline) but keeps its worker, and its slot,
-/// until the operation returns: stuck work is never replaced by
-/// fresh threads. While every slot is held by such stuck work, or when the
-/// wait queue is full, a new execution ends at once with
-/// [`CodeLimit::Workers`]; [`CodeEngine::stats`] shows the pool's state.
+/// until the operation returns: stuck work is never replaced by fresh
+/// threads. While every slot is held by such work (still running 5 s after
+/// its caller was answered), or when the wait queue is full, a new
+/// execution ends at once with [`CodeLimit::Workers`]; otherwise it waits
+/// for a slot within its timeout. [`CodeEngine::stats`] shows the pool.
 ///
 /// Cheap to clone (clones share the pool).
 ///
@@ -104,8 +113,8 @@ pub struct PoolStats {
     pub threads: usize,
     /// Pool slots in use: executions running, including stuck ones.
     pub busy: usize,
-    /// Executions whose callers got their timeout while the worker was
-    /// stuck in a native operation, still holding their slots.
+    /// Executions whose callers stopped waiting (timeout or drop) at least
+    /// 5 s ago while the worker still runs, holding its slot.
     pub stuck: usize,
     /// Executions waiting for a slot.
     pub queued: usize,
@@ -238,7 +247,7 @@ impl CodeEngine {
                     Err(_) => {
                         // Answer without the worker: report what it did so
                         // far. It keeps its slot until it returns.
-                        self.pool.inner.mark_stuck(&watch);
+                        Pool::mark_stuck_later(&self.pool.inner, watch);
                         tracing::warn!(
                             "code-mode worker still busy {} ms after its deadline; answering \
                              without it (it keeps its pool slot until it returns)",
@@ -270,8 +279,7 @@ impl CodeEngine {
 
 /// Stops the execution if the caller drops `execute` before it finishes.
 /// The worker keeps its pool slot until it has really stopped; if it is
-/// still running [`GRACE`] later, it counts as stuck, as if its caller had
-/// waited for it.
+/// still running [`STUCK_AFTER`] later, it counts as stuck.
 struct StopOnDrop {
     abort: Arc<AbortFlag>,
     tx: Sender<Msg>,
@@ -287,16 +295,8 @@ impl Drop for StopOnDrop {
         }
         self.abort.raise(Abort::Cancelled);
         let _ = self.tx.send(Msg::Wake);
-        // Without a runtime (it is shutting down), the job is simply not
-        // counted as stuck: it still holds its slot.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (watch, pool) = (self.watch.clone(), self.pool.clone());
-            handle.spawn(async move {
-                tokio::time::sleep(GRACE).await;
-                if let Some(pool) = pool.upgrade() {
-                    pool.mark_stuck(&watch);
-                }
-            });
+        if let Some(pool) = self.pool.upgrade() {
+            Pool::mark_stuck_later(&pool, self.watch.clone());
         }
     }
 }
@@ -405,6 +405,22 @@ impl Drop for Live {
 }
 
 impl Pool {
+    /// Counts the job as stuck if its worker is still running
+    /// [`STUCK_AFTER`] from now. Without a Tokio runtime (it is shutting
+    /// down) the job is not counted, but it still holds its slot.
+    fn mark_stuck_later(pool: &Arc<PoolInner>, watch: Arc<Watch>) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let pool = Arc::downgrade(pool);
+        handle.spawn(async move {
+            tokio::time::sleep(STUCK_AFTER).await;
+            if let Some(pool) = pool.upgrade() {
+                pool.mark_stuck(&watch);
+            }
+        });
+    }
+
     pub(crate) fn new(max: usize) -> Self {
         let max = max.max(1);
         Pool {

@@ -84,8 +84,9 @@
 //! log and output so far), but the stuck worker keeps its pool slot until
 //! the operation returns: stuck scripts never occupy more threads (or
 //! cores) than the pool's size. While every slot is held by such stuck
-//! work, or too many executions already wait for a slot, a new execution
-//! ends at once with [`CodeLimit::Workers`]; one that waits for a slot past
+//! work (still running 5 s after its caller was answered), or too many
+//! executions already wait for a slot, a new execution ends at once with
+//! [`CodeLimit::Workers`]; one that waits for a slot past
 //! its own timeout ends with [`CodeLimit::Timeout`]. Run untrusted scripts
 //! in the sandboxed worker ([`hardened`]) to have them killed instead.
 //!

@@ -37,7 +37,7 @@ async fn a_worker_stuck_in_native_code_is_answered_on_time_and_keeps_its_slot() 
     // The worker stops at its next interrupt check and its single slot then
     // serves the next execution; no second thread was ever started.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while f.engine.stats().stuck > 0 {
+    while f.engine.stats().busy > 0 {
         assert!(Instant::now() < deadline, "{:?}", f.engine.stats());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

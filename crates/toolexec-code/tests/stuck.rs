@@ -71,6 +71,12 @@ async fn hostile_native_calls_never_occupy_more_than_the_pool() {
             }
         }
     }
+    // They count as stuck once they are still running 5 s later.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while f.engine.stats().stuck < POOL {
+        assert!(Instant::now() < deadline, "{:?}", f.engine.stats());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let stats = f.engine.stats();
     assert_eq!((stats.busy, stats.stuck, stats.threads), (POOL, POOL, POOL));
     // Every slot is held by stuck work: more hostile requests are refused
@@ -107,7 +113,7 @@ async fn hostile_native_calls_never_occupy_more_than_the_pool() {
         let run = g.run(HOSTILE, quick(600_000));
         let dropped = tokio::time::timeout(Duration::from_millis(HOSTILE_TIMEOUT), run).await;
         assert!(dropped.is_err(), "{dropped:?}");
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while g.engine.stats().stuck == 0 && g.engine.stats().busy == 1 {
             assert!(Instant::now() < deadline, "{:?}", g.engine.stats());
             tokio::time::sleep(Duration::from_millis(20)).await;
