@@ -235,6 +235,17 @@ fn invalid(field: &str, message: impl std::fmt::Display) -> ErrorBody {
 fn run_outcome(mut code: CodeOutcome) -> RunOutcome {
     let status = match &code.status {
         CodeStatus::Ok => RunStatus::Ok,
+        // A saturated pool: the runtime cannot take the run now.
+        CodeStatus::LimitExceeded {
+            limit: CodeLimit::Workers,
+            message,
+        } => RunStatus::Error {
+            error: ErrorBody {
+                code: ErrorCode::BackendUnavailable,
+                message: format!("backend_unavailable: {message}"),
+                details: None,
+            },
+        },
         CodeStatus::LimitExceeded { limit, message } => match limit_kind(*limit) {
             Some(limit) => RunStatus::LimitExceeded {
                 limit,
@@ -268,14 +279,15 @@ fn run_outcome(mut code: CodeOutcome) -> RunOutcome {
     outcome
 }
 
-/// The runtime limit behind a script limit (`None`: the stack, which has none).
+/// The runtime limit behind a script limit (`None`: the stack and the
+/// pool, which have none).
 fn limit_kind(limit: CodeLimit) -> Option<LimitKind> {
     match limit {
         CodeLimit::Timeout => Some(LimitKind::WallTime),
         CodeLimit::Memory => Some(LimitKind::Memory),
         CodeLimit::ToolCalls => Some(LimitKind::ToolCalls),
         CodeLimit::Output => Some(LimitKind::Output),
-        CodeLimit::Stack => None,
+        CodeLimit::Stack | CodeLimit::Workers => None,
     }
 }
 

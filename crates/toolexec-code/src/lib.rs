@@ -76,18 +76,27 @@
 //!
 //! Once any limit trips, the execution's allocator also refuses every new
 //! allocation, so a script busy in expensive native operations fails fast
-//! into the next interrupt check. QuickJS checks every 10,000 operations;
-//! if a script is still inside native code 500 ms after its deadline
-//! (e.g. searching a huge string in a tight loop), the caller gets its
-//! timeout outcome anyway and the worker's pool slot goes to a fresh
-//! thread, while the stuck thread ends at its next check.
+//! into the next interrupt check. QuickJS checks every 10,000 operations,
+//! but never inside a single native builtin: one call such as
+//! `'a'.repeat(2 ** 25).includes('a'.repeat(2 ** 24) + 'b')` can run for
+//! hours. If a script is still inside native code 500 ms after its
+//! deadline, the caller gets its timeout outcome anyway (with the tool-call
+//! log and output so far), but the stuck worker keeps its pool slot until
+//! the operation returns: stuck scripts never occupy more threads (or
+//! cores) than the pool's size. While every slot is held by such stuck
+//! work (still running 5 s after its caller was answered), or too many
+//! executions already wait for a slot, a new execution ends at once with
+//! [`CodeLimit::Workers`]; one that waits for a slot past
+//! its own timeout ends with [`CodeLimit::Timeout`]. Run untrusted scripts
+//! in the sandboxed worker ([`hardened`]) to have them killed instead.
 //!
 //! ## Threading
 //!
 //! [`CodeEngine`] runs each execution on a dedicated worker thread from a
 //! bounded pool with a fresh QuickJS runtime, so a script spinning the CPU
 //! never blocks the async runtime or other executions; tool calls run on the
-//! caller's Tokio runtime. See [`CodeEngine`].
+//! caller's Tokio runtime. The pool never runs more than its size of
+//! threads ([`CodeEngine::stats`]). See [`CodeEngine`].
 #![warn(missing_docs)]
 
 use std::future::Future;
@@ -111,7 +120,7 @@ pub mod worker;
 
 pub use access::{BoxFuture, ToolAccess};
 pub use allow::glob_match;
-pub use engine::{CodeEngine, DEFAULT_MAX_CONCURRENT};
+pub use engine::{CodeEngine, DEFAULT_MAX_CONCURRENT, MAX_QUEUED_PER_WORKER, PoolStats};
 pub use in_process::InProcessRuntime;
 pub use limits_map::{code_limits_from_runtime, runtime_limits_from_code};
 pub use ts::{typescript_declaration, typescript_declarations};
@@ -223,6 +232,11 @@ pub enum CodeLimit {
     Output,
     /// The interpreter ran out of stack ([`CodeLimits::max_stack_bytes`]).
     Stack,
+    /// No worker could take the execution: every slot of the engine's pool
+    /// is held by scripts stuck in long native operations past their
+    /// deadlines, or [`MAX_QUEUED_PER_WORKER`] executions per worker
+    /// already wait for one. Nothing ran; try again later.
+    Workers,
 }
 
 impl CodeLimit {
@@ -234,6 +248,7 @@ impl CodeLimit {
             CodeLimit::ToolCalls => "tool_calls",
             CodeLimit::Output => "output",
             CodeLimit::Stack => "stack",
+            CodeLimit::Workers => "workers",
         }
     }
 }

@@ -5,6 +5,8 @@
 //! carry on. This allocator enforces the limit itself and, on the first
 //! refusal, raises the execution's abort flag, which the interrupt handler
 //! turns into an uncatchable stop: passing the memory limit is terminal.
+//! It refuses nothing until it is armed, after the engine is built, and
+//! nothing after it is disarmed, before the engine is torn down.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -21,24 +23,36 @@ const HEADER: usize = 8;
 #[derive(Debug)]
 pub(crate) struct MemoryMeter {
     used: Cell<usize>,
-    limit: Cell<usize>,
+    /// The limit, while armed (`None`: every allocation is admitted).
+    limit: Cell<Option<usize>>,
 }
 
 impl MemoryMeter {
-    /// A meter with no limit yet: the engine's own start-up must never see
-    /// a failed allocation (QuickJS does not survive every such failure while
-    /// creating a runtime), so the limit is armed with [`Self::set_limit`]
-    /// once the runtime, context and globals exist.
+    /// A meter that is not armed: neither the limit nor the starvation of a
+    /// stopping execution applies. A failed allocation while the engine is
+    /// built is not survivable: if `JS_NewRuntime2`'s first one fails,
+    /// rquickjs 0.14 writes through the NULL runtime before checking it (a
+    /// segfault), and QuickJS's cleanup of a half-built context is not safe
+    /// either (`JS_NewContextRaw` frees a context still linked in the GC
+    /// list). So the meter is armed with [`Self::arm`] only once the
+    /// runtime, context and globals exist, and disarmed with
+    /// [`Self::disarm`] before they are torn down.
     pub(crate) fn new() -> Rc<Self> {
         Rc::new(MemoryMeter {
             used: Cell::new(0),
-            limit: Cell::new(usize::MAX),
+            limit: Cell::new(None),
         })
     }
 
-    /// Arms the limit.
-    pub(crate) fn set_limit(&self, limit: usize) {
-        self.limit.set(limit);
+    /// Arms the limit (and the refusal of every allocation once the
+    /// execution is stopping).
+    pub(crate) fn arm(&self, limit: usize) {
+        self.limit.set(Some(limit));
+    }
+
+    /// Admits every allocation again (for the teardown).
+    pub(crate) fn disarm(&self) {
+        self.limit.set(None);
     }
 
     /// Bytes currently allocated by the runtime (including headers).
@@ -68,6 +82,12 @@ impl LimitedAllocator {
     }
 
     fn admit(&self, extra: usize) -> bool {
+        // Not armed: the engine is being built or torn down, where a failed
+        // allocation is not survivable (see [`MemoryMeter::new`]), even if
+        // the caller's timer has already raised the abort flag.
+        let Some(limit) = self.meter.limit.get() else {
+            return true;
+        };
         // Once the execution is stopping, starve it: every operation that
         // allocates fails at once, so even a script stuck in expensive
         // native operations (copying huge strings, say) reaches QuickJS's
@@ -79,7 +99,7 @@ impl LimitedAllocator {
             .meter
             .used()
             .checked_add(extra)
-            .is_some_and(|total| total <= self.meter.limit.get());
+            .is_some_and(|total| total <= limit);
         if !ok {
             self.abort.raise(Abort::Memory);
         }

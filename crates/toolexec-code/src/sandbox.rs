@@ -416,6 +416,9 @@ fn run_in_runtime(
         }
         let js = Rc::new(RefCell::new(JsState::default()));
         let r = execute(&ctx, code, shared, &js, rx, &meter);
+        // The script is over: from here on the engine only frees, and must
+        // not see a refused allocation (see `MemoryMeter::new`).
+        meter.disarm();
         // Drop every JS value the host holds before the context goes away.
         let mut state = std::mem::take(&mut *js.borrow_mut());
         state.pending.clear();
@@ -467,7 +470,7 @@ fn execute<'js>(
             None,
         );
     }
-    meter.set_limit(limit);
+    meter.arm(limit);
     let compiled = match compile(ctx, code) {
         Ok(v) => v,
         Err(status) => return (shared.stop_status().unwrap_or(status), None),
@@ -1351,4 +1354,41 @@ fn not_allowed(tool_id: &str) -> ErrorBody {
         reason: "not in this execution's allowed_tools".into(),
     }
     .to_body()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The caller's timer may raise the abort flag before the worker has
+    /// built its engine (a short timeout on a loaded machine). Building and
+    /// tearing down must still succeed: QuickJS does not survive every
+    /// refused allocation while it creates a runtime or a context. The flag
+    /// starves the script only once the meter is armed.
+    #[test]
+    fn an_engine_is_built_and_torn_down_whole_when_already_stopping() {
+        for reason in [Abort::Timeout, Abort::Cancelled, Abort::Memory] {
+            let abort = Arc::new(AbortFlag::default());
+            abort.raise(reason);
+            let (rt, meter) = new_runtime(1 << 20, &abort, Instant::now())
+                .expect("a runtime, although the execution is stopping");
+            let context = Context::full(&rt).expect("a full context");
+            context.with(|ctx| {
+                let globals = ctx.globals();
+                for name in ["Object", "Promise", "JSON", "Map", "WeakRef", "Uint8Array"] {
+                    assert!(globals.contains_key(name).unwrap(), "{name} is missing");
+                }
+                meter.arm(64 << 20);
+                // Large enough to bypass QuickJS's small-block arenas.
+                // SAFETY: valid context; a failed allocation returns null.
+                let p = unsafe { qjs::js_malloc(ctx.as_raw().as_ptr(), 1 << 20) };
+                assert!(p.is_null(), "an armed meter starves a stopping execution");
+                let _ = ctx.catch();
+                meter.disarm();
+            });
+            drop(context);
+            drop(rt);
+            assert_eq!(meter.used(), 0);
+        }
+    }
 }

@@ -367,6 +367,52 @@ async fn queue_wait_counts_toward_the_timeout() {
     f.assert_healthy().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_queue_is_bounded() {
+    let f = fixture(1);
+    let e = f.engine.clone();
+    let hog = tokio::spawn(async move {
+        e.execute(toolexec_code::CodeRequest::new("for (;;) {}").with_limits(quick(2000)))
+            .await
+    });
+    let max = toolexec_code::MAX_QUEUED_PER_WORKER;
+    let waiters: Vec<_> = (0..max)
+        .map(|_| {
+            let e = f.engine.clone();
+            tokio::spawn(
+                async move { e.execute(toolexec_code::CodeRequest::new("return 1")).await },
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while f.engine.stats().queued < max {
+        assert!(Instant::now() < deadline, "{:?}", f.engine.stats());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // One more is refused at once, with its own limit.
+    let started = Instant::now();
+    let out = f.run("return 1", limits()).await;
+    assert_limit(&out, CodeLimit::Workers);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        out.status
+            .failure_text(None)
+            .unwrap()
+            .contains("already waiting"),
+        "{out:?}"
+    );
+    // The queued ones all run once the hog is stopped.
+    assert_limit(&hog.await.unwrap(), CodeLimit::Timeout);
+    for w in waiters {
+        assert_eq!(w.await.unwrap().value, Some(json!(1)));
+    }
+    assert_eq!(f.engine.stats().queued, 0);
+}
+
 // ------------------------------------------------------------ wall time
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -161,7 +161,8 @@ Result: `{{status, value, stdout, stderr, tool_calls, duration_ms}}`. \
 `status.kind` is `ok` (`value` holds what the script returned), \
 `syntax_error` (`message`, `line`, `column`; nothing ran), `exception` \
 (`message`, `stack`), `limit_exceeded` (`limit`: timeout, memory, \
-tool_calls, output or stack) or `tool_error` (`call_index`, `tool_id`, \
+tool_calls, output, stack, or workers: the code-mode workers are all busy, \
+retry later) or `tool_error` (`call_index`, `tool_id`, \
 `error`). Anything but `ok` is an error result whose text starts with the \
 kind; `stdout`, `stderr` and the log of tool calls (`tool_calls`: each with \
 `tool_id`, `args`, `ok`, `result` or `error`) come back in every case.\n\
@@ -226,7 +227,7 @@ return {{sum: sum.result, hex: digest.hex}};`",
                         "stack": {"type": "string", "description": "exception: the JavaScript stack"},
                         "limit": {
                             "type": "string",
-                            "enum": ["timeout", "memory", "tool_calls", "output", "stack"],
+                            "enum": ["timeout", "memory", "tool_calls", "output", "stack", "workers"],
                             "description": "limit_exceeded: which limit"
                         },
                         "call_index": {"type": "integer", "description": "tool_error: index into tool_calls"},
