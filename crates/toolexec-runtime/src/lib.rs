@@ -31,6 +31,7 @@
 //! ```
 
 pub mod bwrap;
+mod call_log;
 mod command_tool;
 mod host;
 mod host_runtime;
@@ -43,11 +44,12 @@ mod registry;
 mod runtime;
 mod unit;
 
+pub use call_log::{ToolCallLog, ToolCallRecord, ValueSummary};
 pub use command_tool::{CommandTool, CommandToolDef, OutputMapping, StdinMapping};
 pub use host::{ToolCaller, ToolHost};
 pub use host_runtime::{HostRuntime, UnsandboxedOptIn};
 pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};
-pub use outcome::{Enforcement, RunOutcome, RunStatus, ToolCallRecord};
+pub use outcome::{Enforcement, RunOutcome, RunStatus};
 pub use profile::{Profile, ProfileMap, UnknownProfile};
 pub use registry::Runtimes;
 pub use runtime::{OutputChunk, OutputSink, OutputStream, RunContext, Runtime, RuntimeInfo};
