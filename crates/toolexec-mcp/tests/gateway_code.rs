@@ -232,11 +232,17 @@ async fn big_tool_arguments_keep_the_response_under_the_output_limit() {
             "exception",
         ),
     ] {
-        let r = run_code(
-            &client,
-            json!({"code": code, "timeout_ms": 120000, "max_tool_calls": 20}),
+        // Bounded, so a response the client never gets (the old 84 MB one
+        // stalled the in-process client) fails instead of hanging.
+        let r = tokio::time::timeout(
+            Duration::from_secs(300),
+            run_code(
+                &client,
+                json!({"code": code, "timeout_ms": 120000, "max_tool_calls": 20}),
+            ),
         )
-        .await;
+        .await
+        .expect("no execute_code response within 5 minutes");
         let s = structured(&r);
         assert_eq!(s["status"]["kind"], kind, "{}", text(&r));
         if kind == "ok" {
