@@ -183,7 +183,10 @@ fn json_prints_the_whole_outcome() {
     let calls = v["tool_calls"].as_array().unwrap();
     assert_eq!(calls.len(), 4);
     assert_eq!(calls[0]["tool_id"], "math:add");
-    assert_eq!(calls[0]["args"], json!({"a": 2, "b": 3}));
+    // The log summarizes arguments and results: size, digest, preview.
+    assert_eq!(calls[0]["args"]["preview"], r#"{"a":2,"b":3}"#);
+    assert_eq!(calls[0]["args"]["bytes"], 13);
+    assert!(calls[0]["result"]["sha256"].is_string());
     assert_eq!(calls[0]["ok"], true);
     assert!(calls[0]["duration_ms"].is_number());
     assert!(v["duration_ms"].is_number());

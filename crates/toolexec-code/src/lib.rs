@@ -382,7 +382,9 @@ pub struct CodeOutcome {
     pub stdout: String,
     /// `console.warn/error` output, one line per call.
     pub stderr: String,
-    /// Every tool call, in call order.
+    /// Every tool call, in call order: bounded records (sizes, digests and
+    /// previews of the arguments and results, never the values) within the
+    /// log's byte budget ([`toolexec_runtime::ToolCallLog`]).
     pub tool_calls: Vec<ToolCallRecord>,
     /// Wall time from the call to [`CodeEngine::execute`] until the outcome,
     /// in milliseconds.

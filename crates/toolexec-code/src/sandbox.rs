@@ -35,6 +35,7 @@ use crate::access::{BoxFuture, ToolAccess};
 use crate::allow::AllowList;
 use crate::memory::{LimitedAllocator, MemoryMeter};
 use crate::{CodeLimit, CodeLimits, CodeOutcome, CodeStatus, ToolCallRecord};
+use toolexec_runtime::ToolCallLog;
 
 /// Source of the prelude that installs `tools` and `console`.
 const PRELUDE: &str = include_str!("prelude.js");
@@ -117,8 +118,9 @@ pub(crate) struct JobSpec {
     pub(crate) progress: SharedProgress,
 }
 
+/// When a logged call started, and whether it has finished.
+#[derive(Clone, Copy)]
 struct Slot {
-    record: ToolCallRecord,
     started: Instant,
     done: bool,
 }
@@ -128,6 +130,9 @@ struct Slot {
 /// worker stuck past its deadline.
 #[derive(Default)]
 pub(crate) struct Progress {
+    /// Bounded records (no arguments or results), within the log's budget.
+    log: ToolCallLog,
+    /// One per record of `log`.
     slots: Vec<Slot>,
     stdout: String,
     stderr: String,
@@ -140,15 +145,8 @@ impl Progress {
     /// the output, leaving `self` as it is.
     pub(crate) fn snapshot(&self) -> (Vec<ToolCallRecord>, String, String) {
         let copy = Progress {
-            slots: self
-                .slots
-                .iter()
-                .map(|s| Slot {
-                    record: s.record.clone(),
-                    started: s.started,
-                    done: s.done,
-                })
-                .collect(),
+            log: self.log.clone(),
+            slots: self.slots.clone(),
             stdout: self.stdout.clone(),
             stderr: self.stderr.clone(),
             bytes: self.bytes,
@@ -158,26 +156,20 @@ impl Progress {
     }
 
     /// Like [`Self::snapshot`], consuming.
-    pub(crate) fn into_parts(self) -> (Vec<ToolCallRecord>, String, String) {
+    pub(crate) fn into_parts(mut self) -> (Vec<ToolCallRecord>, String, String) {
         let now = Instant::now();
-        let calls = self
-            .slots
-            .into_iter()
-            .map(|s| {
-                let mut r = s.record;
-                if !s.done {
-                    r.duration_ms = ms(now.saturating_duration_since(s.started));
-                    r.error = Some(
-                        Error::Cancelled {
-                            tool: r.tool_id.clone(),
-                        }
-                        .to_body(),
-                    );
-                }
-                r
-            })
-            .collect();
-        (calls, self.stdout, self.stderr)
+        for (index, slot) in self.slots.iter().enumerate() {
+            if !slot.done {
+                self.log.update(index, |r| {
+                    let error = Error::Cancelled {
+                        tool: r.tool_id.clone(),
+                    }
+                    .to_body();
+                    r.finish(&Err(error), now.saturating_duration_since(slot.started));
+                });
+            }
+        }
+        (self.log.into_records(), self.stdout, self.stderr)
     }
 }
 
@@ -272,18 +264,12 @@ impl Shared {
         fits
     }
 
-    fn record_done(&self, index: usize, result: Result<Json, ErrorBody>, finished: Instant) {
+    fn record_done(&self, index: usize, result: &Result<Json, ErrorBody>, finished: Instant) {
         let mut progress = self.progress.lock();
         let slot = &mut progress.slots[index];
         slot.done = true;
-        slot.record.duration_ms = ms(finished.saturating_duration_since(slot.started));
-        match result {
-            Ok(v) => {
-                slot.record.ok = true;
-                slot.record.result = Some(v);
-            }
-            Err(e) => slot.record.error = Some(e),
-        }
+        let elapsed = finished.saturating_duration_since(slot.started);
+        progress.log.update(index, |r| r.finish(result, elapsed));
     }
 }
 
@@ -764,7 +750,7 @@ fn thrown<'js>(
         .map(|(i, _)| *i);
     if let Some(index) = hit {
         let progress = shared.progress.lock();
-        let rec = &progress.slots[index].record;
+        let rec = &progress.log.records()[index];
         if let Some(error) = &rec.error {
             return CodeStatus::ToolError {
                 call_index: index,
@@ -1037,18 +1023,15 @@ fn host_call<'js>(
         _ => None,
     };
     let args = args_json.unwrap_or(Json::Null);
-    shared.progress.lock().slots.push(Slot {
-        record: ToolCallRecord {
-            tool_id: tool_id.clone(),
-            args: args.clone(),
-            ok: false,
-            result: None,
-            error: None,
-            duration_ms: 0.0,
-        },
-        started,
-        done: false,
-    });
+    {
+        let record = ToolCallRecord::started(&tool_id, &args);
+        let mut progress = shared.progress.lock();
+        progress.log.push(record);
+        progress.slots.push(Slot {
+            started,
+            done: false,
+        });
+    }
     let (promise, resolve, reject) = ctx.promise()?;
     if let Some(error) = early_error {
         settle(
@@ -1114,14 +1097,14 @@ fn settle<'js>(
     match outcome {
         Ok(value) => {
             let text = serde_json::to_string(&value).unwrap_or_else(|_| "null".into());
-            shared.record_done(index, Ok(value), finished);
+            shared.record_done(index, &Ok(value), finished);
             let v = ctx.json_parse(text)?;
             resolve.call::<_, ()>((v,))
         }
         Err(error) => {
-            let tool_id = shared.progress.lock().slots[index].record.tool_id.clone();
+            let tool_id = shared.progress.lock().log.records()[index].tool_id.clone();
             let obj = tool_error_object(ctx, &error, &tool_id, Some(index))?;
-            shared.record_done(index, Err(error), finished);
+            shared.record_done(index, &Err(error), finished);
             js.borrow_mut().errors.push((index, obj.clone()));
             reject.call::<_, ()>((obj,))
         }

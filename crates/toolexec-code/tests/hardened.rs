@@ -278,7 +278,10 @@ async fn the_sandbox_claims_about_tool_calls_are_ignored() {
     assert_eq!(out.value, Some(json!(42)));
     assert_eq!(out.tool_calls.len(), 1, "{:?}", out.tool_calls);
     assert_eq!(out.tool_calls[0].tool_id, "math:add");
-    assert_eq!(out.tool_calls[0].result, Some(json!({"result": 2.0})));
+    assert_eq!(
+        out.tool_calls[0].result,
+        Some(toolexec_runtime::ValueSummary::of(&json!({"result": 2.0})))
+    );
 
     // Blaming a call the host never saw is a sandbox error, not a tool error.
     let blame = LIAR.replace(
@@ -393,14 +396,8 @@ async fn large_tool_results_do_not_fill_the_result_frame() {
 fn the_worker_sends_no_call_log() {
     use toolexec_code::worker::result_value;
     let big = json!({"text": "x".repeat(600_000)});
-    let call = toolexec_code::ToolCallRecord {
-        tool_id: "text:case".into(),
-        args: big.clone(),
-        ok: true,
-        result: Some(big),
-        error: None,
-        duration_ms: 1.0,
-    };
+    let mut call = toolexec_code::ToolCallRecord::started("text:case", &big);
+    call.finish(&Ok(big), std::time::Duration::from_millis(1));
     let outcome = CodeOutcome {
         status: CodeStatus::Ok,
         value: Some(json!(7)),

@@ -11,7 +11,7 @@ use toolexec_code::hardened::{execute_code_with_profile, outcome_from_run};
 use toolexec_code::{CodeLimit, CodeLimits, CodeStatus, ExecCodeExt, InProcessRuntime};
 use toolexec_runtime::{
     LimitKind, NetworkPolicy, Profile, ProfileMap, RunContext, RunOutcome, RunRequest, RunStatus,
-    Runtime, RuntimeLimits, Runtimes, ToolHost, Unit, UnitKind,
+    Runtime, RuntimeLimits, Runtimes, ToolHost, Unit, UnitKind, ValueSummary,
 };
 
 fn exec() -> Exec {
@@ -60,7 +60,10 @@ async fn runs_a_script_with_the_hosts_tools_under_standard() {
     assert_eq!(run.stderr, "warn\n");
     assert_eq!(run.tool_calls.len(), 1, "{run:?}");
     assert!(run.tool_calls[0].ok);
-    assert_eq!(run.tool_calls[0].result, Some(json!({"result": 3.0})));
+    assert_eq!(
+        run.tool_calls[0].result,
+        Some(ValueSummary::of(&json!({"result": 3.0})))
+    );
     // Every limit is accounted for, mechanism or reason.
     for kind in [
         LimitKind::WallTime,

@@ -166,12 +166,21 @@ async fn scripts_call_tools_and_return_the_outcome() {
         .collect();
     assert_eq!(ids, ["math:add", "hash:sha256", "text:word_count"]);
     assert!(calls.iter().all(|c| c["ok"] == true));
-    assert_eq!(calls[0]["args"], json!({"a": 2, "b": 3}));
-    assert_eq!(calls[0]["result"], json!({"result": 5.0}));
+    // The log summarizes: size, digest and preview, never the values.
+    assert_eq!(calls[0]["args"]["preview"], r#"{"a":2,"b":3}"#);
+    assert_eq!(calls[0]["args"]["bytes"], 13);
+    assert_eq!(calls[0]["result"]["preview"], r#"{"result":5.0}"#);
+    assert_eq!(calls[0]["result"]["sha256"].as_str().unwrap().len(), 64);
     assert!(s["duration_ms"].as_f64().unwrap() > 0.0);
-    // The text block mirrors the structured outcome.
-    let from_text: Value = serde_json::from_str(&text(&r)).unwrap();
-    assert_eq!(&from_text, s);
+    // The outcome is sent once: the one text block is a short summary.
+    assert_eq!(r.content.len(), 1);
+    let summary = text(&r);
+    assert!(summary.starts_with("ok\nvalue: {"), "{summary}");
+    assert!(summary.contains("tool calls: 3"), "{summary}");
+    assert!(
+        serde_json::from_str::<Value>(&summary).is_err(),
+        "{summary}"
+    );
 
     // A caught tool error is just data; no return gives null.
     let r = run_code(
@@ -182,6 +191,73 @@ async fn scripts_call_tools_and_return_the_outcome() {
     assert_eq!(r.is_error, Some(false), "{}", text(&r));
     assert_eq!(structured(&r)["value"], Value::Null);
     assert_eq!(structured(&r)["stdout"], "execution_failed\n");
+    client.cancel().await.unwrap();
+}
+
+/// Twenty calls with a 2 MiB argument each (tools that accept them): the response (serialized as
+/// rmcp sends it) stays under the 1 MiB output limit, because the log keeps
+/// records of sizes, digests and previews and the outcome is sent once.
+#[tokio::test(flavor = "multi_thread")]
+async fn big_tool_arguments_keep_the_response_under_the_output_limit() {
+    let options = CodeModeOptions::default();
+    assert_eq!(options.max_output_bytes, 1 << 20);
+    // Tools accept arguments of up to 4 MiB here (1 MiB by default).
+    let exec = toolexec::Exec::builder()
+        .catalog(support::demo_exec().catalog().clone())
+        .limits(toolexec::Limits {
+            max_input_bytes: 4 << 20,
+            ..toolexec::Limits::default()
+        })
+        .build();
+    let gateway = Gateway::new(
+        exec,
+        GatewayOptions {
+            expose: Expose::Meta,
+            ..GatewayOptions::default()
+        },
+    );
+    let client = connect(gateway).await;
+    for (code, kind) in [
+        (
+            "const s = 'a'.repeat(2 << 20); let n = 0;
+             for (let i = 0; i < 20; i++) n += (await tools.text.word_count({text: s})).words;
+             return n;",
+            "ok",
+        ),
+        // The same ending in a failure: the log comes back with it.
+        (
+            "const s = 'a'.repeat(2 << 20);
+             for (let i = 0; i < 20; i++) await tools.text.word_count({text: s});
+             throw new Error('after the calls');",
+            "exception",
+        ),
+    ] {
+        // Bounded, so a response the client never gets (the old 84 MB one
+        // stalled the in-process client) fails instead of hanging.
+        let r = tokio::time::timeout(
+            Duration::from_secs(300),
+            run_code(
+                &client,
+                json!({"code": code, "timeout_ms": 120000, "max_tool_calls": 20}),
+            ),
+        )
+        .await
+        .expect("no execute_code response within 5 minutes");
+        let s = structured(&r);
+        assert_eq!(s["status"]["kind"], kind, "{}", text(&r));
+        if kind == "ok" {
+            assert_eq!(s["value"], 20);
+        }
+        let calls = s["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 20);
+        assert!(calls.iter().all(|c| c["args"]["bytes"] == (2 << 20) + 11));
+        let size = serde_json::to_vec(&r).unwrap().len();
+        eprintln!("execute_code response ({kind}): {size} bytes");
+        assert!(
+            size < options.max_output_bytes,
+            "{size} bytes, over the output limit"
+        );
+    }
     client.cancel().await.unwrap();
 }
 

@@ -880,7 +880,10 @@ macro_rules! hostile_suite {
                 let out = run_with(&rt, Unit::command(["python3", "-c", PY_CLIENT]), l, host, CancellationToken::new()).await;
                 assert_eq!(out.tool_calls.len(), 3, "{out:?}");
                 assert!(out.tool_calls[0].ok && out.tool_calls[1].ok, "{out:?}");
-                assert_eq!(out.tool_calls[0].result, Some(json!({"result": 3.0})));
+                assert_eq!(
+                    out.tool_calls[0].result,
+                    Some(toolexec_runtime::ValueSummary::of(&json!({"result": 3.0})))
+                );
                 assert!(!out.tool_calls[2].ok);
                 assert_eq!(out.tool_calls[2].error.as_ref().unwrap().code.as_str(), "limit_exceeded");
                 assert_eq!(limit_of(&out), Some(LimitKind::ToolCalls), "{out:?}");

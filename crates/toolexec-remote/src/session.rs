@@ -23,6 +23,14 @@ use crate::wire::{self, ClientFrame, LiveText, ServerFrame, ToolRequest};
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, ErrorBody>>>>>;
 
+/// A call as the log identifies it: the (cut) tool id and the digest of the
+/// arguments.
+type CallKey = (String, String);
+
+fn call_key(record: ToolCallRecord) -> CallKey {
+    (record.tool_id, record.args.sha256)
+}
+
 /// Forwards the unit's allowed tool requests to the caller over the
 /// connection. The server's [`ToolHost`] has already checked the budget
 /// and allowlist before a call gets here.
@@ -30,9 +38,10 @@ struct ForwardingCaller {
     frames: mpsc::UnboundedSender<ServerFrame>,
     pending: Pending,
     next_id: AtomicU64,
-    /// `(tool, args)` of every call forwarded, to tell them apart from the
-    /// calls the server refused itself.
-    forwarded: Mutex<Vec<(String, Value)>>,
+    /// `(tool, SHA-256 of the arguments)` of every call forwarded, as the
+    /// log records them, to tell them apart from the calls the server
+    /// refused itself (never the arguments: the log is bounded).
+    forwarded: Mutex<Vec<CallKey>>,
 }
 
 fn gone() -> ErrorBody {
@@ -62,7 +71,8 @@ impl ForwardingCaller {
 
 impl ToolCaller for ForwardingCaller {
     fn call(&self, tool_id: String, args: Value) -> BoxFuture<'static, Result<Value, ErrorBody>> {
-        self.forwarded.lock().push((tool_id.clone(), args.clone()));
+        let key = call_key(ToolCallRecord::started(&tool_id, &args));
+        self.forwarded.lock().push(key);
         self.ask(ToolRequest::Call {
             tool: tool_id,
             args,
@@ -88,13 +98,13 @@ impl ToolCaller for ForwardingCaller {
 
 /// The calls in `log` that were never forwarded (refused by the server's
 /// own budget or allowlist).
-fn refused(log: Vec<ToolCallRecord>, forwarded: Vec<(String, Value)>) -> Vec<ToolCallRecord> {
+fn refused(log: Vec<ToolCallRecord>, forwarded: Vec<CallKey>) -> Vec<ToolCallRecord> {
     let mut forwarded = forwarded;
     log.into_iter()
         .filter(|record| {
             match forwarded
                 .iter()
-                .position(|(t, a)| *t == record.tool_id && *a == record.args)
+                .position(|(t, a)| *t == record.tool_id && *a == record.args.sha256)
             {
                 Some(i) => {
                     forwarded.swap_remove(i);
@@ -280,28 +290,20 @@ mod tests {
     use super::*;
 
     fn record(tool: &str, n: i64) -> ToolCallRecord {
-        ToolCallRecord {
-            tool_id: tool.into(),
-            args: serde_json::json!({"n": n}),
-            ok: true,
-            result: None,
-            error: None,
-            duration_ms: 0.0,
-        }
+        ToolCallRecord::started(tool, &serde_json::json!({"n": n}))
+    }
+
+    fn key(tool: &str, n: i64) -> CallKey {
+        call_key(record(tool, n))
     }
 
     #[test]
     fn refused_keeps_only_unforwarded_calls() {
-        let log = vec![
-            record("a:b", 1),
-            record("a:b", 1),
-            record("x:y", 2),
-            record("a:b", 3),
-        ];
-        let forwarded = vec![
-            ("a:b".into(), serde_json::json!({"n": 1})),
-            ("a:b".into(), serde_json::json!({"n": 3})),
-        ];
+        // A truncated record (past the log's budget) still matches.
+        let mut cut = record("a:b", 3);
+        cut.truncate();
+        let log = vec![record("a:b", 1), record("a:b", 1), record("x:y", 2), cut];
+        let forwarded = vec![key("a:b", 1), key("a:b", 3)];
         let left = refused(log, forwarded);
         assert_eq!(left, vec![record("a:b", 1), record("x:y", 2)]);
     }

@@ -135,7 +135,7 @@ struct WireOutcome {
     #[serde(default)]
     exit_code: Option<i32>,
     #[serde(default)]
-    tool_calls: Vec<WireToolCall>,
+    tool_calls: Vec<ToolCallRecord>,
     #[serde(default)]
     enforcement: Vec<Enforcement>,
     duration_ms: f64,
@@ -149,18 +149,6 @@ enum WireStatus {
     LimitExceeded { limit: LimitKind, message: String },
     Cancelled,
     Error { error: ErrorBody },
-}
-
-#[derive(Debug, Deserialize)]
-struct WireToolCall {
-    tool_id: String,
-    args: Value,
-    ok: bool,
-    #[serde(default)]
-    result: Option<Value>,
-    #[serde(default)]
-    error: Option<ErrorBody>,
-    duration_ms: f64,
 }
 
 /// Parses an outcome the server sent; the error names the failing field.
@@ -179,18 +167,7 @@ pub fn outcome_from_value(value: Value) -> Result<RunOutcome, String> {
     outcome.stdout = wire.stdout;
     outcome.stderr = wire.stderr;
     outcome.exit_code = wire.exit_code;
-    outcome.tool_calls = wire
-        .tool_calls
-        .into_iter()
-        .map(|c| ToolCallRecord {
-            tool_id: c.tool_id,
-            args: c.args,
-            ok: c.ok,
-            result: c.result,
-            error: c.error,
-            duration_ms: c.duration_ms,
-        })
-        .collect();
+    outcome.tool_calls = wire.tool_calls;
     outcome.enforcement = wire.enforcement;
     outcome.duration_ms = wire.duration_ms;
     Ok(outcome)
@@ -214,18 +191,15 @@ mod tests {
         outcome.exit_code = Some(3);
         outcome.value = Some(serde_json::json!({"a": 1}));
         outcome.enforcement = vec![Enforcement::by(LimitKind::WallTime, "timer")];
-        outcome.tool_calls = vec![ToolCallRecord {
-            tool_id: "math:add".into(),
-            args: serde_json::json!({}),
-            ok: false,
-            result: None,
-            error: Some(ErrorBody {
-                code: ErrorCode::NotAllowed,
-                message: "no".into(),
-                details: None,
-            }),
-            duration_ms: 1.0,
-        }];
+        let mut call = ToolCallRecord::started("math:add", &serde_json::json!({}));
+        call.fail(&ErrorBody {
+            code: ErrorCode::NotAllowed,
+            message: "no".into(),
+            details: None,
+        });
+        let mut cut = call.clone();
+        cut.truncate();
+        outcome.tool_calls = vec![call, cut];
         outcome.duration_ms = 12.5;
         let back = outcome_from_value(serde_json::to_value(&outcome).unwrap()).unwrap();
         assert_eq!(back, outcome);

@@ -187,6 +187,67 @@ import time; time.sleep(5)
     );
 }
 
+/// Calls with big arguments, forwarded and refused, leave bounded records
+/// on both sides: the server keeps digests (not arguments) to tell its
+/// refusals from the calls it forwarded, and sends only small records.
+#[tokio::test]
+async fn the_remote_log_keeps_bounded_records() {
+    if !python3("the_remote_log_keeps_bounded_records") {
+        return;
+    }
+    let server = start(ServerConfig::new(key())).await;
+    let remote = client(&server.url());
+    let exec = catalog();
+    // 512 KiB arguments (within the 1 MiB gateway frame): 8 forwarded
+    // to the caller, 8 refused by the server's allowlist, alternating.
+    let script = format!(
+        "{PY_GATEWAY}
+big = 'a' * (512 * 1024)
+for i in range(8):
+    print(call('text:word_count', {{'text': big + str(i)}})['result']['characters'])
+    print(call('hash:sha256', {{'text': big + str(i)}})['error']['code'])
+"
+    );
+    let limits = RuntimeLimits {
+        max_tool_calls: 20,
+        allowed_tools: vec!["text:*".into()],
+        ..RuntimeLimits::default()
+    };
+    let out = run_direct(
+        &remote,
+        dev(Unit::command(["python3", "-u", "-c", &script])).with_limits(limits),
+        &exec,
+    )
+    .await;
+    assert!(out.is_ok(), "{out:?}");
+    assert_eq!(
+        out.stdout,
+        format!("{}\nnot_allowed\n", 512 * 1024 + 1).repeat(8)
+    );
+    // The caller's 8 calls, then the server's 8 refusals: none lost, none
+    // counted twice.
+    assert_eq!(out.tool_calls.len(), 16, "{:?}", out.tool_calls);
+    assert!(
+        out.tool_calls[..8]
+            .iter()
+            .all(|c| c.ok && c.tool_id == "text:word_count")
+    );
+    assert!(out.tool_calls[8..].iter().all(|c| {
+        c.tool_id == "hash:sha256"
+            && c.error.as_ref().map(|e| e.code) == Some(ErrorCode::NotAllowed)
+    }));
+    let records: Vec<serde_json::Value> = out
+        .tool_calls
+        .iter()
+        .map(|c| serde_json::to_value(c).unwrap())
+        .collect();
+    for r in &records {
+        assert_eq!(r["args"]["bytes"], 512 * 1024 + 12, "{r}");
+    }
+    let retained: usize = records.iter().map(|r| r.to_string().len()).sum();
+    assert!(retained < 16 << 10, "{retained} bytes of log");
+}
+
 /// A server that forwards more than the caller allows (a server with a
 /// bigger budget than the caller's) still cannot spend the caller's tools:
 /// the caller's own host refuses.

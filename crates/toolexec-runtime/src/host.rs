@@ -11,7 +11,7 @@ use toolexec::{
     RunOptions,
 };
 
-use crate::{RuntimeLimits, ToolCallRecord};
+use crate::{RuntimeLimits, ToolCallLog, ToolCallRecord};
 
 /// What sandboxed code reaches tools through. Every call is checked here,
 /// on the host, against the run's budget and allowlist (the sandbox's own
@@ -53,7 +53,7 @@ struct HostInner {
     used: AtomicUsize,
     max_lookups: usize,
     lookups: AtomicUsize,
-    log: Mutex<Vec<ToolCallRecord>>,
+    log: Mutex<ToolCallLog>,
     cancel: CancellationToken,
     exceeded: tokio::sync::Notify,
 }
@@ -99,7 +99,7 @@ impl ToolHost {
                 used: AtomicUsize::new(0),
                 max_lookups: lookup_budget(limits.max_tool_calls),
                 lookups: AtomicUsize::new(0),
-                log: Mutex::new(Vec::new()),
+                log: Mutex::new(ToolCallLog::default()),
                 cancel,
                 exceeded: tokio::sync::Notify::new(),
             }),
@@ -125,20 +125,22 @@ impl ToolHost {
     /// the allowlist fails with `not_allowed`. Every call is logged, also
     /// one whose future is dropped before it completes (as failed with
     /// `cancelled`): it may have had effects.
+    ///
+    /// The log keeps a bounded [`ToolCallRecord`] per call (sizes, digests
+    /// and previews, never the arguments or the result), within the log's
+    /// byte budget ([`ToolCallLog`]).
     pub async fn call(&self, tool_id: &str, args: Value) -> Result<Value, ErrorBody> {
         let n = self.inner.used.fetch_add(1, Ordering::Relaxed);
-        // Only calls within the budget (and the one that spends it) keep
-        // their arguments in the log: a flood past it cannot grow the log
-        // by more than a small record per call until the run is stopped.
-        let logged_args = if n <= self.inner.max_calls {
-            args.clone()
-        } else {
-            Value::Null
-        };
+        let mut record = ToolCallRecord::started(tool_id, &args);
+        // Calls past the one that spends the budget are logged truncated: a
+        // flood past it cannot grow the log by more than a small record per
+        // call until the run is stopped.
+        if n > self.inner.max_calls {
+            record.truncate();
+        }
         let mut pending = PendingCall {
             host: &self.inner,
-            tool_id,
-            args: Some(logged_args),
+            record: Some(record),
             started: Instant::now(),
         };
         let result = self.call_unlogged(tool_id, args, n).await;
@@ -273,12 +275,17 @@ impl ToolHost {
 
     /// The calls made so far.
     pub fn tool_calls(&self) -> Vec<ToolCallRecord> {
-        self.inner.log.lock().clone()
+        self.inner.log.lock().records().to_vec()
+    }
+
+    /// The bytes the log holds so far (its records, serialized).
+    pub fn tool_log_bytes(&self) -> usize {
+        self.inner.log.lock().retained_bytes()
     }
 
     /// Takes the log (leaves it empty).
     pub fn take_tool_calls(&self) -> Vec<ToolCallRecord> {
-        std::mem::take(&mut *self.inner.log.lock())
+        std::mem::take(&mut *self.inner.log.lock()).into_records()
     }
 }
 
@@ -294,46 +301,31 @@ impl HostInner {
 /// `cancelled`.
 struct PendingCall<'a> {
     host: &'a HostInner,
-    tool_id: &'a str,
-    args: Option<Value>,
+    record: Option<ToolCallRecord>,
     started: Instant,
 }
 
 impl PendingCall<'_> {
     fn finish(&mut self, result: &Result<Value, ErrorBody>) {
-        self.record(
-            result.as_ref().ok().cloned(),
-            result.as_ref().err().cloned(),
-        );
-    }
-
-    fn record(&mut self, result: Option<Value>, error: Option<ErrorBody>) {
-        let Some(args) = self.args.take() else {
+        let Some(mut record) = self.record.take() else {
             return;
         };
-        self.host.log.lock().push(ToolCallRecord {
-            tool_id: self.tool_id.to_owned(),
-            args,
-            ok: error.is_none(),
-            result,
-            error,
-            duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
-        });
+        record.finish(result, self.started.elapsed());
+        self.host.log.lock().push(record);
     }
 }
 
 impl Drop for PendingCall<'_> {
     fn drop(&mut self) {
-        if self.args.is_some() {
-            self.record(
-                None,
-                Some(ErrorBody {
-                    code: ErrorCode::Cancelled,
-                    message: "cancelled: the run ended before the call completed; it may have had effects".into(),
-                    details: None,
-                }),
-            );
+        if self.record.is_none() {
+            return;
         }
+        self.finish(&Err(ErrorBody {
+            code: ErrorCode::Cancelled,
+            message: "cancelled: the run ended before the call completed; it may have had effects"
+                .into(),
+            details: None,
+        }));
     }
 }
 

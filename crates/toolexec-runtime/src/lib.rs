@@ -31,6 +31,7 @@
 //! ```
 
 pub mod bwrap;
+mod call_log;
 mod command_tool;
 pub mod gateway_socket;
 mod host;
@@ -45,11 +46,12 @@ mod runtime;
 pub mod seccomp_policy;
 mod unit;
 
+pub use call_log::{ToolCallLog, ToolCallRecord, ValueSummary};
 pub use command_tool::{CommandTool, CommandToolDef, OutputMapping, StdinMapping};
 pub use host::{ToolCaller, ToolHost};
 pub use host_runtime::{HostRuntime, UnsandboxedOptIn};
 pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};
-pub use outcome::{Enforcement, RunOutcome, RunStatus, ToolCallRecord};
+pub use outcome::{Enforcement, RunOutcome, RunStatus};
 pub use process::SandboxUser;
 pub use profile::{Profile, ProfileMap, UnknownProfile};
 pub use registry::Runtimes;

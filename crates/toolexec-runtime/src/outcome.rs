@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolexec::ErrorBody;
 
-use crate::LimitKind;
+use crate::{LimitKind, ToolCallRecord};
 
 /// The result of one run: the value, the output, the tool-call log and how
 /// each limit was enforced. Returned for failures too, so that no captured
@@ -26,7 +26,10 @@ pub struct RunOutcome {
     /// The process exit code, for commands that exited.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    /// Every tool call the unit made, in order, allowed or not.
+    /// Every tool call the unit made, in order, allowed or not: bounded
+    /// records (sizes, digests and previews of the arguments and results,
+    /// never the values), charged to the log's byte budget
+    /// ([`crate::ToolCallLog`]).
     pub tool_calls: Vec<ToolCallRecord>,
     /// Per limit, the mechanism that enforced it (or why none could).
     pub enforcement: Vec<Enforcement>,
@@ -143,26 +146,6 @@ impl Enforcement {
     pub fn is_enforced(&self) -> bool {
         !self.mechanism.starts_with("not enforced")
     }
-}
-
-/// One tool call a unit made through the gateway.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCallRecord {
-    /// The tool id as the unit sent it.
-    pub tool_id: String,
-    /// The arguments as the unit sent them.
-    pub args: Value,
-    /// Whether the call succeeded.
-    pub ok: bool,
-    /// The result value, on success.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
-    /// The error (`not_allowed` for a tool outside the allowlist,
-    /// `limit_exceeded` past the budget), on failure.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorBody>,
-    /// Call duration in milliseconds.
-    pub duration_ms: f64,
 }
 
 impl RunOutcome {

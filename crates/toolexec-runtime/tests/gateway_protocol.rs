@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use toolexec::{CancellationToken, Exec};
 use toolexec_runtime::protocol::{GatewayClient, GatewayConfig, GatewayServer, ProtocolError};
-use toolexec_runtime::{RuntimeLimits, ToolHost};
+use toolexec_runtime::{RuntimeLimits, ToolCallLog, ToolHost, ValueSummary};
 
 fn host(limits: &RuntimeLimits) -> ToolHost {
     ToolHost::new(
@@ -182,10 +182,87 @@ async fn refused_calls_spend_the_budget_and_floods_keep_no_args() {
         .unwrap();
     let log = host.tool_calls();
     assert_eq!(log.len(), 10);
-    // Within the budget and the call that spent it: full arguments;
-    // past it, none kept.
-    assert!(log[..4].iter().all(|c| c.args["text"] == json!(big)));
-    assert!(log[4..].iter().all(|c| c.args.is_null()));
+    // Never the arguments: their size, digest and preview within the
+    // budget and the call that spent it; past it, truncated records.
+    let args = ValueSummary::of(&json!({"text": big, "to": "upper"}));
+    assert!(log[..4].iter().all(|c| c.args == args && !c.truncated));
+    assert!(args.preview.as_ref().unwrap().len() <= ValueSummary::PREVIEW_BYTES);
+    assert!(
+        log[4..]
+            .iter()
+            .all(|c| c.truncated && c.args.preview.is_none())
+    );
+    assert!(log.iter().all(|c| c.args.sha256 == args.sha256));
+    let kept: usize = log.iter().map(|c| c.retained_bytes()).sum();
+    assert_eq!(kept, host.tool_log_bytes());
+    assert!(kept < 10 * 1024, "{kept} bytes for 10 calls");
+}
+
+/// 20 calls with a 4 MiB argument each: the host's log keeps bounded
+/// records (size, digest, preview), a few kilobytes in all, not 80 MiB of
+/// arguments; the log's byte budget truncates records past it.
+#[tokio::test]
+async fn the_host_log_is_bounded_in_bytes() {
+    let limits = RuntimeLimits {
+        max_tool_calls: 100,
+        ..RuntimeLimits::default()
+    };
+    // Tools accept arguments of up to 8 MiB here (1 MiB by default).
+    let exec = Exec::builder()
+        .catalog(toolexec_builtins::catalog())
+        .limits(toolexec::Limits {
+            max_input_bytes: 8 << 20,
+            ..toolexec::Limits::default()
+        })
+        .build();
+    let host = ToolHost::new(exec, &limits, CancellationToken::new());
+    let big = "a".repeat(4 << 20);
+    for _ in 0..20 {
+        let out = host
+            .call("text:word_count", json!({"text": big}))
+            .await
+            .unwrap();
+        assert_eq!(out["characters"], 4 << 20);
+    }
+    let log = host.tool_calls();
+    assert_eq!(log.len(), 20);
+    let records: Vec<Value> = log
+        .iter()
+        .map(|c| serde_json::to_value(c).unwrap())
+        .collect();
+    assert!(
+        records
+            .iter()
+            .all(|r| r["ok"] == true && r["args"]["bytes"] == (4 << 20) + 11)
+    );
+    let retained: usize = records.iter().map(|r| r.to_string().len()).sum();
+    assert!(retained < 16 << 10, "{retained} bytes of log");
+    assert_eq!(retained, host.tool_log_bytes());
+
+    // Many more small calls than the budget holds: past it, records lose
+    // their previews, and the log grows by a small record per call only.
+    let many = RuntimeLimits {
+        max_tool_calls: 1000,
+        ..RuntimeLimits::default()
+    };
+    let host = self::host(&many);
+    let text = "word ".repeat(40);
+    for _ in 0..1000 {
+        host.call("text:word_count", json!({"text": text}))
+            .await
+            .unwrap();
+    }
+    let log = host.tool_calls();
+    let full = log.iter().take_while(|c| !c.truncated).count();
+    assert!(full > 50 && full < 1000, "{full} full records");
+    assert!(
+        log[full..]
+            .iter()
+            .all(|c| c.truncated && c.args.preview.is_none())
+    );
+    let per_truncated = log[full].retained_bytes();
+    assert!(per_truncated < 400, "{per_truncated}");
+    assert!(host.tool_log_bytes() <= ToolCallLog::BUDGET_BYTES + 1000 * per_truncated);
 }
 
 #[tokio::test]

@@ -237,7 +237,10 @@ time.sleep(60)
     assert_eq!(out.tool_calls.len(), 1, "{out:?}");
     let call = &out.tool_calls[0];
     assert_eq!(call.tool_id, "slow:op");
-    assert_eq!(call.args, serde_json::json!({"n": 7}));
+    assert_eq!(
+        call.args,
+        toolexec_runtime::ValueSummary::of(&serde_json::json!({"n": 7}))
+    );
     assert!(!call.ok);
     assert_eq!(call.error.as_ref().unwrap().code.as_str(), "cancelled");
 }

@@ -8,8 +8,6 @@ use serde_json::{Value, json};
 use toolexec_code::{CodeLimits, CodeOutcome};
 use toolexec_runtime::Profile;
 
-use super::result;
-
 /// How the gateway runs `execute_code` scripts: the size of its worker pool,
 /// the limits a client gets when it names none, and the most it may ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +163,10 @@ tool_calls, output, stack, or workers: the code-mode workers are all busy, \
 retry later) or `tool_error` (`call_index`, `tool_id`, \
 `error`). Anything but `ok` is an error result whose text starts with the \
 kind; `stdout`, `stderr` and the log of tool calls (`tool_calls`: each with \
-`tool_id`, `args`, `ok`, `result` or `error`) come back in every case.\n\
+`tool_id`, `ok`, `error` on failure, and `args` and `result` summarized as \
+`{{bytes, sha256, preview}}`: size, SHA-256 and the first 256 bytes of their \
+JSON, never the values) come back in every case, in `structuredContent`; the \
+text is a short summary.\n\
 \n\
 Example: `const [sum, digest] = await Promise.all([tools.math.add({{a: 2, b: \
 3}}), tools.hash.sha256({{text: \"hi\"}})]); console.log(\"sum\", sum.result); \
@@ -211,6 +212,16 @@ return {{sum: sum.result, hex: digest.hex}};`",
 
     /// The meta-tool's output schema: a serialized [`CodeOutcome`].
     pub fn output_schema(error_body: Value) -> Value {
+        let summary = json!({
+            "type": "object",
+            "description": "A JSON value summarized: its compact JSON's size, SHA-256 and first bytes",
+            "properties": {
+                "bytes": {"type": "integer"},
+                "sha256": {"type": "string"},
+                "preview": {"type": "string"}
+            },
+            "required": ["bytes", "sha256"]
+        });
         json!({
             "type": "object",
             "properties": {
@@ -241,15 +252,20 @@ return {{sum: sum.result, hex: digest.hex}};`",
                 "stderr": {"type": "string", "description": "console.warn/error output"},
                 "tool_calls": {
                     "type": "array",
+                    "description": "The log: one bounded record per call (never the arguments or results themselves)",
                     "items": {
                         "type": "object",
                         "properties": {
                             "tool_id": {"type": "string"},
-                            "args": {"description": "The arguments as JSON"},
+                            "args": summary.clone(),
                             "ok": {"type": "boolean"},
-                            "result": {"description": "The structured result, on success"},
+                            "result": summary,
                             "error": error_body,
-                            "duration_ms": {"type": "number"}
+                            "duration_ms": {"type": "number"},
+                            "truncated": {
+                                "type": "boolean",
+                                "description": "The log's byte budget was spent: no previews or error details"
+                            }
                         },
                         "required": ["tool_id", "args", "ok", "duration_ms"]
                     }
@@ -271,20 +287,54 @@ fn ms_text(ms: u128) -> String {
     }
 }
 
-/// An outcome as a `tools/call` result: `structuredContent` is the outcome;
-/// a status other than `ok` is an error result whose first text block starts
-/// with the status kind, followed by the outcome's JSON.
+/// Most bytes of the text summary of an `execute_code` result.
+pub(crate) const SUMMARY_BYTES: usize = 4 << 10;
+/// Most bytes of the returned value's JSON the summary quotes.
+const SUMMARY_VALUE_BYTES: usize = 1 << 10;
+
+/// An outcome as a `tools/call` result, sent once: `structuredContent` is
+/// the outcome (what the output schema declares), and the one text block a
+/// short summary of it (at most [`SUMMARY_BYTES`]): the status (for a
+/// status other than `ok`, an error result whose text starts with the
+/// status kind), the start of the returned value, and the sizes of the
+/// rest.
 pub fn outcome_result(outcome: &CodeOutcome) -> CallToolResult {
     let structured = serde_json::to_value(outcome).unwrap_or(Value::Null);
-    let Some(summary) = outcome.status.failure_text(None) else {
-        return result::success(structured, &[]);
+    let text = ContentBlock::text(summary(outcome));
+    let mut r = if outcome.status.is_ok() {
+        CallToolResult::success(vec![text])
+    } else {
+        CallToolResult::error(vec![text])
     };
-    let mut r = CallToolResult::error(vec![
-        ContentBlock::text(summary),
-        ContentBlock::text(structured.to_string()),
-    ]);
     r.structured_content = Some(structured);
     r
+}
+
+/// The text summary of an outcome.
+fn summary(outcome: &CodeOutcome) -> String {
+    let mut s = outcome
+        .status
+        .failure_text(None)
+        .unwrap_or_else(|| "ok".to_owned());
+    s.truncate(s.floor_char_boundary(SUMMARY_BYTES / 2));
+    if let Some(value) = &outcome.value {
+        let json = value.to_string();
+        let end = json.floor_char_boundary(SUMMARY_VALUE_BYTES);
+        s.push_str("\nvalue: ");
+        s.push_str(&json[..end]);
+        if end < json.len() {
+            s.push_str(&format!("… ({} bytes)", json.len()));
+        }
+    }
+    let truncated = outcome.tool_calls.iter().filter(|c| c.truncated).count();
+    s.push_str(&format!(
+        "\nstdout: {} bytes, stderr: {} bytes, tool calls: {} ({truncated} truncated records); \
+         the whole outcome is the structured content",
+        outcome.stdout.len(),
+        outcome.stderr.len(),
+        outcome.tool_calls.len(),
+    ));
+    s
 }
 
 #[cfg(test)]

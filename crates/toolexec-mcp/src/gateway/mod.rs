@@ -30,8 +30,14 @@
 //! `structuredContent` is `{"error": {code, message, details}}`. A chain with
 //! a failed step is an error result too, carrying `{"error", "chain"}`.
 //! `execute_code` returns the whole [`CodeOutcome`](toolexec_code::CodeOutcome)
-//! as `structuredContent`; any status but `ok` makes it an error result
-//! whose text starts with the status kind (`syntax_error: ...`).
+//! once, as `structuredContent`, with a short text summary (at most 4 KiB);
+//! any status but `ok` makes it an error result
+//! whose text starts with the status kind (`syntax_error: ...`). Its size is
+//! bounded by the script's output limit (console output plus result) and
+//! the tool-call log's budget
+//! ([`ToolCallLog::BUDGET_BYTES`](toolexec_runtime::ToolCallLog::BUDGET_BYTES):
+//! records of sizes, digests and previews, never the calls' arguments or
+//! results).
 //! Protocol errors are JSON-RPC errors (`-32602`): an unknown tool name, or
 //! meta-tool arguments that do not fit the meta-tool's input schema.
 //!
