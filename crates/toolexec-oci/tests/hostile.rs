@@ -204,6 +204,8 @@ fn limit_of(outcome: &RunOutcome) -> Option<LimitKind> {
 #[derive(Debug)]
 struct HostProcess {
     pid: u32,
+    /// The parent's pid (`/proc/<pid>/stat`).
+    ppid: u32,
     /// Real, effective, saved and filesystem uid (`/proc/<pid>/status`).
     uids: Vec<u32>,
     cmdline: String,
@@ -226,6 +228,17 @@ fn cgroup_processes(config: &OciConfig) -> Vec<HostProcess> {
             let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
                 continue;
             };
+            let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse()
+                        .ok()
+                })
+                .unwrap_or(0);
             let uids = status
                 .lines()
                 .find_map(|l| l.strip_prefix("Uid:"))
@@ -243,10 +256,32 @@ fn cgroup_processes(config: &OciConfig) -> Vec<HostProcess> {
                         .to_owned()
                 })
                 .unwrap_or_default();
-            found.push(HostProcess { pid, uids, cmdline });
+            found.push(HostProcess {
+                pid,
+                ppid,
+                uids,
+                cmdline,
+            });
         }
     }
     found
+}
+
+/// Whether `p` is a gVisor sandbox process (`runsc-sandbox`) or descends
+/// from one, following parents within `seen` (a stub's parent is the
+/// sandbox or another stub, all in the run's cgroup).
+fn in_sandbox(seen: &[HostProcess], p: &HostProcess) -> bool {
+    let mut current = p;
+    for _ in 0..=seen.len() {
+        if current.cmdline.starts_with("runsc-sandbox") {
+            return true;
+        }
+        match seen.iter().find(|q| q.pid == current.ppid) {
+            Some(parent) => current = parent,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// Issue 10's escape, as a unit script: rewrite kernel settings with their
@@ -610,7 +645,7 @@ macro_rules! hostile_suite {
                             // The sandbox and at least one ptrace stub
                             // (stubs have no command line).
                             OciFlavor::Runsc => seen.iter().any(|p| p.cmdline.starts_with("runsc-sandbox"))
-                                && seen.iter().any(|p| p.cmdline.is_empty()),
+                                && seen.iter().any(|p| p.cmdline.is_empty() && in_sandbox(&seen, p)),
                         };
                         if running {
                             break;
@@ -621,11 +656,12 @@ macro_rules! hostile_suite {
                 };
                 let (out, seen) = tokio::join!(unit, watch);
                 assert_eq!(out.status, RunStatus::Cancelled, "{out:?}");
-                let gvisor_host_side = |p: &HostProcess| {
-                    let program = p.cmdline.split(' ').next().unwrap_or("");
-                    FLAVOR == OciFlavor::Runsc
-                        && (p.cmdline.starts_with("runsc-gofer ") || program.rsplit('/').next() == Some("runsc"))
-                };
+                // Under runsc the unit runs in the sandbox and its ptrace
+                // stubs (its descendants); the launcher and the gofer are
+                // not below it. Decided by the process tree: a command
+                // line is empty for a stub, but also for a process caught
+                // mid-exec or exited (gVisor's gofer re-executes itself).
+                let gvisor_host_side = |p: &HostProcess| FLAVOR == OciFlavor::Runsc && !in_sandbox(&seen, p);
                 let unit_processes: Vec<_> = seen.iter().filter(|p| !gvisor_host_side(p)).collect();
                 assert!(!unit_processes.is_empty(), "the unit never ran: {seen:?}");
                 for p in &unit_processes {
