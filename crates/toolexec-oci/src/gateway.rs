@@ -9,10 +9,15 @@
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::net::UnixListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio_util::task::AbortOnDropHandle;
 use toolexec::CancellationToken;
 use toolexec_runtime::gateway_socket::PeerPolicy;
 use toolexec_runtime::protocol::{GatewayServer, ProtocolError};
@@ -50,23 +55,120 @@ pub(crate) fn bind(parent: &Path, name: &str) -> Result<(PathBuf, UnixListener),
     }
 }
 
+/// How long tool calls still in flight when the unit is gone may take
+/// before they are abandoned (and logged as cancelled), as for runc.
+const CALLS_GRACE: Duration = Duration::from_millis(200);
+
+/// The most [`finish`] waits for the unit's end of the connection to
+/// close. Once the launcher has exited by itself, gVisor has destroyed
+/// the sandbox and the end is closed already; the bound is only a
+/// backstop against a sandbox that outlives its launcher.
+const FINISH_LIMIT: Duration = Duration::from_secs(10);
+
 /// Accepts the unit's one gateway connection and serves it; connections
 /// from another uid are closed unserved. A protocol violation ends the
 /// run.
+///
+/// `exited` is cancelled once the launcher has exited by itself: all the
+/// unit wrote is then in the socket (gVisor writes a host socket's data
+/// through before the unit's `write` returns), but this task may not have
+/// read it yet, typically the script worker's last frame, a `result`
+/// notification nothing answers. So a connection already waiting is still
+/// accepted, every frame is read up to the end of the connection, and only
+/// then are calls still in flight given [`CALLS_GRACE`].
 pub(crate) async fn serve(
     listener: UnixListener,
     server: GatewayServer,
     error: Arc<Mutex<Option<ProtocolError>>>,
     cancel: CancellationToken,
+    exited: CancellationToken,
 ) {
-    let Ok(stream) = PeerPolicy::current_user().accept(&listener).await else {
-        return;
+    let policy = PeerPolicy::current_user();
+    let stream = tokio::select! {
+        biased;
+        accepted = policy.accept(&listener) => match accepted {
+            Ok(stream) => stream,
+            Err(_) => return,
+        },
+        // The unit never connected.
+        () = exited.cancelled() => return,
     };
     // One connection per run: later ones are refused.
     drop(listener);
-    if let Err(e) = server.serve(stream).await {
-        *error.lock() = Some(e);
-        cancel.cancel();
+    let closed = CancellationToken::new();
+    let stream = UntilClosed {
+        stream,
+        closed: closed.clone(),
+    };
+    let abandon = async {
+        exited.cancelled().await;
+        closed.cancelled().await;
+        tokio::time::sleep(CALLS_GRACE).await;
+    };
+    tokio::select! {
+        served = server.serve(stream) => {
+            if let Err(e) = served {
+                *error.lock() = Some(e);
+                cancel.cancel();
+            }
+        }
+        () = abandon => {}
+    }
+}
+
+/// Waits for [`serve`] to take the unit's last frames after the launcher
+/// exited by itself (`exited` cancelled), at most [`FINISH_LIMIT`];
+/// past that the task is aborted.
+pub(crate) async fn finish(task: AbortOnDropHandle<()>) {
+    if tokio::time::timeout(FINISH_LIMIT, task).await.is_err() {
+        tracing::warn!(
+            "the gateway connection stayed open {FINISH_LIMIT:?} after the launcher exited; abandoned"
+        );
+    }
+}
+
+/// The unit's connection, noting when its end is closed (a read of
+/// nothing, or a read error): every frame it sent has been read then.
+struct UntilClosed {
+    stream: UnixStream,
+    closed: CancellationToken,
+}
+
+impl AsyncRead for UntilClosed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        let ended = match &polled {
+            Poll::Ready(Ok(())) => buf.filled().len() == before && buf.remaining() > 0,
+            Poll::Ready(Err(_)) => true,
+            Poll::Pending => false,
+        };
+        if ended {
+            self.closed.cancel();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for UntilClosed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
@@ -166,7 +268,13 @@ mod tests {
         let limits = RuntimeLimits::default();
         let server = GatewayServer::new(ToolHost::without_tools(&limits), GatewayConfig::default());
         let error = Arc::default();
-        let serving = tokio::spawn(serve(listener, server, error, CancellationToken::new()));
+        let serving = tokio::spawn(serve(
+            listener,
+            server,
+            error,
+            CancellationToken::new(),
+            CancellationToken::new(),
+        ));
         let nobody_path = path.clone();
         let who = tokio::task::spawn_blocking(move || connect_as_nobody(&nobody_path));
         assert_eq!(who.await.unwrap(), "closed");

@@ -332,14 +332,18 @@ impl OciRuntime {
             }
             let server = GatewayServer::new(ctx.host.clone(), GatewayConfig::default());
             let protocol_error: Arc<Mutex<Option<ProtocolError>>> = Arc::default();
-            if let Some(listener) = listener {
-                watchers.push(AbortOnDropHandle::new(tokio::spawn(gateway::serve(
+            // Cancelled when the launcher exits by itself: the gateway then
+            // takes what the unit wrote before it ended (see gateway::serve).
+            let launcher_exited = toolexec::CancellationToken::new();
+            let gateway_task = listener.map(|listener| {
+                AbortOnDropHandle::new(tokio::spawn(gateway::serve(
                     listener,
                     server.clone(),
                     protocol_error.clone(),
                     run_cancel.clone(),
-                ))));
-            }
+                    launcher_exited.clone(),
+                )))
+            });
 
             let process = ProcessSpec {
                 program: binary.clone(),
@@ -356,6 +360,15 @@ impl OciRuntime {
             let run = run_process(process, limits, &inner_ctx).await;
             // Also aborted if this future is dropped before getting here.
             drop(watchers);
+            // A launcher that exited by itself: the gateway takes the unit's
+            // last frames first. Stopped by toolexec, or never started: the
+            // gateway goes now (dropping the task aborts it).
+            if let Some(task) = gateway_task
+                && matches!(&run, Ok(run) if run.ended.is_none())
+            {
+                launcher_exited.cancel();
+                gateway::finish(task).await;
+            }
             let run = run.map_err(|e| OciError::setup(e.to_string()))?;
             let ended = run.ended.clone();
             let signal = run.signal(true);

@@ -204,6 +204,8 @@ fn limit_of(outcome: &RunOutcome) -> Option<LimitKind> {
 #[derive(Debug)]
 struct HostProcess {
     pid: u32,
+    /// The parent's pid (`/proc/<pid>/stat`).
+    ppid: u32,
     /// Real, effective, saved and filesystem uid (`/proc/<pid>/status`).
     uids: Vec<u32>,
     cmdline: String,
@@ -211,12 +213,8 @@ struct HostProcess {
 
 /// Every process in the runtime's run cgroups (pids controller), nested
 /// ones included (runc puts the container in `<run>/c`).
-fn cgroup_processes(rt: &OciRuntime) -> Vec<HostProcess> {
-    let parent = rt
-        .config()
-        .cgroup_root
-        .join("pids")
-        .join(&rt.config().cgroup_parent);
+fn cgroup_processes(config: &OciConfig) -> Vec<HostProcess> {
+    let parent = config.cgroup_root.join("pids").join(&config.cgroup_parent);
     let mut found = Vec::new();
     let mut dirs = vec![parent];
     while let Some(dir) = dirs.pop() {
@@ -230,6 +228,17 @@ fn cgroup_processes(rt: &OciRuntime) -> Vec<HostProcess> {
             let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
                 continue;
             };
+            let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse()
+                        .ok()
+                })
+                .unwrap_or(0);
             let uids = status
                 .lines()
                 .find_map(|l| l.strip_prefix("Uid:"))
@@ -247,10 +256,32 @@ fn cgroup_processes(rt: &OciRuntime) -> Vec<HostProcess> {
                         .to_owned()
                 })
                 .unwrap_or_default();
-            found.push(HostProcess { pid, uids, cmdline });
+            found.push(HostProcess {
+                pid,
+                ppid,
+                uids,
+                cmdline,
+            });
         }
     }
     found
+}
+
+/// Whether `p` is a gVisor sandbox process (`runsc-sandbox`) or descends
+/// from one, following parents within `seen` (a stub's parent is the
+/// sandbox or another stub, all in the run's cgroup).
+fn in_sandbox(seen: &[HostProcess], p: &HostProcess) -> bool {
+    let mut current = p;
+    for _ in 0..=seen.len() {
+        if current.cmdline.starts_with("runsc-sandbox") {
+            return true;
+        }
+        match seen.iter().find(|q| q.pid == current.ppid) {
+            Some(parent) => current = parent,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// Issue 10's escape, as a unit script: rewrite kernel settings with their
@@ -608,13 +639,13 @@ macro_rules! hostile_suite {
                     // Up to 60 s for the unit to be running.
                     for _ in 0..600 {
                         tokio::time::sleep(Duration::from_millis(100)).await;
-                        seen = cgroup_processes(&rt);
+                        seen = cgroup_processes(rt.config());
                         let running = match FLAVOR {
                             OciFlavor::Runc => seen.iter().any(|p| p.cmdline.starts_with("sleep 120")),
                             // The sandbox and at least one ptrace stub
                             // (stubs have no command line).
                             OciFlavor::Runsc => seen.iter().any(|p| p.cmdline.starts_with("runsc-sandbox"))
-                                && seen.iter().any(|p| p.cmdline.is_empty()),
+                                && seen.iter().any(|p| p.cmdline.is_empty() && in_sandbox(&seen, p)),
                         };
                         if running {
                             break;
@@ -625,11 +656,12 @@ macro_rules! hostile_suite {
                 };
                 let (out, seen) = tokio::join!(unit, watch);
                 assert_eq!(out.status, RunStatus::Cancelled, "{out:?}");
-                let gvisor_host_side = |p: &HostProcess| {
-                    let program = p.cmdline.split(' ').next().unwrap_or("");
-                    FLAVOR == OciFlavor::Runsc
-                        && (p.cmdline.starts_with("runsc-gofer ") || program.rsplit('/').next() == Some("runsc"))
-                };
+                // Under runsc the unit runs in the sandbox and its ptrace
+                // stubs (its descendants); the launcher and the gofer are
+                // not below it. Decided by the process tree: a command
+                // line is empty for a stub, but also for a process caught
+                // mid-exec or exited (gVisor's gofer re-executes itself).
+                let gvisor_host_side = |p: &HostProcess| FLAVOR == OciFlavor::Runsc && !in_sandbox(&seen, p);
                 let unit_processes: Vec<_> = seen.iter().filter(|p| !gvisor_host_side(p)).collect();
                 assert!(!unit_processes.is_empty(), "the unit never ran: {seen:?}");
                 for p in &unit_processes {
@@ -862,6 +894,51 @@ macro_rules! hostile_suite {
                 assert_eq!(error.details.as_ref().unwrap()["field"], "runtime.script_worker");
             }
 
+            /// The last gateway frame a unit writes before it exits (the
+            /// script worker's `result`, a notification nobody answers)
+            /// is kept even when the host sees the launcher's exit before
+            /// it reads the frame. The host's only thread is held from the
+            /// unit's `freeze` line until the launcher has exited (a zombie:
+            /// nothing reaps it while the thread is held) and the run's
+            /// cgroups hold no process, so the frame, the exit and the
+            /// pipes' end all arrive in one batch.
+            #[tokio::test(flavor = "current_thread")]
+            async fn last_frame_before_exit_is_kept() {
+                let test = "last_frame_before_exit_is_kept";
+                if !Path::new("/usr/bin/python3").exists() {
+                    return skip(test, "/usr/bin/python3 is missing");
+                }
+                let Some(rt) = available(test, OciRuntime::new(usr_config(FLAVOR, test))) else { return };
+                let mut l = limits();
+                l.memory_bytes = Some(256 << 20);
+                let (sink, mut chunks) = toolexec_runtime::OutputSink::channel();
+                let config = rt.config().clone();
+                let freezer = tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    while let Some(chunk) = chunks.recv().await {
+                        seen.extend_from_slice(&chunk.bytes);
+                        if seen.ends_with(b"freeze\n") {
+                            wait_exited(launcher_pid(&config.work_dir));
+                            for _ in 0..12_000 {
+                                if cgroup_processes(&config).is_empty() {
+                                    return true;
+                                }
+                                std::thread::sleep(Duration::from_millis(10));
+                            }
+                            panic!("the sandbox outlived its launcher: {:?}", cgroup_processes(&config));
+                        }
+                    }
+                    false
+                });
+                let ctx = RunContext { host: ToolHost::without_tools(&l), cancel: CancellationToken::new(), output: Some(sink) };
+                let request = RunRequest::new(Unit::command(["python3", "-c", PY_LAST_FRAME]), rt.max_profile()).with_limits(l);
+                let out = rt.run(request, ctx).await;
+                assert!(freezer.await.unwrap(), "the unit never asked to freeze: {out:?}");
+                assert!(out.is_ok(), "{out:?}");
+                assert_eq!(out.value, Some(json!({"kept": true})), "{out:?}");
+                assert_clean(&rt);
+            }
+
             /// A Python unit on a root made of the host's `/usr` (read-only)
             /// calls tools through the gateway; the host enforces the budget.
             #[tokio::test]
@@ -915,6 +992,74 @@ for i in range(1, 4):
     (n,) = struct.unpack('>I', recv(4))
     print(recv(n).decode(), flush=True)
 "#;
+
+/// A unit that says hello, prints `freeze`, and two seconds later sends its
+/// `result` and exits.
+const PY_LAST_FRAME: &str = r#"
+import json, os, socket, struct, sys, time
+if 'TOOLEXEC_GATEWAY_FD' in os.environ:
+    s = socket.socket(fileno=int(os.environ['TOOLEXEC_GATEWAY_FD']))
+else:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(os.environ['TOOLEXEC_GATEWAY_SOCKET'])
+def send(message):
+    body = json.dumps(message).encode()
+    s.sendall(struct.pack('>I', len(body)) + body)
+send({"id": 1, "method": "hello", "protocol": "toolexec-gateway", "version": 1})
+(n,) = struct.unpack('>I', s.recv(4, socket.MSG_WAITALL))
+s.recv(n, socket.MSG_WAITALL)
+print("freeze", flush=True)
+time.sleep(2)
+send({"method": "result", "value": {"kept": True}})
+"#;
+
+/// The pid of this process's child whose command line names a bundle in
+/// `bundles` (the launcher of the one run there).
+fn launcher_pid(bundles: &Path) -> u32 {
+    let me = std::process::id();
+    let needle = bundles.display().to_string();
+    let found: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid == Some(me.to_string().as_str())
+                && String::from_utf8_lossy(&cmdline).contains(&needle)
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "launchers of {needle}: {found:?}");
+    found[0]
+}
+
+/// Blocks the calling thread until `pid`, a child of this process, has
+/// exited (its whole thread group: what a wait would report), without
+/// reaping it, at most 120 s.
+fn wait_exited(pid: u32) {
+    for _ in 0..12_000 {
+        // SAFETY: a zeroed siginfo_t is valid; waitid only writes to it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: plain syscall; WNOWAIT leaves the child to its owner.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
+            )
+        };
+        // SAFETY: the pid field is set when waitid reports a child.
+        if r != 0 || unsafe { info.si_pid() } == pid as libc::pid_t {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("launcher {pid} still runs after 120 s");
+}
 
 hostile_suite!(runc, OciFlavor::Runc);
 hostile_suite!(runsc, OciFlavor::Runsc);
