@@ -367,6 +367,11 @@ impl Run<'_> {
                 }
             }
         }
+        // As in the process driver: an exit in the same poll as the budget
+        // signal must not hide the overrun.
+        if stop.is_none() && self.ctx.host.budget_overrun() {
+            stop = Some(Stop::ToolCalls);
+        }
         drop(wait);
         if stop.is_some() {
             let kill = KillContainerOptionsBuilder::default()

@@ -1,7 +1,7 @@
 //! The host side of sandboxed tool calls: budget, allowlist and log.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -56,6 +56,9 @@ struct HostInner {
     log: Mutex<ToolCallLog>,
     cancel: CancellationToken,
     exceeded: tokio::sync::Notify,
+    /// Set with `exceeded`: a runtime that saw the unit exit in the same
+    /// poll as the notification still learns the budget was overrun.
+    overrun: AtomicBool,
 }
 
 impl std::fmt::Debug for ToolHost {
@@ -102,6 +105,7 @@ impl ToolHost {
                 log: Mutex::new(ToolCallLog::default()),
                 cancel,
                 exceeded: tokio::sync::Notify::new(),
+                overrun: AtomicBool::new(false),
             }),
         }
     }
@@ -273,6 +277,12 @@ impl ToolHost {
         self.inner.exceeded.notified().await
     }
 
+    /// Whether the unit asked for a call (or lookup) past the budget: what
+    /// [`ToolHost::budget_exceeded`] waits for, readable after the fact.
+    pub fn budget_overrun(&self) -> bool {
+        self.inner.overrun.load(Ordering::SeqCst)
+    }
+
     /// The calls made so far.
     pub fn tool_calls(&self) -> Vec<ToolCallRecord> {
         self.inner.log.lock().records().to_vec()
@@ -291,6 +301,7 @@ impl ToolHost {
 
 impl HostInner {
     fn signal_exceeded(&self) {
+        self.overrun.store(true, Ordering::SeqCst);
         self.exceeded.notify_waiters();
         self.exceeded.notify_one();
     }

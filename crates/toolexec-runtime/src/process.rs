@@ -423,6 +423,12 @@ impl Spawned {
                 }
             }
         };
+        // The unit exits only after the host refused its call past the
+        // budget, so its exit and the budget signal can be ready in the same
+        // poll; `select!` picks either. The flag decides, not the race.
+        if ended.is_none() && ctx.host.budget_overrun() {
+            ended = Some(Ended::ToolCalls);
+        }
         let status = match status {
             Some(status) => Some(status),
             None => {
