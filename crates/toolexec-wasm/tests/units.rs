@@ -54,7 +54,10 @@ async fn module_calls_a_catalog_tool_through_the_host_import() {
     assert_eq!(outcome.tool_calls.len(), 1);
     let call = &outcome.tool_calls[0];
     assert_eq!(call.tool_id, "math:add");
-    assert_eq!(call.args, json!({"a": 2, "b": 3}));
+    assert_eq!(
+        call.args,
+        toolexec_runtime::ValueSummary::of(&json!({"a": 2, "b": 3}))
+    );
     assert!(call.ok);
 }
 
