@@ -662,12 +662,12 @@ impl Shared {
                     range.lock_dir.display()
                 ),
             ),
-            // SAFETY: plain syscall.
             Ok(None) => Mechanism::enforced(
                 "host user",
-                format!("toolexec's own unprivileged uid {}", unsafe {
-                    libc::geteuid()
-                }),
+                format!(
+                    "toolexec's own unprivileged uid {}",
+                    crate::gateway_socket::euid()
+                ),
             ),
             Err(why) => Mechanism::missing("host user", why.clone()),
         });
