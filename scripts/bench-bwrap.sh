@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Raw bubblewrap start-to-exit of /bin/true, the reference for
-# `cargo bench -p toolexec-runtime --bench bwrap`. Uses hyperfine when
+# `cargo bench -p toolexec-bwrap --bench bwrap`. Uses hyperfine when
 # installed, else a timed loop.
 set -euo pipefail
 N="${N:-200}"

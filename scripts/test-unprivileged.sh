@@ -17,7 +17,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 command -v setpriv >/dev/null || { echo "error: setpriv (util-linux) is required" >&2; exit 2; }
 
-bin=$(cargo test -p toolexec-runtime --test bwrap_hostile --locked --no-run --message-format=json 2>/dev/null \
+bin=$(cargo test -p toolexec-bwrap --test bwrap_hostile --locked --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)

@@ -622,7 +622,7 @@ fn resolve_runtimes(raw: RawRuntimes, base: &Path) -> Result<RuntimesConfig, Res
                     "{name:?} is not a runtime name (lowercase letters, digits, `_`, `-`)"
                 )));
             }
-            if name == toolexec_runtime::HostRuntime::NAME {
+            if name == toolexec_sandbox::HostRuntime::NAME {
                 if profile != Profile::Dev {
                     return Err(fail(format!(
                         "the unsandboxed host runtime is only fit for the dev profile, not {profile}"
@@ -642,7 +642,7 @@ fn resolve_runtimes(raw: RawRuntimes, base: &Path) -> Result<RuntimesConfig, Res
         *map.candidates_mut(profile) = names;
     }
     if raw.allow_unsandboxed_host && !dev_given {
-        map.dev.push(toolexec_runtime::HostRuntime::NAME.into());
+        map.dev.push(toolexec_sandbox::HostRuntime::NAME.into());
     }
     let pool_size = match raw.bubblewrap.pool_size {
         Some(p) if *p.get_ref() > 64 => {

@@ -18,8 +18,8 @@ fn main() -> ExitCode {
     // The sandbox init runs inside every bubblewrap sandbox: before clap,
     // logging or a runtime, so it starts fast and touches nothing else.
     let raw: Vec<String> = std::env::args().skip(1).collect();
-    if raw.first().map(String::as_str) == Some(toolexec_runtime::bwrap::init::SUBCOMMAND) {
-        return toolexec_runtime::bwrap::init::main(&raw);
+    if raw.first().map(String::as_str) == Some(toolexec_bwrap::init::SUBCOMMAND) {
+        return toolexec_bwrap::init::main(&raw);
     }
     let cli = args::Cli::parse();
     // Logs go to stderr: stdout carries results (and, for `serve`, the protocol).

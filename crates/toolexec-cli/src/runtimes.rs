@@ -9,8 +9,9 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use serde_json::json;
-use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
-use toolexec_runtime::{HostRuntime, Runtimes, UnsandboxedOptIn};
+use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime};
+use toolexec_runtime::Runtimes;
+use toolexec_sandbox::{HostRuntime, UnsandboxedOptIn};
 
 use toolexec_code::InProcessRuntime;
 use toolexec_docker::{DockerConfig, DockerRuntime};

@@ -18,9 +18,9 @@ use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use toolexec::{Availability, CancellationToken, Exec};
+use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime};
 use toolexec_code::hardened::execute_code_in;
 use toolexec_code::{CodeEngine, CodeLimits, CodeRequest, CodeStatus};
-use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
 use toolexec_runtime::{ProfileMap, Runtime, Runtimes};
 
 fn worker() -> PathBuf {

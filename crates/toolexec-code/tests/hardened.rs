@@ -14,11 +14,11 @@ use serde_json::json;
 use toolexec::{Availability, BoxFuture, CancellationToken, Exec};
 use toolexec_code::hardened::execute_code_with_profile;
 use toolexec_code::{CodeLimit, CodeLimits, CodeOutcome, CodeStatus, ExecCodeExt};
-use toolexec_runtime::process::{ProcessSpec, run_process};
 use toolexec_runtime::{
     Enforcement, LimitKind, Profile, ProfileMap, RunContext, RunOutcome, RunRequest, Runtime,
     Runtimes, Unit, UnitKind,
 };
+use toolexec_sandbox::process::{ProcessSpec, run_process};
 
 /// Runs script units as `<program> <args...>` child processes (no isolation).
 struct ProcessScripts {

@@ -16,21 +16,12 @@ use std::io::{ErrorKind, Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use toolexec_sandbox::verdict::{CgroupEvents, keyed};
+
 /// Where cgroup v1 controllers are mounted.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// Kernel log records read after a run, at most.
 const MAX_KMSG_RECORDS: usize = 100_000;
-
-/// Limit hits seen for one container.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Seen {
-    /// Forks refused by the pids limit.
-    pub(crate) pids_refused: u64,
-    /// Processes killed by the memory cgroup's OOM killer.
-    pub(crate) oom_kills: u64,
-    /// Times memory usage hit the limit (`memory.failcnt`).
-    pub(crate) memory_failcnt: u64,
-}
 
 /// Observes one container's cgroup.
 pub(crate) struct Observer {
@@ -39,7 +30,7 @@ pub(crate) struct Observer {
     kmsg: Option<File>,
     pids: Option<PathBuf>,
     memory: Option<PathBuf>,
-    seen: Seen,
+    seen: CgroupEvents,
 }
 
 impl Observer {
@@ -63,7 +54,7 @@ impl Observer {
             kmsg,
             pids: None,
             memory: None,
-            seen: Seen::default(),
+            seen: CgroupEvents::default(),
         })
     }
 
@@ -75,7 +66,7 @@ impl Observer {
 
     /// Samples the cgroup files (while the container runs); what was seen
     /// so far.
-    pub(crate) fn sample(&mut self) -> Seen {
+    pub(crate) fn sample(&mut self) -> CgroupEvents {
         if self.pids.is_none() {
             self.pids = self.locate("pids");
         }
@@ -83,12 +74,12 @@ impl Observer {
             self.memory = self.locate("memory");
         }
         if let Some(dir) = &self.pids
-            && let Some(n) = read_field(&dir.join("pids.events"), "max")
+            && let Some(n) = read_keyed(&dir.join("pids.events"), "max")
         {
             self.seen.pids_refused = self.seen.pids_refused.max(n);
         }
         if let Some(dir) = &self.memory {
-            if let Some(n) = read_field(&dir.join("memory.oom_control"), "oom_kill") {
+            if let Some(n) = read_keyed(&dir.join("memory.oom_control"), "oom_kill") {
                 self.seen.oom_kills = self.seen.oom_kills.max(n);
             }
             if let Some(n) = read_number(&dir.join("memory.failcnt")) {
@@ -99,7 +90,7 @@ impl Observer {
     }
 
     /// After the container exited: the samples plus the kernel's log.
-    pub(crate) fn finish(mut self) -> Seen {
+    pub(crate) fn finish(mut self) -> CgroupEvents {
         let Some(mut kmsg) = self.kmsg.take() else {
             return self.seen;
         };
@@ -168,13 +159,9 @@ fn classify_record(record: &str, id: &str) -> (u64, u64) {
     }
 }
 
-/// `name N` in a flat keyed file.
-fn read_field(path: &Path, name: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines().find_map(|l| {
-        let (key, value) = l.split_once(' ')?;
-        (key == name).then(|| value.trim().parse().ok())?
-    })
+/// `name N` in a flat keyed file, when the file is readable.
+fn read_keyed(path: &Path, name: &str) -> Option<u64> {
+    Some(keyed(&std::fs::read_to_string(path).ok()?, name))
 }
 
 fn read_number(path: &Path) -> Option<u64> {
@@ -213,10 +200,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("events");
         std::fs::write(&file, "under_oom 0\noom_kill 3\n").unwrap();
-        assert_eq!(read_field(&file, "oom_kill"), Some(3));
-        assert_eq!(read_field(&file, "max"), None);
+        assert_eq!(read_keyed(&file, "oom_kill"), Some(3));
+        assert_eq!(read_keyed(&file, "max"), Some(0));
         std::fs::write(&file, "max garbage\n").unwrap();
-        assert_eq!(read_field(&file, "max"), None);
+        assert_eq!(read_keyed(&file, "max"), Some(0));
+        assert_eq!(read_keyed(&dir.join("missing"), "max"), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -10,8 +10,8 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::net::UnixListener;
 use toolexec::CancellationToken;
-use toolexec_runtime::gateway_socket::PeerPolicy;
 use toolexec_runtime::protocol::{GatewayServer, ProtocolError};
+use toolexec_sandbox::gateway_socket::PeerPolicy;
 
 /// Connections one run may hold open at once; more wait in the backlog.
 const MAX_CONNECTIONS: usize = 16;
@@ -139,7 +139,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn only_the_units_uid_is_served() {
         let test = "only_the_units_uid_is_served";
-        let why = if toolexec_runtime::gateway_socket::euid() != 0 {
+        let why = if toolexec_sandbox::gateway_socket::euid() != 0 {
             Some("needs root to run clients as other uids")
         } else if !Path::new("/usr/bin/python3").exists() {
             Some("/usr/bin/python3 is missing")

@@ -17,7 +17,6 @@
 //! ```
 #![warn(missing_docs)]
 
-mod capture;
 mod cgroup;
 mod cleanup;
 mod config;

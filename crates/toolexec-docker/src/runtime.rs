@@ -4,24 +4,26 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bollard::container::LogOutput;
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
 };
 use bollard::{ClientVersion, Docker};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use toolexec::{Availability, BoxFuture, CancellationToken, ErrorBody, ErrorCode};
-use toolexec_runtime::gateway_socket::PeerPolicy;
 use toolexec_runtime::protocol::{GatewayConfig, GatewayServer, ProtocolError};
 use toolexec_runtime::{
-    CommandUnit, Enforcement, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome,
-    RunRequest, RunStatus, Runtime, RuntimeLimits, Unit, UnitKind,
+    CommandUnit, Enforcement, LimitKind, NetworkPolicy, OutputStream, Profile, RunContext,
+    RunOutcome, RunRequest, RunStatus, Runtime, RuntimeLimits, Unit, UnitKind,
 };
+use toolexec_sandbox::Capture;
+use toolexec_sandbox::gateway_socket::PeerPolicy;
+use toolexec_sandbox::verdict::{self, CgroupEvents};
 
-use crate::capture::Capture;
-use crate::cgroup::{Observer, Seen};
+use crate::cgroup::Observer;
 use crate::cleanup::{self, Lease, Target, is_not_found};
 use crate::gateway::{self, GatewaySocket};
 use crate::spec::container_body;
@@ -295,8 +297,8 @@ impl Run<'_> {
                 return error(ErrorCode::BackendUnavailable, "runtime", &why);
             }
         };
-        let capture = Capture::new(self.limits.max_output_bytes);
-        let drain = AbortOnDrop(tokio::spawn(capture.clone().drain(attached.output)));
+        let capture = Capture::new(self.limits.max_output_bytes, self.ctx.output.clone());
+        let drain = AbortOnDrop(tokio::spawn(drain(capture.clone(), attached.output)));
         let _stdin = command.stdin.clone().map(|bytes| {
             let mut input = attached.input;
             AbortOnDrop(tokio::spawn(async move {
@@ -410,81 +412,62 @@ impl Run<'_> {
         let status = classify(stop, exit_code, seen, self.limits);
         let mut outcome = RunOutcome::new(DockerRuntime::NAME, status);
         outcome.exit_code = exit_code;
-        (outcome.stdout, outcome.stderr) = capture.take();
+        let (stdout, stderr) = capture.take();
+        outcome.stdout = String::from_utf8_lossy(&stdout).into_owned();
+        outcome.stderr = String::from_utf8_lossy(&stderr).into_owned();
         outcome.value = server.value();
         outcome.tool_calls = self.ctx.host.take_tool_calls();
         outcome
     }
 }
 
+/// Reads the attach stream into `capture` to its end, or until the budget
+/// is spent; each chunk reaches the run's live output as it arrives.
+async fn drain(capture: Capture, mut output: AttachOutput) {
+    while let Some(Ok(chunk)) = output.next().await {
+        let (stream, bytes) = match chunk {
+            LogOutput::StdErr { message } => (OutputStream::Stderr, message),
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                (OutputStream::Stdout, message)
+            }
+            LogOutput::StdIn { .. } => continue,
+        };
+        if !capture.push(stream, &bytes) {
+            return;
+        }
+    }
+}
+
+/// The container's attach output stream.
+type AttachOutput =
+    std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
 /// How the run ended: the host's own stops first, then what the daemon saw.
 fn classify(
     stop: Option<Stop>,
     exit_code: Option<i32>,
-    seen: Seen,
+    seen: CgroupEvents,
     limits: &RuntimeLimits,
 ) -> RunStatus {
-    let processes = |refused: u64| RunStatus::LimitExceeded {
-        limit: LimitKind::Processes,
-        message: format!(
-            "the unit tried to run more than {} processes (fork refused by the cgroup pids limit{})",
-            limits.max_processes.unwrap_or_default(),
-            if refused > 1 {
-                format!(", {refused} times")
-            } else {
-                String::new()
-            }
-        ),
-    };
-    // The memory limit was hit and something was SIGKILLed, though no OOM
-    // kill was recorded (seen by failcnt only).
-    let oom = seen.oom_kills > 0
-        || (limits.memory_bytes.is_some() && seen.memory_failcnt > 0 && exit_code == Some(137));
+    let signal = exit_code
+        .filter(|c| (129..=192).contains(c))
+        .map(|c| c - 128);
+    if stop.is_none()
+        && let Some(status) = seen.failure_verdict(limits, signal)
+    {
+        return status;
+    }
     match stop {
-        Some(Stop::WallTime) => RunStatus::LimitExceeded {
-            limit: LimitKind::WallTime,
-            message: format!(
-                "the unit ran past its {} ms deadline and was killed",
-                limits.wall_time.as_millis()
-            ),
-        },
-        Some(Stop::Output) => RunStatus::LimitExceeded {
-            limit: LimitKind::Output,
-            message: format!(
-                "the unit wrote more than {} bytes of output and was killed",
-                limits.max_output_bytes
-            ),
-        },
+        Some(Stop::WallTime) => verdict::wall_time_exceeded(limits),
+        Some(Stop::Output) => verdict::output_exceeded(limits),
         Some(Stop::Cancelled) => RunStatus::Cancelled,
-        Some(Stop::ToolCalls) => RunStatus::LimitExceeded {
-            limit: LimitKind::ToolCalls,
-            message: format!(
-                "the unit asked for more than {} tool calls and was stopped",
-                limits.max_tool_calls
-            ),
-        },
-        Some(Stop::Processes(refused)) => processes(refused),
+        Some(Stop::ToolCalls) => verdict::tool_calls_exceeded(limits),
+        Some(Stop::Processes(refused)) => verdict::processes_exceeded(limits, refused),
         Some(Stop::Protocol(e)) => RunStatus::Error { error: e.to_body() },
-        None if oom => RunStatus::LimitExceeded {
-            limit: LimitKind::Memory,
-            message: format!(
-                "the unit used more than {} bytes of memory and was killed (cgroup OOM)",
-                limits.memory_bytes.unwrap_or_default()
-            ),
-        },
-        None if seen.pids_refused > 0 && limits.max_processes.is_some() => {
-            processes(seen.pids_refused)
-        }
         // SIGXCPU comes from the RLIMIT_CPU set only for a cpu_time limit;
         // without one, a unit's own SIGXCPU death is its own failure.
-        None if exit_code == Some(128 + libc::SIGXCPU) && limits.cpu_time.is_some() => {
-            RunStatus::LimitExceeded {
-                limit: LimitKind::CpuTime,
-                message: format!(
-                    "the unit used more than {} s of CPU time (SIGXCPU)",
-                    limits.cpu_time.map(|d| d.as_secs_f64()).unwrap_or_default()
-                ),
-            }
+        None if signal == Some(libc::SIGXCPU) && limits.cpu_time.is_some() => {
+            verdict::cpu_exceeded(limits, None, "SIGXCPU")
         }
         None => match exit_code {
             Some(0) => RunStatus::Ok,
@@ -694,16 +677,16 @@ mod tests {
     #[test]
     fn exit_codes_are_classified() {
         let limits = RuntimeLimits::default();
-        let none = Seen::default();
-        let oom = Seen {
+        let none = CgroupEvents::default();
+        let oom = CgroupEvents {
             oom_kills: 1,
             ..none
         };
-        let failcnt = Seen {
+        let failcnt = CgroupEvents {
             memory_failcnt: 4,
             ..none
         };
-        let refused = Seen {
+        let refused = CgroupEvents {
             pids_refused: 1,
             ..none
         };

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, ResourcesUlimits};
 use toolexec_runtime::{CommandUnit, Enforcement, LimitKind, NetworkPolicy, RuntimeLimits};
 
+use toolexec_sandbox::rlimits;
+
 use crate::DockerConfig;
 use crate::sweep::{OWNER_LABEL, RUNTIME_LABEL, owner_id};
 
@@ -43,14 +45,12 @@ pub(crate) fn container_body(
         binds.push(format!("{socket}:{CONTAINER_GATEWAY_SOCKET}:rw"));
     }
 
-    let mut ulimits = vec![
-        ulimit("core", 0, 0),
-        ulimit("nofile", config.max_open_files, config.max_open_files),
-    ];
-    match limits.cpu_time {
-        Some(cpu) => {
-            let secs = toolexec_runtime::process::rlimit_cpu_seconds(cpu);
-            ulimits.push(ulimit("cpu", secs, secs.saturating_add(1)));
+    let ulimits = rlimits::for_container(limits, config.max_open_files)
+        .into_iter()
+        .map(|r| ulimit(r.resource.ulimit_name(), r.soft, r.hard))
+        .collect();
+    match rlimits::cpu_seconds(limits) {
+        Some(secs) => {
             enforcement.push(Enforcement::by(
                 LimitKind::CpuTime,
                 format!(

@@ -23,6 +23,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use toolexec_sandbox::verdict::{CgroupEvents, keyed};
+
 use crate::OciError;
 use crate::config::OciFlavor;
 
@@ -141,20 +143,19 @@ impl RunCgroup {
             .sum()
     }
 
-    /// Processes the memory cgroup's OOM killer ended.
-    pub(crate) fn oom_kills(&self) -> u64 {
-        self.sum("memory", "memory.oom_control", |t| field(t, "oom_kill"))
-    }
-
-    /// Times the memory (or memory+swap) limit was hit.
-    pub(crate) fn memory_failcnt(&self) -> u64 {
+    /// What the run's cgroups counted: OOM kills, memory-limit hits,
+    /// refused forks.
+    pub(crate) fn events(&self) -> CgroupEvents {
         let num = |t: &str| t.trim().parse().ok();
-        self.sum("memory", "memory.failcnt", num) + self.sum("memory", "memory.memsw.failcnt", num)
-    }
-
-    /// Forks refused by `pids.max`.
-    pub(crate) fn pids_refused(&self) -> u64 {
-        self.sum("pids", "pids.events", |t| field(t, "max"))
+        CgroupEvents {
+            oom_kills: self.sum("memory", "memory.oom_control", |t| {
+                Some(keyed(t, "oom_kill"))
+            }),
+            memory_failcnt: self.sum("memory", "memory.failcnt", num)
+                + self.sum("memory", "memory.memsw.failcnt", num),
+            pids_refused: self.sum("pids", "pids.events", |t| Some(keyed(t, "max"))),
+            cpu: None,
+        }
     }
 
     /// Removes the run's cgroups below every hierarchy, killing
@@ -294,13 +295,6 @@ fn remove_dir(dir: &Path) {
         }
     }
     tracing::warn!(dir = %dir.display(), "cannot remove run cgroup");
-}
-
-fn field(text: &str, name: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let (key, value) = line.split_once(' ')?;
-        (key == name).then(|| value.trim().parse().ok()).flatten()
-    })
 }
 
 /// Whether the cgroup v1 controllers toolexec needs are present and

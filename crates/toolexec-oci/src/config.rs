@@ -150,7 +150,7 @@ impl OciConfig {
 /// `/run/toolexec/oci` as root, else `$XDG_RUNTIME_DIR/toolexec/oci`, else
 /// `<temp dir>/toolexec-oci-<uid>`. Each run checks it is private.
 pub fn default_run_dir() -> PathBuf {
-    let euid = toolexec_runtime::gateway_socket::euid();
+    let euid = toolexec_sandbox::gateway_socket::euid();
     if euid == 0 {
         return PathBuf::from("/run/toolexec/oci");
     }
@@ -164,7 +164,7 @@ pub fn default_run_dir() -> PathBuf {
 /// `$XDG_CACHE_HOME/toolexec/oci`, else `$HOME/.cache/toolexec/oci`, else
 /// `rootfs-cache` in [`default_run_dir`]. Each run checks it is private.
 pub fn default_cache_dir() -> PathBuf {
-    if toolexec_runtime::gateway_socket::euid() == 0 {
+    if toolexec_sandbox::gateway_socket::euid() == 0 {
         return PathBuf::from("/var/cache/toolexec/oci");
     }
     let absolute = |var: &str| {

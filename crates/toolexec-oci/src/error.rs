@@ -85,10 +85,10 @@ impl OciError {
         }
     }
 
-    /// Makes `dir` private (see [`toolexec_runtime::gateway_socket::private_dir`]),
+    /// Makes `dir` private (see [`toolexec_sandbox::gateway_socket::private_dir`]),
     /// naming `field` if it cannot be.
     pub(crate) fn private_dir(field: &str, dir: &Path) -> Result<(), Self> {
-        toolexec_runtime::gateway_socket::private_dir(dir).map_err(|e| OciError::UnsafeDir {
+        toolexec_sandbox::gateway_socket::private_dir(dir).map_err(|e| OciError::UnsafeDir {
             field: field.into(),
             path: e.path.display().to_string(),
             message: e.message,

@@ -2,7 +2,7 @@
 //! unit reaches the host through a Unix socket in a per-run directory
 //! bound into the sandbox. Socket paths are short (108 bytes), so the
 //! directory lives in [`crate::OciConfig::gateway_dir`], a private parent
-//! (see [`toolexec_runtime::gateway_socket::private_dir`]) that other
+//! (see [`toolexec_sandbox::gateway_socket::private_dir`]) that other
 //! local users cannot traverse; the host also serves only connections
 //! whose peer has this process's uid (gVisor's gofer, which connects on
 //! the unit's behalf): [`PeerPolicy::current_user`].
@@ -19,8 +19,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::task::AbortOnDropHandle;
 use toolexec::CancellationToken;
-use toolexec_runtime::gateway_socket::PeerPolicy;
 use toolexec_runtime::protocol::{GatewayServer, ProtocolError};
+use toolexec_sandbox::gateway_socket::PeerPolicy;
 
 use crate::OciError;
 use crate::spec;
@@ -242,7 +242,7 @@ mod tests {
     #[tokio::test]
     async fn other_users_cannot_reach_the_gateway() {
         let test = "other_users_cannot_reach_the_gateway";
-        let euid = toolexec_runtime::gateway_socket::euid();
+        let euid = toolexec_sandbox::gateway_socket::euid();
         if euid == 0 && !Path::new("/usr/bin/python3").exists() {
             return skip(test, "/usr/bin/python3 is missing");
         }

@@ -9,12 +9,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio_util::task::AbortOnDropHandle;
 use toolexec::{Availability, BoxFuture};
-use toolexec_runtime::process::{Ended, ProcessSpec, run_process};
 use toolexec_runtime::protocol::{GatewayConfig, GatewayServer, ProtocolError};
 use toolexec_runtime::{
     CommandUnit, Enforcement, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome,
     RunRequest, RunStatus, Runtime, RuntimeLimits, ScriptUnit, Unit, UnitKind,
 };
+use toolexec_sandbox::process::{Ended, ProcessSpec, run_process};
+use toolexec_sandbox::{find_binary, verdict};
 
 use crate::bundle::{RunGuard, container_id};
 use crate::cgroup::{self, RunCgroup};
@@ -376,32 +377,21 @@ impl OciRuntime {
             if flavor == OciFlavor::Runsc && outcome.value.is_none() {
                 outcome.value = server.value();
             }
-            let (oom, failcnt, refused) = guard
-                .cgroup()
-                .map(|c| (c.oom_kills(), c.memory_failcnt(), c.pids_refused()))
-                .unwrap_or_default();
+            let events = guard.cgroup().map(|c| c.events()).unwrap_or_default();
             // Our own stops first, then what the cgroups saw.
             let own_cancel = matches!(ended, Some(Ended::Cancelled)) && !ctx.cancel.is_cancelled();
             if own_cancel && cpu_exceeded.load(Ordering::Relaxed) {
-                outcome.status = cpu_status(limits, "cgroup cpuacct.usage");
+                outcome.status = verdict::cpu_exceeded(limits, None, "cgroup cpuacct.usage");
             } else if let Some(e) = protocol_error.lock().take().filter(|_| own_cancel) {
                 outcome.status = RunStatus::Error { error: e.to_body() };
             } else if matches!(outcome.status, RunStatus::Failed { .. })
                 || (ended.is_none() && !outcome.is_ok())
             {
-                if oom > 0 || (signal == Some(libc::SIGKILL) && failcnt > 0) {
-                    outcome.status = RunStatus::LimitExceeded {
-                        limit: LimitKind::Memory,
-                        message: format!(
-                            "the unit went over its {} bytes of memory and was OOM-killed (cgroup v1 memory)",
-                            limits.memory_bytes.unwrap_or_default()
-                        ),
-                    };
-                } else if refused > 0 {
-                    outcome.status = processes_status(limits, refused);
+                if let Some(status) = events.failure_verdict(limits, signal) {
+                    outcome.status = status;
                 }
-            } else if matches!(ended, Some(Ended::WallTime)) && refused > 0 {
-                outcome.status = processes_status(limits, refused);
+            } else if matches!(ended, Some(Ended::WallTime)) && events.pids_refused > 0 {
+                outcome.status = verdict::processes_exceeded(limits, events.pids_refused);
             }
             outcome.enforcement = self.enforcement(limits, guard.cgroup(), pids_max);
             Ok(outcome)
@@ -447,7 +437,7 @@ impl OciRuntime {
                 format!(
                     "cgroup v1 cpuacct.usage watch ({}), RLIMIT_CPU {} s per process as a backstop",
                     path("cpuacct"),
-                    toolexec_runtime::process::rlimit_cpu_seconds(cpu) + 1
+                    toolexec_sandbox::rlimits::rlimit_cpu_seconds(cpu) + 1
                 ),
             ),
             (Some(_), OciFlavor::Runsc) => Enforcement::by(
@@ -501,26 +491,6 @@ fn worker_command(script: &ScriptUnit, limits: &RuntimeLimits) -> CommandUnit {
     }
 }
 
-fn cpu_status(limits: &RuntimeLimits, how: &str) -> RunStatus {
-    RunStatus::LimitExceeded {
-        limit: LimitKind::CpuTime,
-        message: format!(
-            "the unit used more than {} s of CPU time ({how})",
-            limits.cpu_time.map(|d| d.as_secs_f64()).unwrap_or_default()
-        ),
-    }
-}
-
-fn processes_status(limits: &RuntimeLimits, refused: u64) -> RunStatus {
-    RunStatus::LimitExceeded {
-        limit: LimitKind::Processes,
-        message: format!(
-            "the unit tried to run more than {} processes ({refused} forks refused by cgroup pids.max)",
-            limits.max_processes.unwrap_or_default()
-        ),
-    }
-}
-
 /// Cancels the run once the cgroup's CPU time passes `limit`.
 async fn watch_cpu(
     dir: PathBuf,
@@ -543,17 +513,6 @@ async fn watch_cpu(
             return;
         }
     }
-}
-
-fn find_binary(binary: &Path) -> Option<PathBuf> {
-    if binary.components().count() > 1 {
-        return binary.is_file().then(|| binary.to_owned());
-    }
-    let path = std::env::var_os("PATH")
-        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(binary))
-        .find(|p| p.is_file())
 }
 
 impl Runtime for OciRuntime {

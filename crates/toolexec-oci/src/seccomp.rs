@@ -1,6 +1,6 @@
 //! The seccomp profile put in every container's spec: everything allowed
 //! but the deny-list every sandbox runtime shares
-//! ([`toolexec_runtime::seccomp_policy::DENIED`]), which fails with
+//! ([`toolexec_sandbox::seccomp::DENIED`]), which fails with
 //! `EPERM`, plus the namespace-creating `clone`/`clone3` rules of OCI.
 //!
 //! The spec names system calls; the runtime maps names to numbers and
@@ -13,7 +13,7 @@
 //! fail with `ENOSYS`.
 
 use serde_json::{Value, json};
-use toolexec_runtime::seccomp_policy;
+use toolexec_sandbox::seccomp;
 
 use crate::config::OciFlavor;
 
@@ -31,7 +31,7 @@ const ENOSYS: u32 = 38;
 /// the unit gets (user namespaces stay inside the sandbox kernel).
 pub(crate) fn profile(flavor: OciFlavor) -> Value {
     let mut rules = vec![
-        json!({"names": seccomp_policy::denied_names().collect::<Vec<_>>(),
+        json!({"names": seccomp::denied_names().collect::<Vec<_>>(),
              "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM}),
         json!({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM,
              "args": [{"index": 0, "value": CLONE_NEWUSER, "valueTwo": CLONE_NEWUSER, "op": "SCMP_CMP_MASKED_EQ"}]}),
@@ -73,7 +73,7 @@ mod tests {
                 .iter()
                 .map(|n| n.as_str().unwrap())
                 .collect();
-            assert_eq!(names, seccomp_policy::denied_names().collect::<Vec<_>>());
+            assert_eq!(names, seccomp::denied_names().collect::<Vec<_>>());
             assert_eq!(profile["syscalls"][0]["errnoRet"], EPERM);
         }
     }

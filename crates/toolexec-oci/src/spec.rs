@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
-use toolexec_runtime::process::rlimit_cpu_seconds;
 use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GATEWAY_SOCKET_ENV};
 use toolexec_runtime::{CommandUnit, RuntimeLimits};
+use toolexec_sandbox::rlimits::{self, RlimitResource};
 
 use crate::config::{OciFlavor, ReadOnlyBind};
 use crate::{OciError, seccomp};
@@ -93,20 +93,17 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
     }
 
     let limits = input.limits;
-    let mut rlimits = vec![
-        json!({"type": "RLIMIT_CORE", "soft": 0, "hard": 0}),
-        json!({"type": "RLIMIT_NOFILE", "soft": NOFILE, "hard": NOFILE}),
-    ];
-    if let Some(cpu) = limits.cpu_time {
-        // The cgroup cpuacct watch decides (a total over the unit's
-        // processes); RLIMIT_CPU, a second later, is a per-process backstop,
-        // so an exit code a unit can forge (128 + SIGXCPU) never decides.
-        let secs = rlimit_cpu_seconds(cpu) + 1;
-        rlimits.push(json!({"type": "RLIMIT_CPU", "soft": secs, "hard": secs + 1}));
-    }
-    if let Some(disk) = limits.disk_bytes {
-        rlimits.push(json!({"type": "RLIMIT_FSIZE", "soft": disk, "hard": disk}));
-    }
+    let rlimits: Vec<Value> = rlimits::for_container(limits, NOFILE)
+        .into_iter()
+        .map(|r| {
+            // The cgroup cpuacct watch decides (a total over the unit's
+            // processes); RLIMIT_CPU, a second later, is a per-process
+            // backstop, so an exit code a unit can forge (128 + SIGXCPU)
+            // never decides.
+            let late = u64::from(r.resource == RlimitResource::Cpu);
+            json!({"type": r.resource.oci_name(), "soft": r.soft.saturating_add(late), "hard": r.hard.saturating_add(late)})
+        })
+        .collect();
 
     let mut tmp_options = vec![
         "nosuid".to_owned(),

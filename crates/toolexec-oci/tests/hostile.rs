@@ -10,11 +10,11 @@ use std::time::Duration;
 use serde_json::json;
 use toolexec::{Availability, CancellationToken, Exec};
 use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, ReadOnlyBind, RootfsSource};
-use toolexec_runtime::seccomp_policy::DENIED;
 use toolexec_runtime::{
     LimitKind, NetworkPolicy, RunContext, RunOutcome, RunRequest, RunStatus, Runtime,
     RuntimeLimits, ToolHost, Unit,
 };
+use toolexec_sandbox::seccomp::DENIED;
 
 fn skip(test: &str, why: &str) {
     assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
@@ -707,7 +707,7 @@ macro_rules! hostile_suite {
             async fn directories_others_control_are_refused() {
                 let test = "directories_others_control_are_refused";
                 let Some(rt) = runtime(test, FLAVOR) else { return };
-                assert_eq!(toolexec_runtime::gateway_socket::euid(), 0, "runtime() needs root");
+                assert_eq!(toolexec_sandbox::gateway_socket::euid(), 0, "runtime() needs root");
                 let attack = base_dir().join(format!("attack-{}", FLAVOR.name()));
                 let _ = std::fs::remove_dir_all(&attack);
                 std::fs::create_dir_all(&attack).unwrap();
@@ -763,7 +763,7 @@ macro_rules! hostile_suite {
             #[tokio::test]
             async fn default_directories_are_private() {
                 let config = OciConfig::new(FLAVOR, RootfsSource::Dir("/nonexistent".into()));
-                if toolexec_runtime::gateway_socket::euid() == 0 {
+                if toolexec_sandbox::gateway_socket::euid() == 0 {
                     for dir in [&config.work_dir, &config.state_dir, &config.cache_dir, &config.gateway_dir] {
                         assert!(!dir.starts_with(std::env::temp_dir()), "{}", dir.display());
                         assert!(!dir.starts_with("/tmp"), "{}", dir.display());

@@ -7,9 +7,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use toolexec::{CancellationToken, Exec, Secret};
 use toolexec_remote::{RemoteConfig, RemoteRuntime, RuntimeServer, ServerConfig};
 use toolexec_runtime::{
-    HostRuntime, Profile, ProfileMap, RunContext, RunRequest, Runtime, Runtimes, ToolHost, Unit,
-    UnsandboxedOptIn,
+    Profile, ProfileMap, RunContext, RunRequest, Runtime, Runtimes, ToolHost, Unit,
 };
+use toolexec_sandbox::{HostRuntime, UnsandboxedOptIn};
 
 const KEY: &str = "bench-key-0123456789abcdef-remote";
 

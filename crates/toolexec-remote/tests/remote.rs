@@ -547,7 +547,7 @@ async fn the_requested_profile_selects_the_servers_runtime() {
 
 #[tokio::test]
 async fn bubblewrap_behind_the_server() {
-    use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
+    use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime};
     let bwrap = BubblewrapRuntime::new(BubblewrapConfig::default());
     if let Availability::Unavailable { reason } = bwrap.availability() {
         assert!(std::env::var_os("CI").is_none(), "bubblewrap: {reason}");

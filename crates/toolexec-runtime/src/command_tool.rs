@@ -16,8 +16,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use serde_json::json;
-//! use toolexec_runtime::{CommandTool, CommandToolDef, HostRuntime, OutputMapping, Profile,
-//!     ProfileMap, Runtimes, UnsandboxedOptIn};
+//! use toolexec_runtime::{CommandTool, CommandToolDef, OutputMapping, Profile, ProfileMap, Runtimes};
+//! use toolexec_sandbox::{HostRuntime, UnsandboxedOptIn};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let mut map = ProfileMap::default();
@@ -593,61 +593,6 @@ mod tests {
             "{}",
             tail.len()
         );
-    }
-
-    /// Real runs on the host runtime (it enforces output capture and
-    /// RLIMIT_CPU): the limits come back as `limit_exceeded` with their kind.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn host_run_limits_are_limit_exceeded() {
-        use crate::{HostRuntime, ProfileMap, UnsandboxedOptIn};
-        use std::time::Duration;
-        let map = ProfileMap {
-            dev: vec![HostRuntime::NAME.into()],
-            ..ProfileMap::default()
-        };
-        let mut runtimes = Runtimes::new(map);
-        runtimes.register(HostRuntime::new(
-            UnsandboxedOptIn::i_understand_units_run_unsandboxed(),
-        ));
-        let runtimes = Arc::new(runtimes);
-        let exec = toolexec::Exec::builder().build();
-        let define = |id: &str, argv: &[&str], limits: RuntimeLimits| CommandToolDef {
-            id: id.into(),
-            description: "limit test".into(),
-            input_schema: json!({"type": "object"}),
-            argv: argv.iter().map(|s| s.to_string()).collect(),
-            profile: Profile::Dev,
-            limits,
-            ..CommandToolDef::default()
-        };
-        let output = RuntimeLimits {
-            max_output_bytes: 4096,
-            wall_time: Duration::from_secs(20),
-            ..RuntimeLimits::default()
-        };
-        let cpu = RuntimeLimits {
-            cpu_time: Some(Duration::from_secs(1)),
-            wall_time: Duration::from_secs(20),
-            ..RuntimeLimits::default()
-        };
-        CommandTool::register(
-            exec.catalog(),
-            define("t:yes", &["yes"], output),
-            runtimes.clone(),
-        )
-        .unwrap();
-        CommandTool::register(
-            exec.catalog(),
-            define("t:spin", &["sh", "-c", "while :; do :; done"], cpu),
-            runtimes.clone(),
-        )
-        .unwrap();
-        for (id, kind) in [("t:yes", "output"), ("t:spin", "cpu_time")] {
-            let err = exec.run_tool(id, json!({})).await.unwrap_err();
-            let body = err.to_body();
-            assert_eq!(body.code.as_str(), "limit_exceeded", "{id}: {body:?}");
-            assert_eq!(body.details.unwrap()["limit"], kind, "{id}");
-        }
     }
 
     #[test]

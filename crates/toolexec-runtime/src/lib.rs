@@ -11,48 +11,43 @@
 //! - [`Runtimes`]: the registry, with the configurable [`ProfileMap`].
 //! - [`protocol`]: the versioned sandbox↔host gateway protocol, with the
 //!   host's [`ToolHost`] enforcing the tool budget and allowlist.
-//! - [`process`]: the child-process driver shared by process runtimes.
-//! - [`HostRuntime`]: unsandboxed host processes, behind an explicit opt-in.
-//! - [`bwrap::BubblewrapRuntime`]: the bubblewrap namespaces sandbox.
+//!
+//! The runtimes themselves live in their own crates: the shared plumbing
+//! of process sandboxes and the opt-in host runtime in `toolexec-sandbox`,
+//! bubblewrap in `toolexec-bwrap`, runc/runsc in `toolexec-oci`, Docker in
+//! `toolexec-docker`, wasmtime in `toolexec-wasm`, remote workers in
+//! `toolexec-remote`.
+//!
+//! A profile no registered runtime serves fails closed, with a typed error:
 //!
 //! ```
-//! use toolexec_runtime::{HostRuntime, Profile, ProfileMap, RunRequest, Runtimes, Unit, UnsandboxedOptIn};
+//! use toolexec_runtime::{Profile, ProfileMap, RunRequest, RunStatus, Runtimes, Unit};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let mut map = ProfileMap::default();
-//! map.dev.insert(0, HostRuntime::NAME.into());
-//! let mut runtimes = Runtimes::new(map);
-//! runtimes.register(HostRuntime::new(UnsandboxedOptIn::i_understand_units_run_unsandboxed()));
-//! let request = RunRequest::new(Unit::command(["echo", "hello"]), Profile::Dev);
+//! let runtimes = Runtimes::new(ProfileMap::default());
+//! let request = RunRequest::new(Unit::command(["echo", "hello"]), Profile::Hardened);
 //! let outcome = runtimes.run(request, None, Default::default()).await;
-//! assert!(outcome.is_ok(), "{outcome:?}");
-//! assert_eq!(outcome.stdout, "hello\n");
+//! let RunStatus::Error { error } = &outcome.status else { panic!("{outcome:?}") };
+//! assert_eq!(error.code.as_str(), "backend_unavailable");
 //! # }
 //! ```
 
-pub mod bwrap;
 mod call_log;
 mod command_tool;
-pub mod gateway_socket;
 mod host;
-mod host_runtime;
 mod limits;
 mod outcome;
-pub mod process;
 mod profile;
 pub mod protocol;
 mod registry;
 mod runtime;
-pub mod seccomp_policy;
 mod unit;
 
 pub use call_log::{ToolCallLog, ToolCallRecord, ValueSummary};
 pub use command_tool::{CommandTool, CommandToolDef, OutputMapping, StdinMapping};
 pub use host::{ToolCaller, ToolHost};
-pub use host_runtime::{HostRuntime, UnsandboxedOptIn};
 pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};
 pub use outcome::{Enforcement, RunOutcome, RunStatus};
-pub use process::SandboxUser;
 pub use profile::{Profile, ProfileMap, UnknownProfile};
 pub use registry::Runtimes;
 pub use runtime::{

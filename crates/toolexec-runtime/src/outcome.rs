@@ -2,9 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolexec::ErrorBody;
+use toolexec::{ErrorBody, ErrorCode};
 
-use crate::{LimitKind, ToolCallRecord};
+use crate::{LimitKind, ToolCallRecord, Unit};
 
 /// The result of one run: the value, the output, the tool-call log and how
 /// each limit was enforced. Returned for failures too, so that no captured
@@ -51,6 +51,33 @@ impl RunOutcome {
             enforcement: Vec::new(),
             duration_ms: 0.0,
         }
+    }
+
+    /// The outcome of a request the runtime refused as invalid:
+    /// `invalid_request` naming the failing `field`.
+    pub fn invalid(runtime: &str, field: &str, message: &str) -> Self {
+        RunOutcome::new(
+            runtime,
+            RunStatus::Error {
+                error: ErrorBody {
+                    code: ErrorCode::InvalidRequest,
+                    message: format!("invalid_request: {field}: {message}"),
+                    details: Some(serde_json::json!({"field": field})),
+                },
+            },
+        )
+    }
+
+    /// The outcome of a unit kind the runtime does not run.
+    pub fn unsupported(runtime: &str, unit: &Unit) -> Self {
+        RunOutcome::invalid(
+            runtime,
+            "unit.kind",
+            &format!(
+                "runtime {runtime} does not run {} units",
+                unit.kind().as_str()
+            ),
+        )
     }
 
     /// True when the unit finished normally (exit code 0, or a returned value).

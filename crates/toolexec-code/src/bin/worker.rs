@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use toolexec_runtime::bwrap::init;
+use toolexec_bwrap::init;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use toolexec::Availability;
-use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
+use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime};
 use toolexec_runtime::{ProfileMap, Runtime, Runtimes};
 
 /// Prints `SKIPPED: <test>: <why>` and returns `None`, or fails under `CI`.

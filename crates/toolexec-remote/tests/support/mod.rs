@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use toolexec::{CancellationToken, Exec, Secret};
 use toolexec_remote::{RemoteConfig, RemoteRuntime, RetryPolicy, RuntimeServer, ServerConfig};
-use toolexec_runtime::{
-    HostRuntime, Profile, ProfileMap, RunOutcome, RunRequest, Runtime, Runtimes, Unit,
-    UnsandboxedOptIn,
-};
+use toolexec_runtime::{Profile, ProfileMap, RunOutcome, RunRequest, Runtime, Runtimes, Unit};
+use toolexec_sandbox::{HostRuntime, UnsandboxedOptIn};
 
 pub const KEY: &str = "test-key-0123456789abcdef-remote";
 

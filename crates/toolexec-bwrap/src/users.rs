@@ -13,8 +13,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::gateway_socket::private_dir;
-use crate::process::SandboxUser;
+use toolexec_sandbox::SandboxUser;
+use toolexec_sandbox::gateway_socket::private_dir;
 
 /// A range of host uids (and gids, the same numbers) reserved for
 /// sandboxes. No account or service on the host may use them.

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime, UidRange};
+use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime, UidRange};
 use toolexec_runtime::{Profile, RunStatus, Runtime, Unit};
 
 use super::{config, is_root, limits, run, run_as, runtime, sh};

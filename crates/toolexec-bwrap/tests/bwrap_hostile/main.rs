@@ -11,7 +11,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use toolexec::{Availability, CancellationToken, Exec};
-use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime, CgroupLayout};
+use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime, CgroupLayout};
 use toolexec_runtime::{
     CommandUnit, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome, RunRequest, RunStatus,
     Runtime, RuntimeLimits, ToolHost, Unit,

@@ -2,7 +2,7 @@
 //! (host, bubblewrap, OCI) shares. The runtime builds a [`ProcessSpec`]
 //! (its launcher's argv, rlimits, cgroups, inherited descriptors);
 //! [`run_process`] starts it with the gateway socket at
-//! [`crate::protocol::GATEWAY_FD`], feeds stdin, captures output up to the
+//! [`GATEWAY_FD`], feeds stdin, captures output up to the
 //! limit, serves the gateway, and kills the whole process group on the
 //! deadline, on cancellation, on too much output, on a protocol violation,
 //! or when the future is dropped.
@@ -12,64 +12,19 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::Notify;
+use tokio::io::AsyncWriteExt;
+use toolexec_runtime::protocol::{
+    GATEWAY_FD, GATEWAY_FD_ENV, GatewayConfig, GatewayServer, ProtocolError,
+};
+use toolexec_runtime::{OutputStream, RunContext, RunOutcome, RuntimeLimits};
 
-use crate::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GatewayConfig, GatewayServer, ProtocolError};
-use crate::{OutputSink, OutputStream, RunContext, RuntimeLimits};
-
-/// A CPU-time limit as whole `RLIMIT_CPU` seconds: rounded up, at least 1.
-pub fn rlimit_cpu_seconds(cpu: Duration) -> u64 {
-    cpu.as_secs_f64().ceil().max(1.0) as u64
-}
-
-/// A resource limit set with `setrlimit` in the child before exec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rlimit {
-    /// Which resource.
-    pub resource: RlimitResource,
-    /// Soft limit.
-    pub soft: u64,
-    /// Hard limit.
-    pub hard: u64,
-}
-
-/// The resources [`Rlimit`] can set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RlimitResource {
-    /// `RLIMIT_CPU`, seconds.
-    Cpu,
-    /// `RLIMIT_AS`, bytes.
-    AddressSpace,
-    /// `RLIMIT_NPROC`, processes of the user (ignored for real root).
-    Processes,
-    /// `RLIMIT_FSIZE`, bytes per file written.
-    FileSize,
-    /// `RLIMIT_NOFILE`, open descriptors.
-    OpenFiles,
-    /// `RLIMIT_CORE`, bytes of core dumps.
-    Core,
-}
-
-impl RlimitResource {
-    /// The `RLIMIT_*` number.
-    pub(crate) fn raw(self) -> libc::__rlimit_resource_t {
-        match self {
-            RlimitResource::Cpu => libc::RLIMIT_CPU,
-            RlimitResource::AddressSpace => libc::RLIMIT_AS,
-            RlimitResource::Processes => libc::RLIMIT_NPROC,
-            RlimitResource::FileSize => libc::RLIMIT_FSIZE,
-            RlimitResource::OpenFiles => libc::RLIMIT_NOFILE,
-            RlimitResource::Core => libc::RLIMIT_CORE,
-        }
-    }
-}
+use crate::output::Capture;
+use crate::rlimits::Rlimit;
+use crate::user::{SandboxUser, become_user};
+use crate::verdict;
 
 /// How to start the child.
 #[derive(Debug, Default)]
@@ -98,52 +53,6 @@ pub struct ProcessSpec {
     /// cgroups, which needs the parent's privileges); `None` keeps the
     /// parent's. The spawn fails if the child would still be uid 0.
     pub user: Option<SandboxUser>,
-}
-
-/// An unprivileged host identity for sandboxed processes: supplementary
-/// groups cleared, then real, effective and saved gid and uid set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SandboxUser {
-    /// Host user id (never 0).
-    pub uid: u32,
-    /// Host group id (never 0).
-    pub gid: u32,
-}
-
-impl SandboxUser {
-    /// `nobody:nogroup` (65534), the default.
-    pub const NOBODY: SandboxUser = SandboxUser {
-        uid: 65534,
-        gid: 65534,
-    };
-}
-
-/// Takes `user`'s identity in a forked child before exec: groups, gid,
-/// uid (in that order, so each step still has the privilege it needs),
-/// then checks that no id is 0 any more.
-///
-/// # Safety
-/// Only between fork and exec (async-signal-safe syscalls only).
-unsafe fn become_user(user: SandboxUser) -> std::io::Result<()> {
-    let check = |rc: libc::c_int| {
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
-    };
-    // SAFETY: plain syscalls; the caller guarantees the fork context.
-    unsafe {
-        check(libc::setgroups(0, std::ptr::null()))?;
-        check(libc::setresgid(user.gid, user.gid, user.gid))?;
-        check(libc::setresuid(user.uid, user.uid, user.uid))?;
-        let (mut r, mut e, mut s) = (0, 0, 0);
-        check(libc::getresuid(&mut r, &mut e, &mut s))?;
-        if r == 0 || e == 0 || s == 0 {
-            return Err(std::io::Error::from_raw_os_error(libc::EPERM));
-        }
-    }
-    Ok(())
 }
 
 /// Why [`run_process`] stopped the child.
@@ -214,7 +123,7 @@ pub struct Spawned {
 }
 
 /// Starts `spec`'s child with the gateway socket at
-/// [`crate::protocol::GATEWAY_FD`]. Must be called inside a tokio runtime;
+/// [`GATEWAY_FD`]. Must be called inside a tokio runtime;
 /// the child's pipes stay registered with that runtime.
 pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
     let started = Instant::now();
@@ -374,12 +283,12 @@ impl Spawned {
         let drains = futures::future::join(
             async {
                 if let Some(s) = stdout {
-                    capture.clone().drain(s, false).await
+                    capture.clone().drain(s, OutputStream::Stdout).await
                 }
             },
             async {
                 if let Some(s) = stderr {
-                    capture.clone().drain(s, true).await
+                    capture.clone().drain(s, OutputStream::Stderr).await
                 }
             },
         );
@@ -487,70 +396,6 @@ impl Drop for GroupKill {
     }
 }
 
-/// stdout and stderr with one shared byte budget.
-#[derive(Clone)]
-struct Capture {
-    max: usize,
-    used: Arc<AtomicUsize>,
-    buffers: Arc<Mutex<(Vec<u8>, Vec<u8>)>>,
-    overflow: Arc<Notify>,
-    live: Option<OutputSink>,
-}
-
-impl Capture {
-    fn new(max: usize, live: Option<OutputSink>) -> Self {
-        Capture {
-            max,
-            used: Arc::default(),
-            buffers: Arc::default(),
-            overflow: Arc::new(Notify::new()),
-            live,
-        }
-    }
-
-    async fn drain(self, mut pipe: impl tokio::io::AsyncRead + Unpin, is_err: bool) {
-        let mut chunk = vec![0u8; 16 * 1024];
-        loop {
-            let n = match pipe.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            let before = self.used.fetch_add(n, Ordering::Relaxed);
-            let room = self.max.saturating_sub(before);
-            let keep = n.min(room);
-            {
-                let mut buffers = self.buffers.lock();
-                let buffer = if is_err {
-                    &mut buffers.1
-                } else {
-                    &mut buffers.0
-                };
-                buffer.extend_from_slice(&chunk[..keep]);
-            }
-            if let Some(live) = &self.live {
-                let stream = if is_err {
-                    OutputStream::Stderr
-                } else {
-                    OutputStream::Stdout
-                };
-                live.send(stream, &chunk[..keep]);
-            }
-            if keep < n {
-                self.overflow.notify_one();
-                return;
-            }
-        }
-    }
-
-    async fn overflowed(&self) {
-        self.overflow.notified().await
-    }
-
-    fn take(&self) -> (Vec<u8>, Vec<u8>) {
-        std::mem::take(&mut *self.buffers.lock())
-    }
-}
-
 impl ProcessRun {
     /// The signal that ended the unit: from the wait status, or, for
     /// launchers that turn a child's death by signal `n` into exit code
@@ -586,44 +431,22 @@ impl ProcessRun {
         ctx: &RunContext,
         limits: &RuntimeLimits,
         launcher_codes: bool,
-    ) -> crate::RunOutcome {
-        use crate::{LimitKind, RunStatus};
+    ) -> RunOutcome {
+        use toolexec_runtime::RunStatus;
         let signal = self.signal(launcher_codes);
         let real_sigxcpu = {
             use std::os::unix::process::ExitStatusExt;
             self.status.and_then(|s| s.signal()) == Some(libc::SIGXCPU)
         };
         let status = match &self.ended {
-            Some(Ended::WallTime) => RunStatus::LimitExceeded {
-                limit: LimitKind::WallTime,
-                message: format!(
-                    "the unit ran past its {} ms deadline and was killed",
-                    limits.wall_time.as_millis()
-                ),
-            },
-            Some(Ended::Output) => RunStatus::LimitExceeded {
-                limit: LimitKind::Output,
-                message: format!(
-                    "the unit wrote more than {} bytes of output and was killed",
-                    limits.max_output_bytes
-                ),
-            },
+            Some(Ended::WallTime) => verdict::wall_time_exceeded(limits),
+            Some(Ended::Output) => verdict::output_exceeded(limits),
             Some(Ended::Cancelled) => RunStatus::Cancelled,
-            Some(Ended::ToolCalls) => RunStatus::LimitExceeded {
-                limit: LimitKind::ToolCalls,
-                message: format!(
-                    "the unit asked for more than {} tool calls and was stopped",
-                    limits.max_tool_calls
-                ),
-            },
+            Some(Ended::ToolCalls) => verdict::tool_calls_exceeded(limits),
             Some(Ended::Protocol(e)) => RunStatus::Error { error: e.to_body() },
-            None if real_sigxcpu && limits.cpu_time.is_some() => RunStatus::LimitExceeded {
-                limit: LimitKind::CpuTime,
-                message: format!(
-                    "the unit used more than {} s of CPU time (SIGXCPU)",
-                    limits.cpu_time.map(|d| d.as_secs_f64()).unwrap_or_default()
-                ),
-            },
+            None if real_sigxcpu && limits.cpu_time.is_some() => {
+                verdict::cpu_exceeded(limits, None, "SIGXCPU")
+            }
             None => match (self.status.and_then(|s| s.code()), signal) {
                 (Some(0), _) => RunStatus::Ok,
                 (_, Some(sig)) => RunStatus::Failed {
@@ -637,7 +460,7 @@ impl ProcessRun {
                 },
             },
         };
-        let mut outcome = crate::RunOutcome::new(runtime, status);
+        let mut outcome = RunOutcome::new(runtime, status);
         outcome.exit_code = self.status.and_then(|s| s.code());
         outcome.stdout = String::from_utf8_lossy(&self.stdout).into_owned();
         outcome.stderr = String::from_utf8_lossy(&self.stderr).into_owned();

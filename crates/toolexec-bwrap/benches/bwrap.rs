@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use toolexec::Availability;
-use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
+use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime};
 use toolexec_runtime::{Profile, RunContext, RunRequest, Runtime, ToolHost, Unit};
 
 const INIT: &str = env!("CARGO_BIN_EXE_toolexec-sandbox-init");

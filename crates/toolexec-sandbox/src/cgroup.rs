@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::verdict::{CgroupEvents, keyed};
+
 /// Which cgroup hierarchy to use and where its controllers are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CgroupLayout {
@@ -33,7 +35,7 @@ impl CgroupLayout {
     /// Detects the layout under `root` (normally `/sys/fs/cgroup`).
     ///
     /// ```
-    /// use toolexec_runtime::bwrap::CgroupLayout;
+    /// use toolexec_sandbox::cgroup::CgroupLayout;
     /// let layout = CgroupLayout::detect(std::path::Path::new("/nonexistent"));
     /// assert_eq!(layout, CgroupLayout::None);
     /// ```
@@ -163,18 +165,6 @@ pub struct CgroupLimits {
     pub memory: Option<u64>,
     /// Tasks at once.
     pub pids: Option<u64>,
-}
-
-/// What a run's cgroup saw.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CgroupEvents {
-    /// Processes the OOM killer ended (or memory-limit hits where the
-    /// kernel does not count kills).
-    pub oom_kills: u64,
-    /// Times a fork failed on the pid limit.
-    pub pids_max_hits: u64,
-    /// CPU time of all the run's processes, when accounted.
-    pub cpu: Option<Duration>,
 }
 
 /// One run's cgroup (one directory per controller on v1). Dropping it kills
@@ -323,15 +313,23 @@ impl RunCgroup {
                 .unwrap_or_default()
         };
         let oom_kills = if v2 {
-            key(&read(&self.memory, "memory.events"), "oom_kill")
+            keyed(&read(&self.memory, "memory.events"), "oom_kill")
         } else {
-            key(&read(&self.memory, "memory.oom_control"), "oom_kill")
+            keyed(&read(&self.memory, "memory.oom_control"), "oom_kill")
         };
-        let pids_max_hits = key(&read(&self.pids, "pids.events"), "max");
+        let memory_failcnt = if v2 {
+            keyed(&read(&self.memory, "memory.events"), "max")
+        } else {
+            read(&self.memory, "memory.failcnt")
+                .trim()
+                .parse()
+                .unwrap_or(0)
+        };
+        let pids_refused = keyed(&read(&self.pids, "pids.events"), "max");
         let cpu = if v2 {
-            self.cpuacct
-                .as_ref()
-                .map(|_| Duration::from_micros(key(&read(&self.cpuacct, "cpu.stat"), "usage_usec")))
+            self.cpuacct.as_ref().map(|_| {
+                Duration::from_micros(keyed(&read(&self.cpuacct, "cpu.stat"), "usage_usec"))
+            })
         } else {
             read(&self.cpuacct, "cpuacct.usage")
                 .trim()
@@ -341,7 +339,8 @@ impl RunCgroup {
         };
         CgroupEvents {
             oom_kills,
-            pids_max_hits,
+            memory_failcnt,
+            pids_refused,
             cpu,
         }
     }
@@ -483,15 +482,6 @@ mod janitor {
     }
 }
 
-/// The value of `name` in a `key value` per line file.
-fn key(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter_map(|l| l.split_once(' '))
-        .find(|(k, _)| *k == name)
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -599,7 +589,7 @@ mod tests {
         fs::write(pids_dir.join("pids.events"), "max 5\n").unwrap();
         let events = cg.events();
         assert_eq!(events.oom_kills, 2);
-        assert_eq!(events.pids_max_hits, 5);
+        assert_eq!(events.pids_refused, 5);
         assert_eq!(events.cpu, None);
         assert_eq!(cg.pids_mechanism.as_deref(), Some("cgroup v1 pids.max = 7"));
         let mut cg = cg;
@@ -642,9 +632,9 @@ mod tests {
 
     #[test]
     fn key_parsing_tolerates_garbage() {
-        assert_eq!(key("max 3\n", "max"), 3);
-        assert_eq!(key("max x\n", "max"), 0);
-        assert_eq!(key("", "max"), 0);
-        assert_eq!(key("oom_kill 9", "oom_kill"), 9);
+        assert_eq!(keyed("max 3\n", "max"), 3);
+        assert_eq!(keyed("max x\n", "max"), 0);
+        assert_eq!(keyed("", "max"), 0);
+        assert_eq!(keyed("oom_kill 9", "oom_kill"), 9);
     }
 }

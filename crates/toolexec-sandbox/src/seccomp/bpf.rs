@@ -10,8 +10,8 @@ use seccompiler::{
     SeccompRule, TargetArch, sock_filter,
 };
 
-/// The shared deny-list ([`crate::seccomp_policy::DENIED`]).
-pub use crate::seccomp_policy::DENIED;
+/// The shared deny-list ([`super::DENIED`]).
+pub use super::DENIED;
 
 /// The namespace flags `clone` may not carry.
 const CLONE_NS_FLAGS: &[libc::c_int] = &[

@@ -1,7 +1,9 @@
-//! The one seccomp deny-list every sandbox runtime uses: bubblewrap
-//! compiles it to BPF (`bwrap::seccomp`), the OCI runtimes render its
+//! The one seccomp deny-list every sandbox runtime uses: [`bpf`] compiles
+//! it to the filter handed to bubblewrap, the OCI runtimes render its
 //! names into the bundle's `linux.seccomp`. A system call added here is
 //! denied everywhere.
+
+pub mod bpf;
 
 /// The system calls denied with `EPERM` unconditionally, by name and
 /// number on this architecture: debugging and inspecting other processes,

@@ -5,11 +5,13 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use toolexec::{BoxFuture, CancellationToken, DetailLevel, ErrorBody, Exec};
-use toolexec_runtime::process::{ProcessSpec, Rlimit, RlimitResource, run_process};
 use toolexec_runtime::{
-    CommandUnit, HostRuntime, LimitKind, Profile, RunContext, RunOutcome, RunRequest, RunStatus,
-    Runtime, RuntimeLimits, ToolCaller, ToolHost, Unit, UnsandboxedOptIn,
+    CommandUnit, LimitKind, Profile, RunContext, RunOutcome, RunRequest, RunStatus, Runtime,
+    RuntimeLimits, ToolCaller, ToolHost, Unit,
 };
+use toolexec_sandbox::process::{ProcessSpec, run_process};
+use toolexec_sandbox::rlimits::{Rlimit, RlimitResource};
+use toolexec_sandbox::{HostRuntime, UnsandboxedOptIn};
 
 async fn run(unit: Unit, limits: RuntimeLimits) -> RunOutcome {
     let runtime = HostRuntime::new(UnsandboxedOptIn::i_understand_units_run_unsandboxed());
@@ -283,4 +285,59 @@ async fn descriptor_moves_survive_a_low_open_files_limit() {
     let run = run_process(spec, &limits, &ctx).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&run.stdout), "16\nmoved\n");
     assert!(run.status.unwrap().success());
+}
+
+/// Command tools on the host runtime (it enforces output capture and
+/// RLIMIT_CPU): the limits come back as `limit_exceeded` with their kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_tool_limits_are_limit_exceeded() {
+    use serde_json::json;
+    use toolexec_runtime::{CommandTool, CommandToolDef, ProfileMap, Runtimes};
+    let map = ProfileMap {
+        dev: vec![HostRuntime::NAME.into()],
+        ..ProfileMap::default()
+    };
+    let mut runtimes = Runtimes::new(map);
+    runtimes.register(HostRuntime::new(
+        UnsandboxedOptIn::i_understand_units_run_unsandboxed(),
+    ));
+    let runtimes = Arc::new(runtimes);
+    let exec = toolexec::Exec::builder().build();
+    let define = |id: &str, argv: &[&str], limits: RuntimeLimits| CommandToolDef {
+        id: id.into(),
+        description: "limit test".into(),
+        input_schema: json!({"type": "object"}),
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        profile: Profile::Dev,
+        limits,
+        ..CommandToolDef::default()
+    };
+    let output = RuntimeLimits {
+        max_output_bytes: 4096,
+        wall_time: Duration::from_secs(20),
+        ..RuntimeLimits::default()
+    };
+    let cpu = RuntimeLimits {
+        cpu_time: Some(Duration::from_secs(1)),
+        wall_time: Duration::from_secs(20),
+        ..RuntimeLimits::default()
+    };
+    CommandTool::register(
+        exec.catalog(),
+        define("t:yes", &["yes"], output),
+        runtimes.clone(),
+    )
+    .unwrap();
+    CommandTool::register(
+        exec.catalog(),
+        define("t:spin", &["sh", "-c", "while :; do :; done"], cpu),
+        runtimes.clone(),
+    )
+    .unwrap();
+    for (id, kind) in [("t:yes", "output"), ("t:spin", "cpu_time")] {
+        let err = exec.run_tool(id, json!({})).await.unwrap_err();
+        let body = err.to_body();
+        assert_eq!(body.code.as_str(), "limit_exceeded", "{id}: {body:?}");
+        assert_eq!(body.details.unwrap()["limit"], kind, "{id}");
+    }
 }

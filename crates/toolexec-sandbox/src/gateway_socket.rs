@@ -11,12 +11,12 @@
 //! path.
 //!
 //! ```
-//! use toolexec_runtime::gateway_socket::{PeerPolicy, private_dir};
+//! use toolexec_sandbox::gateway_socket::{PeerPolicy, private_dir};
 //!
 //! let dir = std::env::temp_dir().join(format!("doc-private-{}", std::process::id()));
 //! private_dir(&dir.join("state")).unwrap();
 //! let policy = PeerPolicy::current_user();
-//! assert_eq!(policy.served_uid(), toolexec_runtime::gateway_socket::euid());
+//! assert_eq!(policy.served_uid(), toolexec_sandbox::gateway_socket::euid());
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 

@@ -15,12 +15,12 @@
 //!
 //! The runtime serves [`Profile::Hardened`] only when every mechanism it
 //! promises is in force here, measured once by running the init's
-//! `probe` inside a real sandbox ([`crate::Runtime::mechanisms`] lists them);
+//! `probe` inside a real sandbox ([`toolexec_runtime::Runtime::mechanisms`] lists them);
 //! otherwise it serves [`Profile::Standard`] at most and refuses hardened
 //! runs with `backend_unavailable` naming what is missing.
 //!
 //! ```no_run
-//! use toolexec_runtime::bwrap::{BubblewrapConfig, BubblewrapRuntime};
+//! use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime};
 //! use toolexec_runtime::{Profile, RunRequest, Runtime, Unit};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let runtime = BubblewrapRuntime::new(BubblewrapConfig {
@@ -38,10 +38,8 @@
 //! ```
 
 mod args;
-mod cgroup;
 pub mod init;
 mod pool;
-mod seccomp;
 mod users;
 
 use std::ffi::OsString;
@@ -56,19 +54,21 @@ use serde_json::json;
 use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode};
 
 pub use args::{INIT_PATH, SANDBOX_PATH, WORKER_PATH};
-pub use cgroup::{CgroupEvents, CgroupLayout, CgroupLimits, RunCgroup};
-pub use seccomp::DENIED as SECCOMP_DENIED;
 pub use users::UidRange;
 
-use crate::host_runtime::{cpu_secs, invalid, rlimits_for, unsupported};
-use crate::process::{
-    ProcessSpec, Rlimit, RlimitResource, SandboxUser, Spawned, run_process, spawn_process,
-};
-use crate::protocol::{GATEWAY_FD, GATEWAY_FD_ENV};
-use crate::{
+use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV};
+use toolexec_runtime::{
     Enforcement, LimitKind, Mechanism, NetworkPolicy, Profile, RunContext, RunOutcome, RunStatus,
     RuntimeLimits, ToolHost, Unit, UnitKind,
 };
+pub use toolexec_sandbox::cgroup::CgroupLayout;
+use toolexec_sandbox::cgroup::{self, CgroupLimits, RunCgroup};
+use toolexec_sandbox::process::{ProcessSpec, Spawned, run_process, spawn_process};
+use toolexec_sandbox::rlimits::{self, Rlimit, RlimitResource};
+use toolexec_sandbox::seccomp::bpf as seccomp;
+use toolexec_sandbox::verdict;
+use toolexec_sandbox::{SandboxUser, find_binary};
+
 use args::SandboxShape;
 use pool::{Pool, Warm};
 
@@ -165,17 +165,6 @@ impl std::fmt::Debug for BubblewrapRuntime {
     }
 }
 
-fn find_on_path(name: &Path) -> Option<PathBuf> {
-    if name.components().count() > 1 {
-        return name.is_file().then(|| name.to_path_buf());
-    }
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
 fn error(code: ErrorCode, field: &str, message: String) -> RunOutcome {
     RunOutcome::new(
         BubblewrapRuntime::NAME,
@@ -202,12 +191,12 @@ impl BubblewrapRuntime {
     pub const NAME: &'static str = "bubblewrap";
 
     /// A runtime with `config`. Cheap: nothing runs until the first
-    /// [`crate::Runtime::availability`] or run.
+    /// [`toolexec_runtime::Runtime::availability`] or run.
     pub fn new(config: BubblewrapConfig) -> Self {
         let detected = CgroupLayout::detect(&config.cgroup_root);
         BubblewrapRuntime {
             shared: Arc::new(Shared {
-                bwrap: find_on_path(&config.bwrap),
+                bwrap: find_binary(&config.bwrap),
                 detected,
                 cgroups: OnceLock::new(),
                 landlock_abi: init::kernel_abi(),
@@ -266,7 +255,7 @@ impl BubblewrapRuntime {
             .as_ref()
     }
 
-    async fn run_unit(&self, request: crate::RunRequest, ctx: RunContext) -> RunOutcome {
+    async fn run_unit(&self, request: toolexec_runtime::RunRequest, ctx: RunContext) -> RunOutcome {
         let shared = &self.shared;
         if let Err(why) = shared.check() {
             return error(ErrorCode::BackendUnavailable, "runtime", why.clone());
@@ -336,6 +325,7 @@ impl BubblewrapRuntime {
             _ = watch(cgroup.as_ref(), limits, &stop, &tripped) => unreachable!("watch never ends"),
         };
         let launcher_sigxcpu = run.launcher_sigxcpu();
+        let signal = run.signal(true);
         let mut outcome = run.into_outcome(Self::NAME, &ctx, limits, true);
         let events = cgroup.as_ref().map(RunCgroup::events).unwrap_or_default();
         if let Some((limit, message)) = tripped.lock().take()
@@ -350,10 +340,8 @@ impl BubblewrapRuntime {
                     ..
                 }
         ) {
-            if events.oom_kills > 0 {
-                outcome.status = memory_status(limits, events.oom_kills);
-            } else if events.pids_max_hits > 0 {
-                outcome.status = pids_status(limits, events.pids_max_hits);
+            if let Some(status) = events.failure_verdict(limits, signal) {
+                outcome.status = status;
             } else if let (true, Some(max), Some(used)) =
                 (launcher_sigxcpu, limits.cpu_time, events.cpu)
                 && used + max / 10 >= max
@@ -363,7 +351,7 @@ impl BubblewrapRuntime {
                 // The kernel's RLIMIT_CPU check and cpuacct differ by some
                 // tens of ms (measured: SIGXCPU at 1 s with 0.976 s
                 // accounted), hence the 10% slack.
-                outcome.status = cpu_status(used, max, "RLIMIT_CPU, SIGXCPU");
+                outcome.status = verdict::cpu_exceeded(limits, Some(used), "RLIMIT_CPU, SIGXCPU");
             }
         }
         outcome.enforcement = shared.enforcement(
@@ -377,37 +365,6 @@ impl BubblewrapRuntime {
         drop(cgroup);
         drop(lease);
         outcome
-    }
-}
-
-fn memory_status(limits: &RuntimeLimits, kills: u64) -> RunStatus {
-    RunStatus::LimitExceeded {
-        limit: LimitKind::Memory,
-        message: format!(
-            "the unit used more than {} bytes of memory (the cgroup OOM killer ended {kills} process(es))",
-            limits.memory_bytes.unwrap_or_default()
-        ),
-    }
-}
-
-fn pids_status(limits: &RuntimeLimits, hits: u64) -> RunStatus {
-    RunStatus::LimitExceeded {
-        limit: LimitKind::Processes,
-        message: format!(
-            "the unit tried to run more than {} processes ({hits} fork(s) refused by pids.max) and was stopped",
-            limits.max_processes.unwrap_or_default()
-        ),
-    }
-}
-
-fn cpu_status(used: Duration, max: Duration, how: &str) -> RunStatus {
-    RunStatus::LimitExceeded {
-        limit: LimitKind::CpuTime,
-        message: format!(
-            "the unit's processes used {:.2} s of CPU time, over the {} s limit ({how})",
-            used.as_secs_f64(),
-            max.as_secs_f64()
-        ),
     }
 }
 
@@ -515,20 +472,9 @@ async fn watch(
     };
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let events = cgroup.events();
-        let why = if events.oom_kills > 0 {
-            Some(memory_status(limits, events.oom_kills))
-        } else if events.pids_max_hits > 0 {
-            Some(pids_status(limits, events.pids_max_hits))
-        } else {
-            match (events.cpu, limits.cpu_time) {
-                (Some(used), Some(max)) if used > max => {
-                    Some(cpu_status(used, max, "cgroup cpuacct"))
-                }
-                _ => None,
-            }
-        };
-        if let Some(RunStatus::LimitExceeded { limit, message }) = why {
+        if let Some(RunStatus::LimitExceeded { limit, message }) =
+            cgroup.events().live_verdict(limits)
+        {
             *tripped.lock() = Some((limit, message));
             stop.cancel();
             return std::future::pending().await;
@@ -632,7 +578,7 @@ impl Shared {
     }
 
     /// Every isolation mechanism, as measured once (see
-    /// [`crate::Runtime::mechanisms`]).
+    /// [`toolexec_runtime::Runtime::mechanisms`]).
     fn mechanisms(&self) -> &[Mechanism] {
         self.mechanisms.get_or_init(|| self.measure())
     }
@@ -666,7 +612,7 @@ impl Shared {
                 "host user",
                 format!(
                     "toolexec's own unprivileged uid {}",
-                    crate::gateway_socket::euid()
+                    toolexec_sandbox::gateway_socket::euid()
                 ),
             ),
             Err(why) => Mechanism::missing("host user", why.clone()),
@@ -691,7 +637,7 @@ impl Shared {
             report.map(|r| r.seccomp_mode == Some(2) && r.no_new_privs == Some(1)),
             &format!(
                 "deny-list of {} system calls, plus clone3 (filter mode 2 and no_new_privs measured inside)",
-                SECCOMP_DENIED.len()
+                toolexec_sandbox::seccomp::DENIED.len()
             ),
             "no seccomp filter in force inside the sandbox".into(),
         ));
@@ -720,7 +666,9 @@ impl Shared {
     }
 
     fn prepare(&self, unit: &Unit, limits: &RuntimeLimits) -> Result<Prepared, Box<RunOutcome>> {
-        let bad = |field: &str, msg: &str| Box::new(invalid(BubblewrapRuntime::NAME, field, msg));
+        let bad = |field: &str, msg: &str| {
+            Box::new(RunOutcome::invalid(BubblewrapRuntime::NAME, field, msg))
+        };
         let mut env = vec![
             ("PATH".to_owned(), SANDBOX_PATH.to_owned()),
             ("HOME".to_owned(), "/tmp".to_owned()),
@@ -759,17 +707,20 @@ impl Shared {
                     stdin: Some(serde_json::to_vec(&input).unwrap_or_default()),
                 })
             }
-            other => Err(Box::new(unsupported(BubblewrapRuntime::NAME, other))),
+            other => Err(Box::new(RunOutcome::unsupported(
+                BubblewrapRuntime::NAME,
+                other,
+            ))),
         }
     }
 
-    /// The shared rlimits ([`rlimits_for`]), `RLIMIT_NOFILE`, and
+    /// The shared rlimits ([`rlimits::for_limits`]), `RLIMIT_NOFILE`, and
     /// `RLIMIT_AS` only without a memory cgroup. With the cgroup's CPU
     /// accounting (which decides the CPU verdict, see [`watch`]),
     /// `RLIMIT_CPU` is one second later: a backstop, not the judge.
     fn rlimits(&self, limits: &RuntimeLimits, cgroup: Option<&RunCgroup>) -> Vec<Rlimit> {
         let has_memory_cg = cgroup.is_some_and(RunCgroup::has_memory);
-        let mut out = rlimits_for(limits, !has_memory_cg);
+        let mut out = rlimits::for_limits(limits, !has_memory_cg);
         if cgroup.is_some_and(RunCgroup::has_cpu) {
             for r in out.iter_mut().filter(|r| r.resource == RlimitResource::Cpu) {
                 r.soft += 1;
@@ -1025,7 +976,7 @@ impl Shared {
             LimitKind::WallTime,
             "host timer; SIGKILL of bwrap's process group tears down the pid namespace",
         )];
-        if let Some(secs) = cpu_secs(limits) {
+        if let Some(secs) = rlimits::cpu_seconds(limits) {
             let mechanism = if cgroup.is_some_and(RunCgroup::has_cpu) {
                 format!(
                     "cgroup cpu accounting of all processes (checked every 20 ms) + RLIMIT_CPU {} s per process as a backstop ({how})",
@@ -1092,7 +1043,7 @@ impl Shared {
     }
 }
 
-impl crate::Runtime for BubblewrapRuntime {
+impl toolexec_runtime::Runtime for BubblewrapRuntime {
     fn name(&self) -> &str {
         Self::NAME
     }
@@ -1103,7 +1054,7 @@ impl crate::Runtime for BubblewrapRuntime {
     }
 
     /// Hardened only when every mechanism is in force here (see
-    /// [`crate::Runtime::mechanisms`]); standard otherwise.
+    /// [`toolexec_runtime::Runtime::mechanisms`]); standard otherwise.
     fn max_profile(&self) -> Profile {
         if self.shared.hardened_gaps().is_empty() {
             Profile::Hardened
@@ -1129,7 +1080,11 @@ impl crate::Runtime for BubblewrapRuntime {
         }
     }
 
-    fn run<'a>(&'a self, request: crate::RunRequest, ctx: RunContext) -> BoxFuture<'a, RunOutcome> {
+    fn run<'a>(
+        &'a self,
+        request: toolexec_runtime::RunRequest,
+        ctx: RunContext,
+    ) -> BoxFuture<'a, RunOutcome> {
         Box::pin(self.run_unit(request, ctx))
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::cgroup::RunCgroup;
-use crate::process::Spawned;
+use toolexec_sandbox::cgroup::RunCgroup;
+use toolexec_sandbox::process::Spawned;
 
 /// One waiting sandbox.
 #[derive(Debug)]

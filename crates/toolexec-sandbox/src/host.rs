@@ -2,13 +2,13 @@
 
 use std::ffi::OsString;
 
-use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode};
-
-use crate::process::{ProcessSpec, Rlimit, RlimitResource, run_process};
-use crate::{
-    Enforcement, LimitKind, Profile, RunContext, RunOutcome, RunRequest, RunStatus, Runtime, Unit,
-    UnitKind,
+use toolexec::{Availability, BoxFuture};
+use toolexec_runtime::{
+    Enforcement, LimitKind, Profile, RunContext, RunOutcome, RunRequest, Runtime, Unit, UnitKind,
 };
+
+use crate::process::{ProcessSpec, run_process};
+use crate::rlimits;
 
 /// The explicit opt-in [`HostRuntime`] needs: proof the caller knows units
 /// run on the host with its user's rights, only rlimits and a deadline
@@ -43,35 +43,6 @@ impl HostRuntime {
     }
 }
 
-/// The rlimits every process runtime sets for `limits`: no core dumps,
-/// `RLIMIT_CPU` (soft at the limit rounded up to whole seconds, hard one
-/// second later), `RLIMIT_FSIZE` at the disk limit, and `RLIMIT_AS` at the
-/// memory limit when `address_space` (runtimes with a memory cgroup leave
-/// it out: it counts reservations, not use).
-pub(crate) fn rlimits_for(limits: &crate::RuntimeLimits, address_space: bool) -> Vec<Rlimit> {
-    let rl = |resource, soft, hard| Rlimit {
-        resource,
-        soft,
-        hard,
-    };
-    let mut out = vec![rl(RlimitResource::Core, 0, 0)];
-    if let Some(secs) = cpu_secs(limits) {
-        out.push(rl(RlimitResource::Cpu, secs, secs + 1));
-    }
-    if let Some(disk) = limits.disk_bytes {
-        out.push(rl(RlimitResource::FileSize, disk, disk));
-    }
-    if let (Some(mem), true) = (limits.memory_bytes, address_space) {
-        out.push(rl(RlimitResource::AddressSpace, mem, mem));
-    }
-    out
-}
-
-/// The CPU limit as `RLIMIT_CPU` seconds: rounded up, at least 1.
-pub(crate) fn cpu_secs(limits: &crate::RuntimeLimits) -> Option<u64> {
-    limits.cpu_time.map(crate::process::rlimit_cpu_seconds)
-}
-
 impl Runtime for HostRuntime {
     fn name(&self) -> &str {
         Self::NAME
@@ -96,18 +67,18 @@ impl Runtime for HostRuntime {
     fn run<'a>(&'a self, request: RunRequest, ctx: RunContext) -> BoxFuture<'a, RunOutcome> {
         Box::pin(async move {
             let Unit::Command(command) = &request.unit else {
-                return unsupported(self.name(), &request.unit);
+                return RunOutcome::unsupported(self.name(), &request.unit);
             };
             if let Err((field, why)) = command.check() {
-                return invalid(self.name(), field, &why);
+                return RunOutcome::invalid(self.name(), field, &why);
             }
             let Some((program, args)) = command.argv.split_first() else {
-                return invalid(self.name(), "unit.argv", "must name a program");
+                return RunOutcome::invalid(self.name(), "unit.argv", "must name a program");
             };
             let limits = &request.limits;
-            let rlimits = rlimits_for(limits, true);
+            let rlimits = rlimits::for_limits(limits, true);
             let mut enforcement = Vec::new();
-            if let Some(secs) = cpu_secs(limits) {
+            if let Some(secs) = rlimits::cpu_seconds(limits) {
                 enforcement.push(Enforcement::by(
                     LimitKind::CpuTime,
                     format!("RLIMIT_CPU {secs} s"),
@@ -131,7 +102,7 @@ impl Runtime for HostRuntime {
             };
             let run = match run_process(spec, limits, &ctx).await {
                 Ok(run) => run,
-                Err(e) => return invalid(self.name(), "unit.argv", &e.to_string()),
+                Err(e) => return RunOutcome::invalid(self.name(), "unit.argv", &e.to_string()),
             };
             let mut outcome = run.into_outcome(self.name(), &ctx, limits, false);
             enforcement.extend([
@@ -150,28 +121,4 @@ impl Runtime for HostRuntime {
             outcome
         })
     }
-}
-
-pub(crate) fn unsupported(runtime: &str, unit: &Unit) -> RunOutcome {
-    invalid(
-        runtime,
-        "unit.kind",
-        &format!(
-            "runtime {runtime} does not run {} units",
-            unit.kind().as_str()
-        ),
-    )
-}
-
-pub(crate) fn invalid(runtime: &str, field: &str, message: &str) -> RunOutcome {
-    RunOutcome::new(
-        runtime,
-        RunStatus::Error {
-            error: ErrorBody {
-                code: ErrorCode::InvalidRequest,
-                message: format!("invalid_request: {field}: {message}"),
-                details: Some(serde_json::json!({"field": field})),
-            },
-        },
-    )
 }
