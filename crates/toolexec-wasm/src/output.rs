@@ -1,12 +1,12 @@
 //! Capped in-memory stdout and stderr for WASI, shared by both streams.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use tokio::io::AsyncWrite;
+use toolexec_runtime::OutputSink;
+use toolexec_sandbox::Capture;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
@@ -18,66 +18,47 @@ pub(crate) struct OutputOverflow {
     pub cap: usize,
 }
 
-#[derive(Default)]
-struct Buffers {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    overflowed: bool,
-}
-
-/// The stdout and stderr of one run, with one cap on their sum. A write
-/// past the cap keeps what fits, marks the run overflowed and traps.
+/// The stdout and stderr of one run: the shared capture (one cap on
+/// their sum, forwarded live to the run's output sink). A write past the
+/// cap keeps what fits, marks the run overflowed and traps.
 #[derive(Clone)]
 pub(crate) struct Output {
     cap: usize,
-    buffers: Arc<Mutex<Buffers>>,
+    capture: Capture,
 }
 
 /// Which of the two streams.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stream {
-    Stdout,
-    Stderr,
-}
+pub(crate) use toolexec_runtime::OutputStream as Stream;
 
 impl Output {
-    /// Empty buffers under `cap` bytes in total.
-    pub(crate) fn new(cap: usize) -> Self {
+    /// Empty buffers under `cap` bytes in total, forwarding to `live`.
+    pub(crate) fn new(cap: usize, live: Option<OutputSink>) -> Self {
         Output {
             cap,
-            buffers: Arc::default(),
+            capture: Capture::new(cap, live),
         }
     }
 
     /// Appends to `stream`; past the cap, keeps what fits and fails.
     pub(crate) fn write(&self, stream: Stream, bytes: &[u8]) -> Result<(), OutputOverflow> {
-        let mut b = self.buffers.lock();
-        let used = b.stdout.len() + b.stderr.len();
-        let room = self.cap.saturating_sub(used);
-        let keep = bytes.len().min(room);
-        let target = match stream {
-            Stream::Stdout => &mut b.stdout,
-            Stream::Stderr => &mut b.stderr,
-        };
-        target.extend_from_slice(&bytes[..keep]);
-        if keep < bytes.len() {
-            b.overflowed = true;
-            return Err(OutputOverflow { cap: self.cap });
+        if self.capture.push(stream, bytes) {
+            Ok(())
+        } else {
+            Err(OutputOverflow { cap: self.cap })
         }
-        Ok(())
     }
 
     /// Whether a write went past the cap.
     pub(crate) fn overflowed(&self) -> bool {
-        self.buffers.lock().overflowed
+        self.capture.did_overflow()
     }
 
-    /// Stdout and stderr as (lossy) UTF-8.
+    /// Takes stdout and stderr as (lossy) UTF-8.
     pub(crate) fn contents(&self) -> (String, String) {
-        let b = self.buffers.lock();
+        let (stdout, stderr) = self.capture.take();
         (
-            String::from_utf8_lossy(&b.stdout).into_owned(),
-            String::from_utf8_lossy(&b.stderr).into_owned(),
+            String::from_utf8_lossy(&stdout).into_owned(),
+            String::from_utf8_lossy(&stderr).into_owned(),
         )
     }
 
@@ -166,7 +147,8 @@ mod tests {
 
     #[test]
     fn cap_covers_both_streams_and_keeps_what_fits() {
-        let out = Output::new(10);
+        let (sink, mut live) = OutputSink::channel();
+        let out = Output::new(10, Some(sink));
         out.write(Stream::Stdout, b"hello").unwrap();
         out.write(Stream::Stderr, b"1234").unwrap();
         assert!(!out.overflowed());
@@ -174,5 +156,10 @@ mod tests {
         assert_eq!(err.cap, 10);
         assert!(out.overflowed());
         assert_eq!(out.contents(), ("helloa".into(), "1234".into()));
+        let mut seen = Vec::new();
+        while let Ok(chunk) = live.try_recv() {
+            seen.extend(chunk.bytes);
+        }
+        assert_eq!(seen, b"hello1234a", "what was kept went live, in order");
     }
 }

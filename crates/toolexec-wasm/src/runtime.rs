@@ -137,7 +137,7 @@ impl WasmRuntime {
             .await
             .map_err(|_| internal("the instance pool is closed"))?;
         let limits = RuntimeLimits::default();
-        let stdio = Output::new(limits.max_output_bytes);
+        let stdio = Output::new(limits.max_output_bytes, None);
         let ctx = RunContext {
             host: toolexec_runtime::ToolHost::without_tools(&limits),
             cancel: toolexec::CancellationToken::new(),
@@ -321,7 +321,7 @@ impl WasmRuntime {
                 Err(_) => return error(internal("the instance pool is closed")),
             },
         };
-        let stdio = Output::new(limits.max_output_bytes);
+        let stdio = Output::new(limits.max_output_bytes, ctx.output.clone());
         let entry = unit.entry.as_deref();
         let run = async {
             match &*compiled {

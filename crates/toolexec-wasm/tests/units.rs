@@ -93,6 +93,34 @@ async fn wasi_fd_write_is_captured() {
     assert_eq!(outcome.value, None);
 }
 
+/// What the unit writes reaches the run's live output sink too, exactly
+/// what the outcome holds (the capture every runtime shares).
+#[tokio::test]
+async fn wasi_output_is_streamed_live() {
+    let limits = limits();
+    let cancel = toolexec::CancellationToken::new();
+    let (sink, mut live) = toolexec_runtime::OutputSink::channel();
+    let ctx = toolexec_runtime::RunContext {
+        host: toolexec_runtime::ToolHost::new(common::exec(), &limits, cancel.clone()),
+        cancel,
+        output: Some(sink),
+    };
+    let request =
+        toolexec_runtime::RunRequest::new(wat(HELLO), toolexec_runtime::Profile::Hardened)
+            .with_limits(limits);
+    let outcome = toolexec_runtime::Runtime::run(common::runtime(), request, ctx).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    while let Ok(chunk) = live.try_recv() {
+        match chunk.stream {
+            toolexec_runtime::OutputStream::Stdout => stdout.extend(chunk.bytes),
+            toolexec_runtime::OutputStream::Stderr => stderr.extend(chunk.bytes),
+        }
+    }
+    assert_eq!(String::from_utf8(stdout).unwrap(), outcome.stdout);
+    assert_eq!(String::from_utf8(stderr).unwrap(), outcome.stderr);
+}
+
 #[tokio::test]
 async fn wasi_args_are_the_units_args_and_env_is_empty() {
     // args_sizes_get -> (argc, bytes); environ_sizes_get -> (count, bytes).
