@@ -98,6 +98,24 @@ pub(super) fn cases() -> Vec<Case> {
             },
         ),
         Case::new(
+            "no_capabilities",
+            |_, _, _| sh("grep -E '^Cap(Eff|Prm|Amb):' /proc/self/status"),
+            |_, _, o| {
+                check::ok(&o.outcome)?;
+                let held: Vec<&str> = o
+                    .outcome
+                    .stdout
+                    .lines()
+                    .filter(|l| !l.ends_with("0000000000000000"))
+                    .collect();
+                ensure(
+                    o.outcome.stdout.contains("CapEff:") && held.is_empty(),
+                    &o.outcome,
+                    format!("the unit holds capabilities: {held:?}"),
+                )
+            },
+        ),
+        Case::new(
             "leaky_proc_files_are_masked",
             |_, _, _| {
                 sh("for f in keys timer_list sched_debug; do \
