@@ -6,7 +6,8 @@
 //! inside the `toolexec` binary) or as the standalone
 //! `toolexec-sandbox-init` binary of this crate, for library users:
 //!
-//! - `exec -- PROGRAM ARGS...`: restrict and exec;
+//! - `exec [--nproc N] -- PROGRAM ARGS...`: restrict (with `RLIMIT_NPROC` at
+//!   `N` when given) and exec;
 //! - `wait FD`: a pre-warmed pool entry; reads the unit's JSON spec
 //!   (`{argv, env, cwd, rlimits}`) from descriptor `FD` until EOF,
 //!   applies it, restricts and execs;
@@ -148,9 +149,15 @@ pub fn main(args: &[String]) -> std::process::ExitCode {
         _ => args,
     };
     let result = match args.first().map(String::as_str) {
-        Some("exec") if args.get(1).map(String::as_str) == Some("--") => {
-            apply_landlock().map(|_| exec(&args[2..]))
-        }
+        Some("exec") => match exec_args(&args[1..]) {
+            Some((nproc, argv)) => set_nproc(nproc)
+                .and_then(|_| apply_landlock())
+                .map(|_| exec(argv)),
+            None => {
+                eprintln!("sandbox init: exec [--nproc N] -- PROGRAM [ARGS...]");
+                return ExitCode::from(126);
+            }
+        },
         Some("wait") => match args.get(1).and_then(|fd| fd.parse::<i32>().ok()) {
             Some(fd) if fd > 3 => read_spec(fd)
                 .and_then(|spec| apply_spec(&spec).map(|_| spec))
@@ -170,7 +177,9 @@ pub fn main(args: &[String]) -> std::process::ExitCode {
             };
         }
         _ => {
-            eprintln!("usage: {SUBCOMMAND} exec -- PROGRAM [ARGS...] | wait FD | probe");
+            eprintln!(
+                "usage: {SUBCOMMAND} exec [--nproc N] -- PROGRAM [ARGS...] | wait FD | probe"
+            );
             return ExitCode::from(126);
         }
     };
@@ -269,6 +278,37 @@ pub fn read_spec(fd: i32) -> Result<InitSpec, InitError> {
         return Err(InitError::Spec("no spec (the pool was shut down)".into()));
     }
     serde_json::from_slice(&bytes).map_err(|e| InitError::Spec(e.to_string()))
+}
+
+/// `[--nproc N] -- PROGRAM [ARGS...]`: the process limit, if any, and argv.
+fn exec_args(args: &[String]) -> Option<(Option<u64>, &[String])> {
+    match args {
+        [flag, n, dashes, argv @ ..] if flag == "--nproc" && dashes == "--" => {
+            Some((Some(n.parse().ok()?), argv))
+        }
+        [dashes, argv @ ..] if dashes == "--" => Some((None, argv)),
+        _ => None,
+    }
+}
+
+/// Sets `RLIMIT_NPROC` (soft and hard) to `n`. Inside the sandbox's user
+/// namespace the kernel counts only that namespace's tasks of the user
+/// against it, so it bounds the unit however many processes the user has
+/// outside.
+fn set_nproc(n: Option<u64>) -> Result<(), InitError> {
+    let Some(n) = n else { return Ok(()) };
+    let limit = libc::rlimit {
+        rlim_cur: n,
+        rlim_max: n,
+    };
+    // SAFETY: plain syscall with a valid struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &limit) } != 0 {
+        return Err(InitError::Spec(format!(
+            "setrlimit RLIMIT_NPROC: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
 }
 
 /// Applies `spec`'s environment, working directory and rlimits.

@@ -653,7 +653,44 @@ impl Shared {
             (None, _) => Mechanism::missing("landlock", "no init helper configured"),
         });
         out.push(cgroup_mechanism(self.layout(), self.cgroups().1.as_deref()));
+        out.push(self.processes_mechanism());
         out
+    }
+
+    /// How a unit's process limit is held: the per-run pids cgroup, else
+    /// `RLIMIT_NPROC` set by the init once the sandbox's user namespace
+    /// exists (there it counts only the sandbox's own tasks), else nothing.
+    fn processes_mechanism(&self) -> Mechanism {
+        let pids = match self.layout() {
+            CgroupLayout::V1 { pids, .. } => pids.is_some(),
+            CgroupLayout::V2 { .. } => true,
+            CgroupLayout::None => false,
+        };
+        if pids && self.cgroups().1.is_none() {
+            Mechanism::enforced("processes", "pids.max of the per-run cgroup")
+        } else if self.config.init.is_some() {
+            Mechanism::enforced(
+                "processes",
+                "RLIMIT_NPROC set by the init inside the sandbox's user namespace \
+                 (no per-run pids cgroup: a refused fork gives no verdict)",
+            )
+        } else {
+            Mechanism::missing(
+                "processes",
+                "no per-run pids cgroup and no init helper to set RLIMIT_NPROC inside the sandbox",
+            )
+        }
+    }
+
+    /// `RLIMIT_NPROC` for the init to set inside the sandbox when no pids
+    /// cgroup holds the process limit: the unit's limit plus bubblewrap's
+    /// supervisors (the tasks of the sandbox's user and user namespace).
+    fn nproc_inside(&self, limits: &RuntimeLimits, cgroup: Option<&RunCgroup>) -> Option<u64> {
+        let by_cgroup = cgroup.is_some_and(|c| c.pids_mechanism.is_some());
+        match (limits.max_processes, by_cgroup, &self.config.init) {
+            (Some(n), false, Some(_)) => Some(u64::from(n) + SUPERVISORS),
+            _ => None,
+        }
     }
 
     /// What hardened needs and is missing here (empty: fit for hardened).
@@ -842,12 +879,11 @@ impl Shared {
         let rlimits = self.rlimits(limits, cgroup.as_ref());
         let mut argv = Vec::new();
         if self.config.init.is_some() {
-            argv.extend([
-                INIT_PATH.to_owned(),
-                init::SUBCOMMAND.into(),
-                "exec".into(),
-                "--".into(),
-            ]);
+            argv.extend([INIT_PATH.to_owned(), init::SUBCOMMAND.into(), "exec".into()]);
+            if let Some(n) = self.nproc_inside(limits, cgroup.as_ref()) {
+                argv.extend(["--nproc".into(), n.to_string()]);
+            }
+            argv.push("--".into());
         }
         argv.extend(prepared.argv.iter().cloned());
         let tail = args::unit_args(&prepared.cwd, &prepared.env, &argv);
@@ -931,7 +967,14 @@ impl Shared {
         if let Some(cg) = &mut cgroup {
             cg.set_limits(cg_limits).map_err(|e| e.to_string())?;
         }
-        let rlimits = self.rlimits(limits, cgroup.as_ref());
+        let mut rlimits = self.rlimits(limits, cgroup.as_ref());
+        if let Some(n) = self.nproc_inside(limits, cgroup.as_ref()) {
+            rlimits.push(Rlimit {
+                resource: RlimitResource::Processes,
+                soft: n,
+                hard: n,
+            });
+        }
         let init_spec = init::InitSpec {
             argv: prepared.argv.clone(),
             env: prepared.env.clone(),
@@ -1003,13 +1046,24 @@ impl Shared {
                     LimitKind::Processes,
                     format!("{m} (the unit's limit + bwrap's {SUPERVISORS} supervisors)"),
                 ),
-                None => Enforcement::not_enforced(
-                    LimitKind::Processes,
-                    format!(
-                        "{}, and RLIMIT_NPROC does not apply to the host's root user",
-                        no_cgroup("pids")
+                None => match self.nproc_inside(limits, cgroup) {
+                    Some(n) => Enforcement::by(
+                        LimitKind::Processes,
+                        format!(
+                            "RLIMIT_NPROC {n} set by the init inside the sandbox's user namespace \
+                             (the unit's limit + bwrap's {SUPERVISORS} supervisors; {}: a refused \
+                             fork gives no verdict)",
+                            no_cgroup("pids")
+                        ),
                     ),
-                ),
+                    None => Enforcement::not_enforced(
+                        LimitKind::Processes,
+                        format!(
+                            "{} and no init helper to set RLIMIT_NPROC",
+                            no_cgroup("pids")
+                        ),
+                    ),
+                },
             });
         }
         out.push(Enforcement::by(LimitKind::Output, "host pipe capture"));

@@ -7,6 +7,7 @@ use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Reso
 use toolexec_runtime::{CommandUnit, Enforcement, LimitKind, NetworkPolicy, RuntimeLimits};
 
 use toolexec_sandbox::rlimits;
+use toolexec_sandbox::seccomp::profile::{self, Clone3};
 
 use crate::DockerConfig;
 use crate::sweep::{OWNER_LABEL, RUNTIME_LABEL, owner_id};
@@ -113,7 +114,12 @@ pub(crate) fn container_body(
         pids_limit: limits.max_processes.map(i64::from),
         nano_cpus: Some((config.cpus * 1e9) as i64),
         cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(vec!["no-new-privileges".into()]),
+        security_opt: Some(vec![
+            "no-new-privileges".into(),
+            // The deny-list every sandbox runtime shares, not the daemon's
+            // default profile.
+            format!("seccomp={}", profile::libseccomp_json(Clone3::Enosys)),
+        ]),
         ulimits: Some(ulimits),
         // docker-init as pid 1: the unit gets kernel signals (SIGXCPU)
         // that pid 1 would ignore, and its zombies are reaped.

@@ -31,7 +31,6 @@ mod error;
 mod gateway;
 mod rootfs;
 mod runtime;
-mod seccomp;
 mod spec;
 
 pub use config::{OciConfig, OciFlavor, ReadOnlyBind, RootfsSource};

@@ -20,10 +20,40 @@ pub(crate) fn resolve(source: &RootfsSource, cache_dir: &Path) -> Result<PathBuf
             if !meta.is_dir() {
                 return Err(OciError::rootfs(dir, "not a directory"));
             }
-            dir.canonicalize()
-                .map_err(|e| OciError::rootfs(dir, e.to_string()))
+            let root = dir
+                .canonicalize()
+                .map_err(|e| OciError::rootfs(dir, e.to_string()))?;
+            check_tmp(&root)?;
+            Ok(root)
         }
-        RootfsSource::Tarball(tarball) => unpack_cached(tarball, cache_dir),
+        RootfsSource::Tarball(tarball) => {
+            let root = unpack_cached(tarball, cache_dir)?;
+            check_tmp(&root)?;
+            Ok(root)
+        }
+    }
+}
+
+/// The root's `/tmp`, when present, must be writable by everyone: runc
+/// gives the `/tmp` tmpfs the mode of the directory it covers (whatever
+/// the mount's `mode=`), so a `0755` one would leave the unit, which runs
+/// as an unprivileged user, without its scratch space.
+fn check_tmp(root: &Path) -> Result<(), OciError> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = root.join("tmp");
+    match std::fs::symlink_metadata(&tmp) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(OciError::rootfs(&tmp, e.to_string())),
+        Ok(meta) if !meta.is_dir() => Err(OciError::rootfs(&tmp, "not a directory")),
+        Ok(meta) if meta.permissions().mode() & 0o777 != 0o777 => Err(OciError::rootfs(
+            &tmp,
+            format!(
+                "mode {:o}: the runtime gives the /tmp tmpfs this mode, so the unit could not \
+                 write its scratch space; make it 1777 (or remove it)",
+                meta.permissions().mode() & 0o7777
+            ),
+        )),
+        Ok(_) => Ok(()),
     }
 }
 
@@ -70,8 +100,9 @@ fn unpack_cached(tarball: &Path, cache_dir: &Path) -> Result<PathBuf, OciError> 
     }
 }
 
-/// Permission bits never unpacked: setuid, setgid, sticky.
-const STRIPPED_MODE_BITS: u32 = 0o7000;
+/// Permission bits never unpacked: setuid, setgid (the sticky bit stays:
+/// a root's `/tmp` needs it, and it grants nothing).
+const STRIPPED_MODE_BITS: u32 = 0o6000;
 
 /// Unpacks `tarball` into `dst` (an empty directory): permissions kept
 /// but for [`STRIPPED_MODE_BITS`], files owned by this process's user,
@@ -136,6 +167,26 @@ fn sha256_file(path: &Path) -> Result<String, OciError> {
 mod tests {
     use super::*;
 
+    /// A root whose `/tmp` the unit could not write is refused, naming the
+    /// path and the mode; a missing `/tmp` or a 1777 one is fine.
+    #[test]
+    fn a_root_with_a_private_tmp_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let base =
+            std::env::temp_dir().join(format!("toolexec-oci-tmpmode-{}", std::process::id()));
+        let root = base.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let source = RootfsSource::Dir(root.clone());
+        assert!(resolve(&source, &base).is_ok(), "no /tmp at all");
+        std::fs::create_dir(root.join("tmp")).unwrap();
+        std::fs::set_permissions(root.join("tmp"), PermissionsExt::from_mode(0o755)).unwrap();
+        let err = resolve(&source, &base).unwrap_err().to_string();
+        assert!(err.contains("tmp") && err.contains("755"), "{err}");
+        std::fs::set_permissions(root.join("tmp"), PermissionsExt::from_mode(0o1777)).unwrap();
+        assert!(resolve(&source, &base).is_ok());
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
     /// Issue 10, defect 6: setuid, setgid and sticky bits are not
     /// unpacked, nor are device nodes or FIFOs; ordinary permissions are.
     #[test]
@@ -179,7 +230,7 @@ mod tests {
         assert_eq!(mode("bin/su"), 0o755);
         assert_eq!(mode("bin/sg"), 0o711);
         assert_eq!(mode("bin/plain"), 0o750);
-        assert_eq!(mode("shared"), 0o775);
+        assert_eq!(mode("shared"), 0o1775);
         for gone in ["dev/mem", "dev/sda", "dev/pipe"] {
             assert!(
                 std::fs::symlink_metadata(root.join(gone)).is_err(),

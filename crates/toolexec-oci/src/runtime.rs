@@ -390,7 +390,13 @@ impl OciRuntime {
                 if let Some(status) = events.failure_verdict(limits, signal) {
                     outcome.status = status;
                 }
-            } else if matches!(ended, Some(Ended::WallTime)) && events.pids_refused > 0 {
+            } else if matches!(ended, None | Some(Ended::WallTime))
+                && events.pids_refused > 0
+                && limits.max_processes.is_some()
+            {
+                // A refused fork is the limit at work even when the unit
+                // carries on and exits 0 (bubblewrap and Docker stop the
+                // run on it).
                 outcome.status = verdict::processes_exceeded(limits, events.pids_refused);
             }
             outcome.enforcement = self.enforcement(limits, guard.cgroup(), pids_max);

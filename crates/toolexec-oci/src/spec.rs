@@ -6,9 +6,10 @@ use serde_json::{Value, json};
 use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GATEWAY_SOCKET_ENV};
 use toolexec_runtime::{CommandUnit, RuntimeLimits};
 use toolexec_sandbox::rlimits::{self, RlimitResource};
+use toolexec_sandbox::seccomp::profile::{self, Clone3};
 
+use crate::OciError;
 use crate::config::{OciFlavor, ReadOnlyBind};
-use crate::{OciError, seccomp};
 
 /// Where the gateway socket directory is mounted in socket mode.
 pub(crate) const GATEWAY_DIR: &str = "/run/toolexec";
@@ -188,7 +189,10 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
             },
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
-            "seccomp": seccomp::profile(input.flavor),
+            "seccomp": profile::libseccomp_json(match input.flavor {
+                OciFlavor::Runc => Clone3::Enosys,
+                OciFlavor::Runsc => Clone3::Unfiltered,
+            }),
         },
     }))
 }

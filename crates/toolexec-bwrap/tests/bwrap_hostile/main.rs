@@ -13,8 +13,8 @@ use std::time::Duration;
 use toolexec::{Availability, CancellationToken, Exec};
 use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime, CgroupLayout};
 use toolexec_runtime::{
-    CommandUnit, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome, RunRequest, RunStatus,
-    Runtime, RuntimeLimits, ToolHost, Unit,
+    CommandUnit, LimitKind, Profile, RunContext, RunOutcome, RunRequest, RunStatus, Runtime,
+    RuntimeLimits, ToolHost, Unit,
 };
 
 const INIT: &str = env!("CARGO_BIN_EXE_toolexec-sandbox-init");
@@ -93,35 +93,6 @@ fn python(source: &str) -> Unit {
     Unit::command(["python3", "-c", source])
 }
 
-/// A Python gateway client prelude: `send(obj)`, `recv()`, `raw(bytes)`.
-const PY_GATEWAY: &str = r#"
-import os, json, struct, socket, sys
-s = socket.socket(fileno=int(os.environ["TOOLEXEC_GATEWAY_FD"]))
-def raw(b): s.sendall(b)
-def send(o):
-    b = json.dumps(o).encode(); s.sendall(struct.pack('>I', len(b)) + b)
-def readn(n):
-    buf = b''
-    while len(buf) < n:
-        c = s.recv(n - len(buf))
-        if not c: raise EOFError()
-        buf += c
-    return buf
-def recv():
-    n = struct.unpack('>I', readn(4))[0]; return json.loads(readn(n))
-"#;
-
-async fn still_serving(runtime: &BubblewrapRuntime) {
-    let out = run(
-        runtime,
-        Unit::command(["echo", "still", "serving"]),
-        limits(),
-    )
-    .await;
-    assert!(out.is_ok(), "{out:?}");
-    assert_eq!(out.stdout, "still serving\n");
-}
-
 #[tokio::test]
 async fn normal_units_run_with_a_clean_environment() {
     let Some(rt) = runtime("normal_units_run_with_a_clean_environment", config(0)) else {
@@ -163,29 +134,6 @@ async fn normal_units_run_with_a_clean_environment() {
     let exit = run(&rt, sh("exit 7"), limits()).await;
     assert_eq!(exit.exit_code, Some(7));
     assert!(matches!(exit.status, RunStatus::Failed { .. }));
-}
-
-#[tokio::test]
-async fn host_secrets_are_invisible() {
-    let Some(rt) = runtime("host_secrets_are_invisible", config(0)) else {
-        return;
-    };
-    // SAFETY: see normal_units_run_with_a_clean_environment.
-    unsafe { std::env::set_var("TOOLEXEC_TEST_SECRET", "hunter2-parent-secret") };
-    let out = run(
-        &rt,
-        sh(
-            "cat /etc/shadow; cat /etc/passwd; ls /etc; ls /root /home /work; \
-            cat /proc/1/environ | tr '\\0' '\\n'; env",
-        ),
-        limits(),
-    )
-    .await;
-    let all = format!("{}{}", out.stdout, out.stderr);
-    assert!(!all.contains("hunter2"), "{all}");
-    assert!(!all.contains("root:"), "{all}");
-    assert!(all.contains("/etc/shadow: No such file"), "{all}");
-    still_serving(&rt).await;
 }
 
 #[tokio::test]
@@ -236,180 +184,6 @@ async fn writes_outside_tmp_fail_and_the_host_is_untouched() {
 }
 
 #[tokio::test]
-async fn disk_is_bounded_by_the_tmpfs_size() {
-    let Some(rt) = runtime("disk_is_bounded_by_the_tmpfs_size", config(0)) else {
-        return;
-    };
-    let limits = RuntimeLimits {
-        disk_bytes: Some(1 << 20),
-        ..limits()
-    };
-    let out = run(
-        &rt,
-        sh("dd if=/dev/zero of=/tmp/a bs=64k count=64 2>&1; ls -l /tmp/a"),
-        limits,
-    )
-    .await;
-    assert!(
-        out.stdout.contains("1048576")
-            || out.stdout.contains("No space")
-            || out.stdout.contains("File too large"),
-        "{out:?}"
-    );
-    assert!(!out.stdout.contains("4194304"), "{out:?}");
-}
-
-#[tokio::test]
-async fn network_is_off() {
-    let Some(rt) = runtime("network_is_off", config(0)) else {
-        return;
-    };
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let source = format!(
-        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    print('CONNECTED')\nexcept OSError as e:\n    print('blocked', e)\n"
-    );
-    let out = run(&rt, python(&source), limits()).await;
-    assert!(out.stdout.contains("blocked"), "{out:?}");
-    assert!(listener.accept().is_err(), "the sandbox reached the host");
-    // An allowlist bubblewrap cannot filter is refused, not opened.
-    let allow = RuntimeLimits {
-        network: NetworkPolicy::Allow {
-            hosts: vec!["example.com".into()],
-        },
-        ..limits()
-    };
-    let out = run(&rt, Unit::command(["true"]), allow).await;
-    match &out.status {
-        RunStatus::Error { error } => {
-            assert_eq!(error.code.as_str(), "backend_unavailable");
-            assert!(error.message.contains("cannot filter the network"));
-        }
-        other => panic!("{other:?}"),
-    }
-}
-
-#[tokio::test]
-async fn fork_bomb_hits_the_process_limit() {
-    let Some(rt) = runtime("fork_bomb_hits_the_process_limit", config(0)) else {
-        return;
-    };
-    let limits = RuntimeLimits {
-        max_processes: Some(16),
-        wall_time: Duration::from_secs(15),
-        ..limits()
-    };
-    let out = run(&rt, sh("f() { f | f & }; f; sleep 10"), limits).await;
-    if matches!(rt.cgroup_layout(), CgroupLayout::None) {
-        let _ = writeln!(std::io::stderr(), "SKIPPED: fork bomb limit: no cgroups");
-        assert!(std::env::var_os("CI").is_none());
-        return;
-    }
-    assert_eq!(out.status.limit(), Some(LimitKind::Processes), "{out:?}");
-    still_serving(&rt).await;
-}
-
-#[tokio::test]
-async fn memory_bomb_hits_the_memory_limit() {
-    let Some(rt) = runtime("memory_bomb_hits_the_memory_limit", config(0)) else {
-        return;
-    };
-    let limits = RuntimeLimits {
-        memory_bytes: Some(64 << 20),
-        ..limits()
-    };
-    let out = run(
-        &rt,
-        python("a = []\nwhile True:\n    a.append(bytearray(1 << 20))\n"),
-        limits,
-    )
-    .await;
-    assert_eq!(out.status.limit(), Some(LimitKind::Memory), "{out:?}");
-    still_serving(&rt).await;
-}
-
-#[tokio::test]
-async fn cpu_spin_hits_the_cpu_limit() {
-    let Some(rt) = runtime("cpu_spin_hits_the_cpu_limit", config(0)) else {
-        return;
-    };
-    let limits = RuntimeLimits {
-        cpu_time: Some(Duration::from_secs(1)),
-        ..limits()
-    };
-    let out = run(&rt, python("while True:\n    pass\n"), limits).await;
-    assert_eq!(out.status.limit(), Some(LimitKind::CpuTime), "{out:?}");
-}
-
-#[tokio::test]
-async fn giant_output_and_sleep_are_cut() {
-    let Some(rt) = runtime("giant_output_and_sleep_are_cut", config(0)) else {
-        return;
-    };
-    let small = RuntimeLimits {
-        max_output_bytes: 64 << 10,
-        ..limits()
-    };
-    let out = run(&rt, Unit::command(["cat", "/dev/zero"]), small).await;
-    assert_eq!(
-        out.status.limit(),
-        Some(LimitKind::Output),
-        "{:?}",
-        out.status
-    );
-    assert!(out.stdout.len() <= 64 << 10);
-    let short = RuntimeLimits {
-        wall_time: Duration::from_millis(500),
-        ..limits()
-    };
-    let out = run(&rt, Unit::command(["sleep", "30"]), short).await;
-    assert_eq!(out.status.limit(), Some(LimitKind::WallTime), "{out:?}");
-    assert!(out.duration_ms < 10_000.0);
-    still_serving(&rt).await;
-}
-
-#[tokio::test]
-async fn proc_and_symlink_escapes_stay_inside() {
-    let Some(rt) = runtime("proc_and_symlink_escapes_stay_inside", config(0)) else {
-        return;
-    };
-    let host_pid = std::process::id();
-    let script = format!(
-        "ls /proc/1/root/ /proc/self/root/../..; cat /proc/1/root/etc/shadow; \
-         ln -s / /tmp/r && cat /tmp/r/etc/shadow; ln -s /etc/shadow /tmp/s && cat /tmp/s; \
-         test -e /proc/{host_pid} && echo HOSTPID; ls /proc | grep -c '^[0-9]'"
-    );
-    let out = run(&rt, sh(&script), limits()).await;
-    let all = format!("{}{}", out.stdout, out.stderr);
-    assert!(!all.contains("root:"), "{all}");
-    assert!(!out.stdout.contains("HOSTPID"), "{all}");
-    assert!(!out.stdout.contains("work"), "host root listed: {all}");
-    // Only the sandbox's few processes are visible.
-    let count: u32 = out.stdout.lines().last().unwrap().trim().parse().unwrap();
-    assert!(count < 8, "{all}");
-}
-
-#[tokio::test]
-async fn signals_cannot_reach_the_host() {
-    let Some(rt) = runtime("signals_cannot_reach_the_host", config(0)) else {
-        return;
-    };
-    let host_pid = std::process::id();
-    let out = run(
-        &rt,
-        sh(&format!(
-            "kill -9 {host_pid}; kill -9 1; kill -9 -1; echo after"
-        )),
-        limits(),
-    )
-    .await;
-    // The unit may have killed itself with -1; the host is alive.
-    assert!(!matches!(out.status, RunStatus::Error { .. }), "{out:?}");
-    still_serving(&rt).await;
-}
-
-#[tokio::test]
 async fn seccomp_denies_namespaces_and_ptrace() {
     let Some(rt) = runtime("seccomp_denies_namespaces_and_ptrace", config(0)) else {
         return;
@@ -438,45 +212,6 @@ print(open('/proc/self/status').read().split('Seccomp:')[1].split()[0])
         );
     }
     assert!(out.stdout.ends_with("2\n"), "{}", out.stdout);
-}
-
-#[tokio::test]
-async fn gateway_budget_and_forgery_end_the_run() {
-    let Some(rt) = runtime("gateway_budget_and_forgery_end_the_run", config(0)) else {
-        return;
-    };
-    let calls = format!(
-        "{PY_GATEWAY}\nfor i in range(5):\n    send({{'id': i + 1, 'method': 'call', 'tool': 'math:add', 'args': {{'a': i, 'b': 1}}}})\n    print(recv())\n"
-    );
-    let budget = RuntimeLimits {
-        max_tool_calls: 2,
-        ..limits()
-    };
-    let out = run(&rt, python(&calls), budget).await;
-    assert_eq!(out.status.limit(), Some(LimitKind::ToolCalls), "{out:?}");
-    assert_eq!(out.tool_calls.iter().filter(|c| c.ok).count(), 2);
-
-    let garbage = format!(
-        "{PY_GATEWAY}\nraw(struct.pack('>I', 5) + b'{{nope')\nimport time; time.sleep(5)\n"
-    );
-    let out = run(&rt, python(&garbage), limits()).await;
-    match &out.status {
-        RunStatus::Error { error } => assert!(error.message.contains("malformed"), "{error:?}"),
-        other => panic!("{other:?}"),
-    }
-    let oversized = format!(
-        "{PY_GATEWAY}\nraw(struct.pack('>I', 1 << 30) + b'x' * 1024)\nimport time; time.sleep(5)\n"
-    );
-    let out = run(&rt, python(&oversized), limits()).await;
-    match &out.status {
-        RunStatus::Error { error } => assert!(error.message.contains("maximum"), "{error:?}"),
-        other => panic!("{other:?}"),
-    }
-    let result = format!("{PY_GATEWAY}\nsend({{'method': 'result', 'value': {{'answer': 42}}}})\n");
-    let out = run(&rt, python(&result), limits()).await;
-    assert!(out.is_ok(), "{out:?}");
-    assert_eq!(out.value, Some(serde_json::json!({"answer": 42})));
-    still_serving(&rt).await;
 }
 
 #[tokio::test]
@@ -597,39 +332,6 @@ async fn dev_is_read_only_and_dev_shm_is_sized() {
     assert!(out.stdout.contains("null-ok\n4\n"), "{out:?}");
     let disk = out.enforced_by(LimitKind::Disk).unwrap();
     assert!(disk.mechanism.contains("/dev/shm"), "{disk:?}");
-}
-
-#[tokio::test]
-async fn x32_system_calls_are_refused() {
-    let Some(rt) = runtime("x32_system_calls_are_refused", config(0)) else {
-        return;
-    };
-    if std::env::consts::ARCH != "x86_64" {
-        eprintln!("x32_system_calls_are_refused: not x86_64, nothing to check");
-        return;
-    }
-    // x32 getpid (39) and unshare(CLONE_NEWUSER) (272): on a kernel with
-    // x32 support they would run past every native rule.
-    let source = r#"
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-for name, nr, arg in [('getpid', 39, 0), ('unshare', 272, 0x10000000)]:
-    r = libc.syscall(ctypes.c_long(0x40000000 | nr), ctypes.c_long(arg))
-    print(name, r, os.strerror(ctypes.get_errno()))
-print('native', libc.syscall(ctypes.c_long(39)) > 0)
-"#;
-    let out = run(&rt, python(source), limits()).await;
-    assert!(out.is_ok(), "{out:?}");
-    for name in ["getpid", "unshare"] {
-        assert!(
-            out.stdout
-                .contains(&format!("{name} -1 Function not implemented")),
-            "{}",
-            out.stdout
-        );
-    }
-    assert!(out.stdout.contains("native True"), "{}", out.stdout);
 }
 
 /// Writes an executable script through a child `sh`, so no descriptor open

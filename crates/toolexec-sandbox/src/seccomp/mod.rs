@@ -1,9 +1,10 @@
 //! The one seccomp deny-list every sandbox runtime uses: [`bpf`] compiles
-//! it to the filter handed to bubblewrap, the OCI runtimes render its
-//! names into the bundle's `linux.seccomp`. A system call added here is
-//! denied everywhere.
+//! it to the filter handed to bubblewrap, [`profile`] renders it for the
+//! OCI runtimes' `linux.seccomp` and Docker's `--security-opt seccomp=`.
+//! A system call added here is denied everywhere.
 
 pub mod bpf;
+pub mod profile;
 
 /// The system calls denied with `EPERM` unconditionally, by name and
 /// number on this architecture: debugging and inspecting other processes,

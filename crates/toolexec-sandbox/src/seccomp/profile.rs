@@ -1,9 +1,10 @@
-//! The seccomp profile put in every container's spec: everything allowed
-//! but the deny-list every sandbox runtime shares
-//! ([`toolexec_sandbox::seccomp::DENIED`]), which fails with
-//! `EPERM`, plus the namespace-creating `clone`/`clone3` rules of OCI.
+//! The shared deny-list rendered as a libseccomp JSON profile: the
+//! `linux.seccomp` object of an OCI runtime spec (runc, runsc) and, in the
+//! same format, the profile Docker takes as `--security-opt seccomp=`.
+//! Everything is allowed but [`super::DENIED`], which fails with `EPERM`,
+//! plus the namespace-creating `clone`/`clone3` rules.
 //!
-//! The spec names system calls; the runtime maps names to numbers and
+//! The profile names system calls; the runtime maps names to numbers and
 //! skips, without failing the container, a name it does not know. Under
 //! runc such a call stays allowed (measured, runc 1.1.5 on libseccomp
 //! 2.5.4: `statmount`, `listmount` and `open_tree_attr` reach the
@@ -13,30 +14,36 @@
 //! fail with `ENOSYS`.
 
 use serde_json::{Value, json};
-use toolexec_sandbox::seccomp;
-
-use crate::config::OciFlavor;
 
 const CLONE_NEWUSER: u64 = 0x1000_0000;
 const EPERM: u32 = 1;
 const ENOSYS: u32 = 38;
 
-/// The `linux.seccomp` object of the spec.
-///
-/// runc: clone3 answers ENOSYS (its flags are in memory seccomp cannot
-/// read), so libc falls back to clone, where CLONE_NEWUSER is checked.
-/// runsc applies the profile in its own kernel and (this version, measured)
-/// answers clone3 with EPERM whatever `errnoRet` says, which breaks every
-/// thread start; there the rule is left out and gVisor's clone3 is what
-/// the unit gets (user namespaces stay inside the sandbox kernel).
-pub(crate) fn profile(flavor: OciFlavor) -> Value {
+/// How `clone3` is filtered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clone3 {
+    /// `ENOSYS`: its flags are in memory seccomp cannot read, so libc falls
+    /// back to `clone`, where `CLONE_NEWUSER` is checked (runc, Docker).
+    Enosys,
+    /// No rule. runsc applies the profile in its own kernel and (release
+    /// 20221219, measured) answers `clone3` with `EPERM` whatever
+    /// `errnoRet` says, which breaks every thread start; there gVisor's
+    /// `clone3` is what the unit gets (user namespaces stay inside the
+    /// sandbox kernel).
+    Unfiltered,
+}
+
+/// The profile: default allow, the deny-list as `EPERM`, `clone` with
+/// `CLONE_NEWUSER` as `EPERM`, `clone3` as `clone3` says, for the native
+/// ABI and the compat ABIs the kernel also accepts.
+pub fn libseccomp_json(clone3: Clone3) -> Value {
     let mut rules = vec![
-        json!({"names": seccomp::denied_names().collect::<Vec<_>>(),
+        json!({"names": super::denied_names().collect::<Vec<_>>(),
              "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM}),
         json!({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM,
              "args": [{"index": 0, "value": CLONE_NEWUSER, "valueTwo": CLONE_NEWUSER, "op": "SCMP_CMP_MASKED_EQ"}]}),
     ];
-    if flavor == OciFlavor::Runc {
+    if clone3 == Clone3::Enosys {
         rules.push(json!({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": ENOSYS}));
     }
     json!({
@@ -62,19 +69,21 @@ fn architectures() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
-    /// The profile denies exactly the shared list, whatever the flavor.
+    /// The profile denies exactly the shared list, whatever the clone3 rule.
     #[test]
     fn profile_denies_the_shared_list() {
-        for flavor in [OciFlavor::Runc, OciFlavor::Runsc] {
-            let profile = profile(flavor);
+        for clone3 in [Clone3::Enosys, Clone3::Unfiltered] {
+            let profile = libseccomp_json(clone3);
             let names: Vec<&str> = profile["syscalls"][0]["names"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|n| n.as_str().unwrap())
                 .collect();
-            assert_eq!(names, seccomp::denied_names().collect::<Vec<_>>());
+            assert_eq!(names, super::super::denied_names().collect::<Vec<_>>());
             assert_eq!(profile["syscalls"][0]["errnoRet"], EPERM);
+            let clone3_rules = profile["syscalls"].as_array().unwrap().len() - 2;
+            assert_eq!(clone3_rules, usize::from(clone3 == Clone3::Enosys));
         }
     }
 }
