@@ -336,6 +336,18 @@ fn command_tools(profile: &str) {
     let out = runj("cmd:args", json!({"a": "x", "more": [{"k": 1}]}));
     out.expect_code(2);
 
+    // A NUL byte cannot reach an argv element: the runtime's refusal keeps
+    // its own code (invalid input, exit 2), never wrapped in another.
+    let out = runj("cmd:args", json!({"a": "x\u{0}y", "more": []}));
+    out.expect_code(2);
+    let error: Value = serde_json::from_str(&out.stderr).unwrap_or_default();
+    let error = &error["error"];
+    assert_eq!(error["code"], "invalid_request", "{out}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("invalid_request: unit.argv"), "{out}");
+    assert_eq!(message.matches("invalid_request").count(), 1, "{out}");
+    assert!(!message.contains("backend_unavailable"), "{out}");
+
     let out = runj("cmd:echo_json", json!({"x": {"nested": [1, "two"]}}));
     out.expect_code(0);
     assert_eq!(out.json()["value"], json!({"x": {"nested": [1, "two"]}}));

@@ -429,10 +429,9 @@ impl CommandTool {
             RunStatus::Cancelled => Error::Cancelled {
                 tool: self.id.clone(),
             },
-            RunStatus::Error { error } => Error::BackendUnavailable {
-                backend: format!("command ({})", outcome.runtime),
-                message: error.message.clone(),
-            },
+            // The runtime's own error (a refused unit, an unavailable
+            // sandbox), with its code kept.
+            RunStatus::Error { error } => Error::from(error.clone()),
         })
     }
 }

@@ -261,6 +261,23 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// An error that crossed a process or wire boundary (a sandbox, a
+    /// remote worker, a script's tool call) as an [`ErrorBody`], kept as it
+    /// came: its code, message and details, never wrapped in another code.
+    /// Build it with `Error::from(body)`.
+    #[error("{}", .0.message)]
+    Relayed(Box<ErrorBody>),
+}
+
+impl From<ErrorBody> for Error {
+    /// Keeps `body` whole; a message that does not start with its code
+    /// gets the code put in front, as every [`Error`]'s `Display` does.
+    fn from(mut body: ErrorBody) -> Self {
+        if !body.message.starts_with(body.code.as_str()) {
+            body.message = format!("{}: {}", body.code.as_str(), body.message);
+        }
+        Error::Relayed(Box::new(body))
+    }
 }
 
 impl Error {
@@ -280,19 +297,22 @@ impl Error {
             Error::AlreadyExists { .. } => ErrorCode::AlreadyExists,
             Error::InvalidRequest { .. } => ErrorCode::InvalidRequest,
             Error::NotAllowed { .. } => ErrorCode::NotAllowed,
+            Error::Relayed(body) => body.code,
         }
     }
 
     /// True when the tool itself reported the failure (as opposed to the
     /// infrastructure: timeouts, unavailable backends, validation, ...).
     pub fn is_tool_error(&self) -> bool {
-        matches!(
-            self,
-            Error::ExecutionFailed {
-                panicked: false,
-                ..
+        match self {
+            Error::ExecutionFailed { panicked, .. } => !panicked,
+            Error::Relayed(body) => {
+                body.code == ErrorCode::ExecutionFailed
+                    && body.details.as_ref().and_then(|d| d.get("panicked"))
+                        != Some(&Value::Bool(true))
             }
-        )
+            _ => false,
+        }
     }
 
     /// A tool-reported failure.
@@ -323,6 +343,9 @@ impl Error {
 
     /// Machine-readable form: `{"code", "message", ...details}`.
     pub fn to_body(&self) -> ErrorBody {
+        if let Error::Relayed(body) = self {
+            return body.as_ref().clone();
+        }
         let details = match self {
             Error::ValidationInput(f) | Error::ValidationOutput(f) => {
                 serde_json::to_value(f.as_ref()).ok()
@@ -393,6 +416,25 @@ mod tests {
                 e.code()
             );
         }
+    }
+
+    /// A body that crossed a boundary comes back as the same error: code,
+    /// message and details intact, the code never doubled or wrapped.
+    #[test]
+    fn relayed_bodies_keep_their_code() {
+        let original = Error::invalid_request("unit.argv", "contains a NUL byte");
+        let relayed = Error::from(original.to_body());
+        assert_eq!(relayed.code(), ErrorCode::InvalidRequest);
+        assert_eq!(relayed.to_string(), original.to_string());
+        assert_eq!(relayed.to_body(), original.to_body());
+        let bare = Error::from(ErrorBody {
+            code: ErrorCode::Timeout,
+            message: "took too long".into(),
+            details: None,
+        });
+        assert_eq!(bare.to_string(), "timeout: took too long");
+        assert!(Error::from(Error::execution_failed("a:b", "boom").to_body()).is_tool_error());
+        assert!(!relayed.is_tool_error());
     }
 
     #[test]
