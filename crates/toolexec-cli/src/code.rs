@@ -3,12 +3,12 @@
 
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
 use toolexec::{CancellationToken, Error, Exec, ToolDescription};
-use toolexec_code::hardened::execute_code_in;
-use toolexec_code::{CodeEngine, CodeLimits, CodeOutcome, CodeRequest, CodeStatus};
-use toolexec_runtime::Runtimes;
+use toolexec_code::{CodeLimits, CodeOutcome, CodeRequest, CodeRunner, CodeStatus};
+use toolexec_runtime::{Profile, Runtimes};
 
 use crate::args::{CodeArgs, CodeProfile};
 use crate::commands::{
@@ -23,7 +23,7 @@ pub const MAX_SCRIPT_BYTES: u64 = 1 << 20;
 /// `toolexec exec FILE|-`.
 pub async fn exec(
     exec: &Exec,
-    runtimes: &Runtimes,
+    runtimes: &Arc<Runtimes>,
     args: CodeArgs,
     json: bool,
 ) -> Result<u8, Failure> {
@@ -40,21 +40,19 @@ pub async fn exec(
         let what = format!("script {name}");
         (read_capped(file, &what, MAX_SCRIPT_BYTES)?, name)
     };
-    let limits = limits(&args);
-    let outcome = match args.profile {
-        CodeProfile::Standard => {
-            // One script at a time: a pool of one worker.
-            let engine = CodeEngine::new(exec.clone(), 1);
-            engine.execute(CodeRequest { code, limits }).await
-        }
-        CodeProfile::Hardened => {
-            let cancel = CancellationToken::new();
-            let _stop = cancel.clone().drop_guard();
-            match execute_code_in(runtimes, exec, &code, limits, cancel).await {
-                Ok(outcome) => outcome,
-                Err(body) => return Ok(report(&body, json, error_exit_code(&body))),
-            }
-        }
+    let profile = match args.profile {
+        CodeProfile::Standard => Profile::Standard,
+        CodeProfile::Hardened => Profile::Hardened,
+    };
+    // One script at a time.
+    let runner = CodeRunner::new(exec.clone(), profile, Some(runtimes.clone()), 1);
+    let request = CodeRequest {
+        code,
+        limits: limits(&args),
+    };
+    let outcome = match runner.run(request, &CancellationToken::new()).await {
+        Ok(outcome) => outcome,
+        Err(body) => return Ok(report(&body, json, error_exit_code(&body))),
     };
     if json {
         render::json(&mut io::stdout().lock(), &outcome)?;

@@ -4,7 +4,7 @@
 //! Run: `cargo bench -p toolexec-code --bench hardened -- --warm-up-time 1 --measurement-time 5`.
 //!
 //! - `trivial/in_process`: `CodeEngine::execute` on the worker-thread pool.
-//! - `trivial/bubblewrap_cold`: `execute_code_in` through the bubblewrap
+//! - `trivial/bubblewrap_cold`: a `hardened` `CodeRunner` through the bubblewrap
 //!   runtime with no pool: a new sandbox (namespaces, cgroups, seccomp), the
 //!   `toolexec-code-worker` process, the gateway handshake, the script, the
 //!   outcome frame, teardown.
@@ -15,13 +15,13 @@
 //! in-process figure is measured.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use toolexec::{Availability, CancellationToken, Exec};
 use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime};
-use toolexec_code::hardened::execute_code_in;
-use toolexec_code::{CodeEngine, CodeLimits, CodeRequest, CodeStatus};
-use toolexec_runtime::{ProfileMap, Runtime, Runtimes};
+use toolexec_code::{CodeEngine, CodeRequest, CodeRunner, CodeStatus};
+use toolexec_runtime::{Profile, ProfileMap, Runtime, Runtimes};
 
 fn worker() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_toolexec-code-worker"))
@@ -66,18 +66,14 @@ fn bench(c: &mut Criterion) {
         let Some(runtimes) = rt.block_on(async { runtimes(pool) }) else {
             continue;
         };
+        let runner = CodeRunner::new(exec.clone(), Profile::Hardened, Some(Arc::new(runtimes)), 2);
         group.bench_function(name, |b| {
             b.iter(|| {
                 rt.block_on(async {
-                    let out = execute_code_in(
-                        &runtimes,
-                        &exec,
-                        "return 1",
-                        CodeLimits::default(),
-                        CancellationToken::new(),
-                    )
-                    .await
-                    .expect("runs");
+                    let out = runner
+                        .run(CodeRequest::new("return 1"), &CancellationToken::new())
+                        .await
+                        .expect("runs");
                     assert_eq!(out.status, CodeStatus::Ok, "{out:?}");
                 })
             })

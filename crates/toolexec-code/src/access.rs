@@ -2,14 +2,10 @@
 //! (in process) and by the sandbox worker's gateway client.
 
 use std::future::Future;
-use std::pin::Pin;
 
 use serde_json::Value as Json;
 use tokio_util::sync::CancellationToken;
-use toolexec::{DetailLevel, ErrorBody, Exec, RunOptions};
-
-/// A boxed, sendable future.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+use toolexec::{BoxFuture, DetailLevel, ErrorBody, Exec, RunOptions};
 
 /// The tool side of a code execution: run, search and describe tools.
 ///
@@ -38,14 +34,18 @@ pub trait ToolAccess: Send + Sync + 'static {
         tool_id: &str,
         args: Json,
         cancel: CancellationToken,
-    ) -> BoxFuture<Result<Json, ErrorBody>>;
+    ) -> BoxFuture<'static, Result<Json, ErrorBody>>;
 
     /// Ranks tools for `query`: a JSON array of `{id, summary, score, ...}`,
     /// best first, at most `limit`.
-    fn search(&self, query: &str, limit: usize) -> BoxFuture<Json>;
+    fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Json>;
 
     /// Documents `tool_id` at `level`.
-    fn describe(&self, tool_id: &str, level: DetailLevel) -> BoxFuture<Result<Json, ErrorBody>>;
+    fn describe(
+        &self,
+        tool_id: &str,
+        level: DetailLevel,
+    ) -> BoxFuture<'static, Result<Json, ErrorBody>>;
 }
 
 /// Awaits a tool call unless `cancel` fires first, then the call is
@@ -71,7 +71,7 @@ impl ToolAccess for Exec {
         tool_id: &str,
         args: Json,
         cancel: CancellationToken,
-    ) -> BoxFuture<Result<Json, ErrorBody>> {
+    ) -> BoxFuture<'static, Result<Json, ErrorBody>> {
         let exec = self.clone();
         let id = tool_id.to_owned();
         Box::pin(async move {
@@ -86,12 +86,16 @@ impl ToolAccess for Exec {
         })
     }
 
-    fn search(&self, query: &str, limit: usize) -> BoxFuture<Json> {
+    fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Json> {
         let hits = serde_json::to_value(self.search_tools(query, limit)).unwrap_or(Json::Null);
         Box::pin(std::future::ready(hits))
     }
 
-    fn describe(&self, tool_id: &str, level: DetailLevel) -> BoxFuture<Result<Json, ErrorBody>> {
+    fn describe(
+        &self,
+        tool_id: &str,
+        level: DetailLevel,
+    ) -> BoxFuture<'static, Result<Json, ErrorBody>> {
         let doc = self
             .describe_tool(tool_id, level)
             .map_err(|e| e.to_body())

@@ -10,7 +10,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use toolexec::Exec;
 
 use crate::access::ToolAccess;
-use crate::sandbox::{self, Abort, AbortFlag, JobSpec, Msg, SharedProgress};
+use crate::quickjs::{self, Abort, AbortFlag, JobSpec, Msg, SharedProgress};
 use crate::{CodeLimit, CodeOutcome, CodeRequest, CodeStatus};
 
 /// How long past its deadline the caller waits for a worker to stop before
@@ -259,14 +259,14 @@ impl CodeEngine {
                                 limit: CodeLimit::Timeout,
                                 message: format!(
                                     "{} (stopped inside a long native operation)",
-                                    sandbox::timeout_message(&limits)
+                                    quickjs::timeout_message(&limits)
                                 ),
                             },
                             value: None,
                             stdout,
                             stderr,
                             tool_calls,
-                            duration_ms: sandbox::ms(started.elapsed()),
+                            duration_ms: quickjs::ms(started.elapsed()),
                         }
                     }
                 }
@@ -543,7 +543,7 @@ fn run_job(job: Job) {
         worker,
     } = job;
     let started = spec.started;
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sandbox::run(spec)))
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| quickjs::run(spec)))
         .unwrap_or_else(|p| {
             let detail = p
                 .downcast_ref::<&str>()

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolexec::{Availability, BoxFuture, CancellationToken, Exec};
-use toolexec_code::hardened::execute_code_with_profile;
-use toolexec_code::{CodeLimit, CodeLimits, CodeOutcome, CodeStatus, ExecCodeExt};
+use toolexec_code::{
+    CodeLimit, CodeLimits, CodeOutcome, CodeRequest, CodeRunner, CodeStatus, ExecCodeExt, Placement,
+};
 use toolexec_runtime::{
     Enforcement, LimitKind, Profile, ProfileMap, RunContext, RunOutcome, RunRequest, Runtime,
     Runtimes, Unit, UnitKind,
@@ -96,16 +97,19 @@ fn exec() -> Exec {
 }
 
 async fn hardened(r: &Runtimes, exec: &Exec, code: &str, limits: CodeLimits) -> CodeOutcome {
-    execute_code_with_profile(
-        r,
-        exec,
-        code,
-        limits,
-        Profile::Dev,
-        CancellationToken::new(),
-    )
-    .await
-    .expect("the run starts")
+    let runner = CodeRunner::with_placement(
+        exec.clone(),
+        Placement::Runtime(Profile::Dev),
+        std::sync::Arc::new(r.clone()),
+        1,
+    );
+    runner
+        .run(
+            CodeRequest::new(code).with_limits(limits),
+            &CancellationToken::new(),
+        )
+        .await
+        .expect("the run starts")
 }
 
 fn quick() -> CodeLimits {
@@ -360,15 +364,14 @@ async fn broken_workers_become_exceptions() {
 #[tokio::test]
 async fn no_runtime_is_an_error_not_an_outcome() {
     let r = Runtimes::new(ProfileMap::default());
-    let err = toolexec_code::hardened::execute_code_in(
-        &r,
-        &exec(),
-        "return 1",
-        quick(),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let runner = CodeRunner::new(exec(), Profile::Hardened, Some(std::sync::Arc::new(r)), 1);
+    let err = runner
+        .run(
+            CodeRequest::new("return 1").with_limits(quick()),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
     assert_eq!(err.code.as_str(), "backend_unavailable");
     assert!(err.message.contains("hardened"), "{}", err.message);
 }
@@ -443,7 +446,7 @@ fn forged(stdout: &str, stderr: &str, value: serde_json::Value) -> RunOutcome {
 
 #[test]
 fn forged_oversized_reports_are_held_to_the_callers_limit() {
-    use toolexec_code::hardened::outcome_from_run;
+    use toolexec_code::outcome_from_run;
     let limits = CodeLimits {
         max_output_bytes: 1001,
         ..CodeLimits::default()

@@ -1,14 +1,16 @@
 //! The `in_process` runtime: script units in this process's QuickJS
 //! engine, selected through the registry, with the host's tool budget,
 //! allowlist and log, and its outcome readable by
-//! `hardened::outcome_from_run`.
+//! `outcome_from_run`.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use toolexec::{CancellationToken, ErrorCode, Exec};
-use toolexec_code::hardened::{execute_code_with_profile, outcome_from_run};
-use toolexec_code::{CodeLimit, CodeLimits, CodeStatus, ExecCodeExt, InProcessRuntime};
+use toolexec_code::{
+    CodeLimit, CodeLimits, CodeOutcome, CodeRequest, CodeRunner, CodeStatus, ExecCodeExt,
+    InProcessRuntime, Placement, outcome_from_run,
+};
 use toolexec_runtime::{
     LimitKind, NetworkPolicy, Profile, ProfileMap, RunContext, RunOutcome, RunRequest, RunStatus,
     Runtime, RuntimeLimits, Runtimes, ToolHost, Unit, UnitKind, ValueSummary,
@@ -30,6 +32,25 @@ fn runtimes_for(profile: Profile) -> Runtimes {
     let mut runtimes = Runtimes::new(map);
     runtimes.register(InProcessRuntime::new(2));
     runtimes
+}
+
+/// Code mode through `runtimes` for `profile` (a runner placed there).
+async fn execute_code_with_profile(
+    runtimes: &Runtimes,
+    exec: &Exec,
+    code: &str,
+    limits: CodeLimits,
+    profile: Profile,
+    cancel: CancellationToken,
+) -> Result<CodeOutcome, toolexec::ErrorBody> {
+    let runner = CodeRunner::with_placement(
+        exec.clone(),
+        Placement::Runtime(profile),
+        std::sync::Arc::new(runtimes.clone()),
+        1,
+    );
+    let request = CodeRequest::new(code).with_limits(limits);
+    runner.run(request, &cancel).await
 }
 
 async fn run(source: &str, limits: RuntimeLimits) -> RunOutcome {

@@ -31,8 +31,9 @@ pub struct CodeModeOptions {
     pub max_output_bytes: usize,
     /// Largest script accepted, in bytes. Default 1 MiB.
     pub max_code_bytes: usize,
-    /// Where scripts run: `dev` and `standard` in process (QuickJS with
-    /// enforced limits); `hardened` in a sandbox runtime selected from
+    /// Where scripts run ([`toolexec_code::Placement::for_profile`]): `dev`
+    /// and `standard` in process (QuickJS with enforced limits); `hardened`
+    /// in a sandbox runtime selected from
     /// [`GatewayOptions::runtimes`](super::GatewayOptions::runtimes) (a
     /// separate worker process under kernel isolation). Default `standard`.
     pub profile: Profile,
@@ -55,24 +56,29 @@ impl Default for CodeModeOptions {
     }
 }
 
-/// Arguments of `execute_code`.
+/// Arguments of `execute_code`, as [`CodeModeOptions::input_schema`]
+/// declares them.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CodeArgs {
-    pub code: String,
+pub(crate) struct CodeArgs {
+    /// The script.
+    pub(crate) code: String,
+    /// Wall-time limit in milliseconds.
     #[serde(default)]
-    pub timeout_ms: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
+    /// Tool-call budget.
     #[serde(default)]
-    pub max_tool_calls: Option<usize>,
+    pub(crate) max_tool_calls: Option<usize>,
+    /// Tool ids or globs the script may call.
     #[serde(default)]
-    pub allowed_tools: Option<Vec<String>>,
+    pub(crate) allowed_tools: Option<Vec<String>>,
 }
 
 impl CodeModeOptions {
     /// The limits for one call: the client's values within the server's
     /// maxima, the server's defaults for the rest. A value out of range is
     /// an error (the input schema declares the ranges).
-    pub fn limits(&self, args: &CodeArgs) -> Result<CodeLimits, String> {
+    pub(crate) fn limits(&self, args: &CodeArgs) -> Result<CodeLimits, String> {
         let bad = |m: String| format!("invalid arguments for execute_code: {m}");
         if args.code.len() > self.max_code_bytes {
             return Err(bad(format!(

@@ -103,8 +103,8 @@ use toolexec::{
     ChainStep, DetailLevel, ErrorBody, ErrorCode, Exec, ListRequest, RegisteredTool, RunOptions,
     RunResult, StreamEvent, StreamRequest, ToolMatch,
 };
-use toolexec_code::{CodeEngine, CodeLimits, CodeRequest};
-use toolexec_runtime::{Profile, Runtimes};
+use toolexec_code::{CodeLimits, CodeRequest, CodeRunner};
+use toolexec_runtime::Runtimes;
 
 pub use code::CodeModeOptions;
 pub use http::{DEFAULT_ALLOWED_ORIGINS, HttpAuth, HttpOptions, MCP_PATH, bind_http, serve_http};
@@ -118,10 +118,6 @@ pub use names::{id_to_mcp_name, mcp_name_to_id};
 pub use result::RESULT_KEY;
 
 use result::Shape;
-
-/// How long a cancelled hardened script's runtime gets to stop its unit
-/// before its future is dropped (which kills the unit too).
-const HARDENED_CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Largest page of `tools/list` (meta-tools come on the first page).
 pub const TOOLS_PAGE: usize = 1000;
@@ -249,11 +245,9 @@ impl std::fmt::Debug for Gateway {
 struct Shared {
     exec: Exec,
     options: GatewayOptions,
-    /// Runs `execute_code` scripts (one bounded pool for every connection).
-    code: CodeEngine,
-    /// Bounds hardened scripts at once, like the engine's pool does for
-    /// scripts in process.
-    hardened_slots: Arc<tokio::sync::Semaphore>,
+    /// Runs `execute_code` scripts where the code profile says, at most
+    /// `code.max_concurrent` at once over every connection.
+    code: CodeRunner,
     /// Bounds tool runs over every connection.
     runs: limits::RunSlots,
     /// Initialized clients to notify of catalog changes.
@@ -308,17 +302,18 @@ impl Gateway {
     /// A gateway over `exec`.
     pub fn new(exec: Exec, options: GatewayOptions) -> Self {
         let changes = options.expose.direct().then(|| exec.catalog().subscribe());
-        let code = CodeEngine::new(exec.clone(), options.code.max_concurrent);
-        let hardened_slots = Arc::new(tokio::sync::Semaphore::new(
-            options.code.max_concurrent.max(1),
-        ));
+        let code = CodeRunner::new(
+            exec.clone(),
+            options.code.profile,
+            options.runtimes.clone(),
+            options.code.max_concurrent,
+        );
         let runs = limits::RunSlots::new(options.runs);
         Gateway {
             shared: Arc::new(Shared {
                 exec,
                 options,
                 code,
-                hardened_slots,
                 runs,
                 peers: Mutex::new(Vec::new()),
                 changes: Mutex::new(changes),
@@ -576,66 +571,28 @@ impl Gateway {
         }
     }
 
-    /// Runs a script on the gateway's code engine (profiles `dev` and
-    /// `standard`) or in a sandbox runtime (`hardened`). The client's
-    /// cancellation drops the execution, which stops the script at once
-    /// and cancels its tool calls in flight.
+    /// Runs a script through the gateway's [`CodeRunner`]. The client's
+    /// cancellation stops the script at once and cancels its tool calls in
+    /// flight; the answer is then `cancelled`.
     async fn execute_code(
         &self,
         code: String,
         limits: CodeLimits,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let cancelled = || {
-            result::error(&ErrorBody {
+        let request = CodeRequest { code, limits };
+        let outcome = self.shared.code.run(request, &context.ct).await;
+        if context.ct.is_cancelled() {
+            return result::error(&ErrorBody {
                 code: ErrorCode::Cancelled,
                 message: "cancelled: the client cancelled the request; the script was stopped"
                     .into(),
                 details: None,
-            })
-        };
-        if self.shared.options.code.profile != Profile::Hardened {
-            let run = self.shared.code.execute(CodeRequest { code, limits });
-            return tokio::select! {
-                outcome = run => code::outcome_result(&outcome),
-                _ = context.ct.cancelled() => cancelled(),
-            };
+            });
         }
-        let no_runtimes = Runtimes::default();
-        let runtimes = self
-            .shared
-            .options
-            .runtimes
-            .as_deref()
-            .unwrap_or(&no_runtimes);
-        // Cancelled on the client's cancellation, and when this future is
-        // dropped (the guard): the runtime then stops its unit.
-        let cancel = CancellationToken::new();
-        let _stop = cancel.clone().drop_guard();
-        let run = async {
-            let _slot = self.shared.hardened_slots.acquire().await;
-            toolexec_code::hardened::execute_code_in(
-                runtimes,
-                &self.shared.exec,
-                &code,
-                limits,
-                cancel.clone(),
-            )
-            .await
-        };
-        tokio::pin!(run);
-        tokio::select! {
-            outcome = &mut run => match outcome {
-                Ok(outcome) => code::outcome_result(&outcome),
-                Err(body) => result::error(&body),
-            },
-            _ = context.ct.cancelled() => {
-                // Let the runtime wind down: tool calls in flight see the
-                // cancellation, the sandbox is killed and reaped.
-                cancel.cancel();
-                let _ = tokio::time::timeout(HARDENED_CANCEL_GRACE, run).await;
-                cancelled()
-            }
+        match outcome {
+            Ok(outcome) => code::outcome_result(&outcome),
+            Err(body) => result::error(&body),
         }
     }
 

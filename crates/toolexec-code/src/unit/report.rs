@@ -1,6 +1,7 @@
-//! Hardened code mode, host side: the script runs as a [`Unit::Script`] in
-//! a sandbox runtime (its worker: [`crate::worker`]), and the outcome is
-//! rebuilt here in the same [`CodeOutcome`] shape as in-process code mode.
+//! What a script unit reports as its run's value, and how the host reads
+//! the [`RunOutcome`] of any runtime (the sandboxed worker,
+//! [`crate::InProcessRuntime`]) back into the [`CodeOutcome`] code mode
+//! returns everywhere.
 //!
 //! What the sandbox says is trusted only for what it cannot lie about to
 //! its advantage: the script's status, value and console output. The tool
@@ -10,40 +11,17 @@
 
 use serde::Deserialize;
 use serde_json::Value as Json;
-use toolexec::{CancellationToken, ErrorBody, ErrorCode, Exec};
-use toolexec_runtime::{LimitKind, Profile, RunOutcome, RunRequest, RunStatus, Runtimes, Unit};
+use toolexec::{ErrorBody, ErrorCode};
+use toolexec_runtime::{RunOutcome, RunStatus};
 
-use crate::{
-    CodeLimit, CodeLimits, CodeOutcome, CodeStatus, ToolCallRecord, runtime_limits_from_code,
-};
+use crate::{CodeLimit, CodeLimits, CodeOutcome, CodeStatus, ToolCallRecord};
 
-/// Runs `code` under `limits` in the runtime `runtimes` selects for
-/// [`Profile::Hardened`], with tools from `exec`. `Err` only when nothing
-/// ran (no runtime available, invalid limits); every run gives an outcome.
-pub async fn execute_code_in(
-    runtimes: &Runtimes,
-    exec: &Exec,
-    code: &str,
-    limits: CodeLimits,
-    cancel: CancellationToken,
-) -> Result<CodeOutcome, ErrorBody> {
-    execute_code_with_profile(runtimes, exec, code, limits, Profile::Hardened, cancel).await
-}
-
-/// [`execute_code_in`] under any profile (the runtime is chosen by the
-/// registry's mapping for it).
-pub async fn execute_code_with_profile(
-    runtimes: &Runtimes,
-    exec: &Exec,
-    code: &str,
-    limits: CodeLimits,
-    profile: Profile,
-    cancel: CancellationToken,
-) -> Result<CodeOutcome, ErrorBody> {
-    let request = RunRequest::new(Unit::javascript(code), profile)
-        .with_limits(runtime_limits_from_code(&limits));
-    let run = runtimes.run(request, Some(exec), cancel).await;
-    outcome_from_run(run, &limits)
+/// The value a script unit reports as its run's [`RunOutcome::value`]: the
+/// [`CodeOutcome`] JSON without its tool calls, which the host logs itself
+/// (so the calls' arguments and results never count against the report).
+pub(crate) fn report(outcome: &mut CodeOutcome) -> Json {
+    outcome.tool_calls.clear();
+    serde_json::to_value(&*outcome).unwrap_or(Json::Null)
 }
 
 /// What the worker reports; everything else about the run comes from the host.
@@ -58,7 +36,7 @@ struct Reported {
     stderr: String,
 }
 
-/// Rebuilds the [`CodeOutcome`] of a hardened run. `Err` when the run never
+/// Rebuilds the [`CodeOutcome`] of a script run as a unit. `Err` when the run never
 /// started (the runtime is `none`: selection or validation failed).
 pub fn outcome_from_run(run: RunOutcome, limits: &CodeLimits) -> Result<CodeOutcome, ErrorBody> {
     // The host's log, never the sandbox's word.
@@ -181,17 +159,10 @@ fn host_limit(run: &RunOutcome) -> CodeStatus {
         return CodeStatus::Ok;
     };
     let message = format!("sandbox ({}): {message}", run.runtime);
-    let limit = |limit: CodeLimit| CodeStatus::LimitExceeded {
-        limit,
-        message: message.clone(),
-    };
-    match kind {
-        LimitKind::WallTime | LimitKind::CpuTime => limit(CodeLimit::Timeout),
-        LimitKind::Memory => limit(CodeLimit::Memory),
-        LimitKind::Output => limit(CodeLimit::Output),
-        LimitKind::ToolCalls => limit(CodeLimit::ToolCalls),
-        other => CodeStatus::Exception {
-            message: format!("sandbox limit {other} exceeded: {message}"),
+    match CodeLimit::from_limit_kind(*kind) {
+        Some(limit) => CodeStatus::LimitExceeded { limit, message },
+        None => CodeStatus::Exception {
+            message: format!("sandbox limit {kind} exceeded: {message}"),
             stack: None,
         },
     }

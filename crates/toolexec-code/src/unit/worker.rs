@@ -1,7 +1,8 @@
-//! The sandbox side of hardened code mode: a process started inside a
-//! sandbox reads its script from stdin, runs it in the [`CodeEngine`] with
-//! tool access through the gateway protocol (descriptor 3), and sends the
-//! [`CodeOutcome`] back as its gateway `result`.
+//! The sandbox side of a script unit (hardened code mode): a process
+//! started inside a sandbox reads its script from stdin, runs it in the
+//! [`CodeEngine`] with tool access through the gateway protocol
+//! (descriptor 3), and sends the [`CodeOutcome`] back as its gateway
+//! `result`.
 //!
 //! Input on stdin, one JSON object: `{"language": "javascript", "source":
 //! "...", "limits": <toolexec_runtime::RuntimeLimits>}`.
@@ -17,10 +18,9 @@ use toolexec::{DetailLevel, ErrorBody, ErrorCode};
 use toolexec_runtime::RuntimeLimits;
 use toolexec_runtime::protocol::{ClientError, DEFAULT_MAX_FRAME_BYTES, GatewayClient};
 
-use crate::access::{BoxFuture, ToolAccess, until_cancelled};
-use crate::{
-    CodeEngine, CodeLimit, CodeOutcome, CodeRequest, CodeStatus, code_limits_from_runtime,
-};
+use super::{engine_limits, report};
+use crate::access::{ToolAccess, until_cancelled};
+use crate::{CodeEngine, CodeLimit, CodeOutcome, CodeRequest, CodeStatus};
 
 /// Largest input accepted on stdin (a 1 MiB script, JSON-escaped, and limits).
 pub const MAX_INPUT_BYTES: u64 = 8 << 20;
@@ -33,7 +33,7 @@ pub struct WorkerInput {
     /// The script.
     pub source: String,
     /// The run's limits; the script's limits are derived with
-    /// [`code_limits_from_runtime`].
+    /// [`code_limits_from_runtime`](crate::code_limits_from_runtime).
     #[serde(default)]
     pub limits: RuntimeLimits,
 }
@@ -115,8 +115,7 @@ pub async fn run_script_worker() -> Result<(), WorkerError> {
 
 /// Runs `input` with tools through `client`.
 async fn run_with(client: Arc<GatewayClient<UnixStream>>, input: &WorkerInput) -> CodeOutcome {
-    let mut limits = code_limits_from_runtime(&input.limits);
-    limits.allowed_tools.clear();
+    let limits = engine_limits(&input.limits);
     let engine = CodeEngine::with_tools(Arc::new(GatewayTools(client)), 1);
     engine
         .execute(CodeRequest::new(input.source.clone()).with_limits(limits))
@@ -129,8 +128,7 @@ async fn run_with(client: Arc<GatewayClient<UnixStream>>, input: &WorkerInput) -
 /// count against the frame), cut to fit one gateway frame (console output
 /// shortened, the status then `limit_exceeded: output`).
 pub fn result_value(mut outcome: CodeOutcome) -> Json {
-    outcome.tool_calls.clear();
-    let value = serde_json::to_value(&outcome).unwrap_or(Json::Null);
+    let value = report(&mut outcome);
     let budget = DEFAULT_MAX_FRAME_BYTES - 4096;
     if serde_json::to_vec(&value).map_or(0, |b| b.len()) <= budget {
         return value;
@@ -147,7 +145,7 @@ pub fn result_value(mut outcome: CodeOutcome) -> Json {
             "the outcome does not fit one gateway frame of {DEFAULT_MAX_FRAME_BYTES} bytes"
         ),
     };
-    serde_json::to_value(&outcome).unwrap_or(Json::Null)
+    report(&mut outcome)
 }
 
 /// Tool access through the gateway.
@@ -170,7 +168,7 @@ impl ToolAccess for GatewayTools {
         tool_id: &str,
         args: Json,
         cancel: CancellationToken,
-    ) -> BoxFuture<Result<Json, ErrorBody>> {
+    ) -> toolexec::BoxFuture<'static, Result<Json, ErrorBody>> {
         let client = self.0.clone();
         let id = tool_id.to_owned();
         Box::pin(async move {
@@ -179,7 +177,7 @@ impl ToolAccess for GatewayTools {
         })
     }
 
-    fn search(&self, query: &str, limit: usize) -> BoxFuture<Json> {
+    fn search(&self, query: &str, limit: usize) -> toolexec::BoxFuture<'static, Json> {
         let client = self.0.clone();
         let query = query.to_owned();
         Box::pin(async move {
@@ -190,7 +188,11 @@ impl ToolAccess for GatewayTools {
         })
     }
 
-    fn describe(&self, tool_id: &str, level: DetailLevel) -> BoxFuture<Result<Json, ErrorBody>> {
+    fn describe(
+        &self,
+        tool_id: &str,
+        level: DetailLevel,
+    ) -> toolexec::BoxFuture<'static, Result<Json, ErrorBody>> {
         let client = self.0.clone();
         let id = tool_id.to_owned();
         let detail = match level {

@@ -1,5 +1,5 @@
-//! Mapping between code-mode limits and sandbox runtime limits, used on
-//! both sides of a hardened run so they agree.
+//! Mapping between code-mode limits and runtime limits, used on both sides
+//! of a script run as a unit so they agree.
 
 use std::time::Duration;
 
@@ -11,15 +11,15 @@ use crate::CodeLimits;
 /// start, worker start and the engine's own grace period. The worker
 /// subtracts it again, so the script's own deadline fires first and the
 /// outcome names the timeout precisely.
-pub const STARTUP_MARGIN: Duration = Duration::from_millis(1500);
+pub(crate) const STARTUP_MARGIN: Duration = Duration::from_millis(1500);
 
 /// Memory a hardened run's worker process gets on top of the script's
 /// JavaScript heap: the worker binary, its threads' stacks and the
 /// allocator's arenas.
-pub const PROCESS_MEMORY_OVERHEAD: u64 = 192 << 20;
+pub(crate) const PROCESS_MEMORY_OVERHEAD: u64 = 192 << 20;
 
-/// The sandbox limits for a script with `limits`: wall time plus
-/// [`STARTUP_MARGIN`], memory plus [`PROCESS_MEMORY_OVERHEAD`], the same
+/// The sandbox limits for a script with `limits`: wall time plus a 1.5 s
+/// startup margin, memory plus 192 MiB for the worker process, the same
 /// tool budget, allowlist and output limit, no network, at most 16
 /// processes (the worker needs a few threads).
 ///
@@ -68,4 +68,13 @@ pub fn code_limits_from_runtime(limits: &RuntimeLimits) -> CodeLimits {
         allowed_tools: limits.allowed_tools.clone(),
         max_stack_bytes: defaults.max_stack_bytes,
     }
+}
+
+/// The engine's limits for a unit run under `limits`:
+/// [`code_limits_from_runtime`] with the allowlist left to the run's host,
+/// which enforces it and logs the refused calls.
+pub(crate) fn engine_limits(limits: &RuntimeLimits) -> CodeLimits {
+    let mut code = code_limits_from_runtime(limits);
+    code.allowed_tools.clear();
+    code
 }

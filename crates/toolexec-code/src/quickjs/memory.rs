@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use rquickjs::allocator::{Allocator, RustAllocator};
 
-use crate::sandbox::{Abort, AbortFlag};
+use super::abort::{Abort, AbortFlag};
 
 /// Bytes of bookkeeping `RustAllocator` adds before each block.
 const HEADER: usize = 8;

@@ -18,9 +18,10 @@ use toolexec_runtime::{
     RunRequest, RunStatus, Runtime, RuntimeLimits, ToolHost, Unit, UnitKind,
 };
 
-use crate::access::{BoxFuture, ToolAccess, until_cancelled};
+use super::worker::MAX_INPUT_BYTES;
+use super::{engine_limits, report};
+use crate::access::{ToolAccess, until_cancelled};
 use crate::engine::{CodeEngine, Pool};
-use crate::worker::MAX_INPUT_BYTES;
 use crate::{CodeLimit, CodeLimits, CodeOutcome, CodeRequest, CodeStatus};
 
 /// Runs [`Unit::Script`] units (`javascript`) in the in-process QuickJS
@@ -36,7 +37,7 @@ use crate::{CodeLimit, CodeLimits, CodeOutcome, CodeRequest, CodeStatus};
 /// - result: [`RunOutcome::value`] is the [`CodeOutcome`] JSON without its
 ///   tool calls (those are [`RunOutcome::tool_calls`], the host's log), the
 ///   same shape the sandboxed worker sends, so
-///   [`crate::hardened::outcome_from_run`] reads either.
+///   [`crate::outcome_from_run`] reads either.
 ///
 /// ```
 /// use toolexec_code::InProcessRuntime;
@@ -167,14 +168,6 @@ impl Runtime for InProcessRuntime {
     }
 }
 
-/// The engine's limits for a run: the worker's mapping, with the allowlist
-/// left to the host (which logs refused calls).
-fn engine_limits(limits: &RuntimeLimits) -> CodeLimits {
-    let mut code = crate::code_limits_from_runtime(limits);
-    code.allowed_tools.clear();
-    code
-}
-
 /// The script source, once the request is one this runtime runs.
 fn check(request: &RunRequest) -> Result<String, ErrorBody> {
     let Unit::Script(script) = &request.unit else {
@@ -246,7 +239,7 @@ fn run_outcome(mut code: CodeOutcome) -> RunOutcome {
                 details: None,
             },
         },
-        CodeStatus::LimitExceeded { limit, message } => match limit_kind(*limit) {
+        CodeStatus::LimitExceeded { limit, message } => match limit.limit_kind() {
             Some(limit) => RunStatus::LimitExceeded {
                 limit,
                 message: message.clone(),
@@ -272,23 +265,10 @@ fn run_outcome(mut code: CodeOutcome) -> RunOutcome {
     let mut outcome = RunOutcome::new(InProcessRuntime::NAME, status);
     // The worker's shape without the engine's call log: the run's log is
     // the host's ([`RunOutcome::tool_calls`]), and the reader ignores it.
-    code.tool_calls.clear();
-    outcome.value = Some(serde_json::to_value(&code).unwrap_or(Json::Null));
+    outcome.value = Some(report(&mut code));
     outcome.stdout = code.stdout;
     outcome.stderr = code.stderr;
     outcome
-}
-
-/// The runtime limit behind a script limit (`None`: the stack and the
-/// pool, which have none).
-fn limit_kind(limit: CodeLimit) -> Option<LimitKind> {
-    match limit {
-        CodeLimit::Timeout => Some(LimitKind::WallTime),
-        CodeLimit::Memory => Some(LimitKind::Memory),
-        CodeLimit::ToolCalls => Some(LimitKind::ToolCalls),
-        CodeLimit::Output => Some(LimitKind::Output),
-        CodeLimit::Stack | CodeLimit::Workers => None,
-    }
 }
 
 /// How each limit is enforced for a run with `limits` (engine: `code`).
@@ -366,19 +346,23 @@ impl ToolAccess for HostTools {
         tool_id: &str,
         args: Json,
         cancel: CancellationToken,
-    ) -> BoxFuture<Result<Json, ErrorBody>> {
+    ) -> toolexec::BoxFuture<'static, Result<Json, ErrorBody>> {
         let host = self.host.clone();
         let id = tool_id.to_owned();
         Box::pin(async move { until_cancelled(&id, host.call(&id, args), &cancel).await })
     }
 
-    fn search(&self, query: &str, limit: usize) -> BoxFuture<Json> {
+    fn search(&self, query: &str, limit: usize) -> toolexec::BoxFuture<'static, Json> {
         let host = self.host.clone();
         let query = query.to_owned();
         Box::pin(async move { host.search(&query, limit).await })
     }
 
-    fn describe(&self, tool_id: &str, level: DetailLevel) -> BoxFuture<Result<Json, ErrorBody>> {
+    fn describe(
+        &self,
+        tool_id: &str,
+        level: DetailLevel,
+    ) -> toolexec::BoxFuture<'static, Result<Json, ErrorBody>> {
         let host = self.host.clone();
         let id = tool_id.to_owned();
         Box::pin(async move { host.describe(&id, level).await })
