@@ -203,7 +203,8 @@ impl BubblewrapRuntime {
                 user: config
                     .users
                     .check()
-                    .map(|()| is_root().then(|| config.users.clone())),
+                    .map(|()| is_root().then(|| config.users.clone()))
+                    .map_err(|e| e.to_string()),
                 available: OnceLock::new(),
                 mechanisms: OnceLock::new(),
                 seccomp: OnceLock::new(),
@@ -703,9 +704,6 @@ impl Shared {
     }
 
     fn prepare(&self, unit: &Unit, limits: &RuntimeLimits) -> Result<Prepared, Box<RunOutcome>> {
-        let bad = |field: &str, msg: &str| {
-            Box::new(RunOutcome::invalid(BubblewrapRuntime::NAME, field, msg))
-        };
         let mut env = vec![
             ("PATH".to_owned(), SANDBOX_PATH.to_owned()),
             ("HOME".to_owned(), "/tmp".to_owned()),
@@ -713,7 +711,9 @@ impl Shared {
         ];
         match unit {
             Unit::Command(command) => {
-                command.check().map_err(|(field, why)| bad(field, &why))?;
+                command
+                    .check()
+                    .map_err(|e| Box::new(RunOutcome::error(BubblewrapRuntime::NAME, &e)))?;
                 for (k, v) in &command.env {
                     env.retain(|(key, _)| key != k);
                     env.push((k.clone(), v.clone()));

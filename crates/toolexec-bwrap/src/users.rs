@@ -44,23 +44,25 @@ impl Default for UidRange {
 impl UidRange {
     /// Checks the range: not empty, no overflow, never uid 0 and never
     /// the shared `nobody` (65534).
-    pub fn check(&self) -> Result<(), String> {
+    /// The error is `invalid_request` naming `bubblewrap.users`.
+    pub fn check(&self) -> Result<(), toolexec::Error> {
+        let bad = |message: String| toolexec::Error::invalid_request("bubblewrap.users", message);
         let last = self
             .first
             .checked_add(self.count.saturating_sub(1))
             .filter(|_| self.count > 0)
             .ok_or_else(|| {
-                format!(
+                bad(format!(
                     "sandbox uid range {}+{} is empty or overflows",
                     self.first, self.count
-                )
+                ))
             })?;
         for (id, what) in [(0, "root"), (SandboxUser::NOBODY.uid, "the shared nobody")] {
             if (self.first..=last).contains(&id) {
-                return Err(format!(
+                return Err(bad(format!(
                     "sandbox uid range {}..={last} contains {id} ({what}); units never run as host uid 0 or a shared user",
                     self.first
-                ));
+                )));
             }
         }
         Ok(())
@@ -157,8 +159,14 @@ mod tests {
             count,
             lock_dir: dir.clone(),
         };
-        assert!(bad(0, 10).check().unwrap_err().contains("root"));
-        assert!(bad(65_000, 1000).check().unwrap_err().contains("nobody"));
+        assert!(bad(0, 10).check().unwrap_err().to_string().contains("root"));
+        assert!(
+            bad(65_000, 1000)
+                .check()
+                .unwrap_err()
+                .to_string()
+                .contains("nobody")
+        );
         assert!(bad(u32::MAX, 2).check().is_err());
         assert!(bad(100_000, 0).check().is_err());
         assert!(UidRange::default().check().is_ok());

@@ -682,7 +682,10 @@ fn resolve_docker(raw: RawDocker) -> Result<DockerOptions, ResolveError> {
             let image = image.into_inner();
             toolexec_docker::DockerConfig::new(image.clone())
                 .validate()
-                .map_err(|(field, m)| (format!("runtimes.docker.{field}"), m, Some(span)))?;
+                .map_err(|e| {
+                    let (field, m) = refused(e);
+                    (format!("runtimes.{field}"), m, Some(span))
+                })?;
             Some(image)
         }
         None => None,
@@ -703,7 +706,7 @@ fn resolve_remote(raw: RawRemote, base: &Path) -> Result<RemoteOptions, ResolveE
         let url = url.into_inner();
         let config = toolexec_remote::RemoteConfig::new(url.clone(), None);
         toolexec_remote::RemoteRuntime::new(config)
-            .map_err(|e| ("runtimes.remote.url".into(), e.0, Some(span)))?;
+            .map_err(|e| ("runtimes.remote.url".into(), refused(e).1, Some(span)))?;
         options.url = Some(url);
     }
     options.key = match (raw.key_file, raw.key_env) {
@@ -774,14 +777,28 @@ fn resolve_wasm(raw: RawWasm) -> Result<WasmOptions, ResolveError> {
         config.max_memory_bytes = m.get_ref().0 as u64;
         options.max_memory = Some(config.max_memory_bytes);
     }
-    config.validate().map_err(|m| {
-        if m.starts_with("pool_instances") {
+    config.validate().map_err(|e| {
+        let (field, m) = refused(e);
+        if field == "wasm.pool_instances" {
             ("runtimes.wasm.pool_instances".into(), m, pool_span.clone())
         } else {
             ("runtimes.wasm.max_memory".into(), m, memory_span.clone())
         }
     })?;
     Ok(options)
+}
+
+/// The field and the bare message of a check the runtime crates made
+/// (`invalid_request: <field>: <message>`), for a report that names the
+/// file's own key and position.
+fn refused(error: toolexec::Error) -> (String, String) {
+    match error {
+        toolexec::Error::InvalidRequest { field, message } => (field, message),
+        other => (
+            other.field().unwrap_or_default().to_owned(),
+            other.to_string(),
+        ),
+    }
 }
 
 /// Validates one `[[commands]]` table (its index `i`) into a definition.
@@ -850,12 +867,10 @@ fn resolve_command(c: RawCommand, i: usize) -> Result<CommandToolDef, ResolveErr
     if let Some(n) = l.max_tool_calls {
         limits.max_tool_calls = n;
     }
-    if let Err(m) = limits.validate() {
+    if let Err(e) = limits.validate() {
+        let (field, m) = refused(e);
         // RuntimeLimits names its fields; the file names them shorter.
-        let field = match m
-            .strip_prefix("limits.")
-            .and_then(|r| r.split_whitespace().next())
-        {
+        let field = match field.strip_prefix("limits.") {
             Some("memory_bytes") => "memory",
             Some("max_output_bytes") => "max_output",
             Some("disk_bytes") => "disk",

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use toolexec::Error;
 
 /// Where the daemon is and how units' containers look.
 ///
@@ -79,23 +80,29 @@ impl DockerConfig {
         }
     }
 
-    /// Checks the values are usable: `Err((field, why))`.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+    /// Checks the values are usable: `invalid_request` naming the field
+    /// (`docker.user`, ...).
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |field: &str, message: String| {
+            Err(Error::invalid_request(format!("docker.{field}"), message))
+        };
         if self.image.trim().is_empty() {
-            return Err(("image", "must name an image".into()));
+            return bad("image", "must name an image".into());
         }
-        self.unit_user()?;
+        if let Err((field, message)) = self.unit_user() {
+            return bad(field, message);
+        }
         if self.gateway_peer_uid == Some(0) {
-            return Err((
+            return bad(
                 "gateway_peer_uid",
                 "units never run as host uid 0; the gateway does not serve it".into(),
-            ));
+            );
         }
         if !(self.cpus.is_finite() && self.cpus > 0.0 && self.cpus <= 1024.0) {
-            return Err(("cpus", format!("{} is not in (0, 1024]", self.cpus)));
+            return bad("cpus", format!("{} is not in (0, 1024]", self.cpus));
         }
         if self.max_open_files == 0 {
-            return Err(("max_open_files", "must be at least 1".into()));
+            return bad("max_open_files", "must be at least 1".into());
         }
         Ok(())
     }
@@ -170,7 +177,7 @@ mod tests {
             "4294967296:1",
         ] {
             let err = with(user).validate().unwrap_err();
-            assert_eq!(err.0, "user", "{user:?}: {err:?}");
+            assert_eq!(err.field(), Some("docker.user"), "{user:?}: {err:?}");
         }
         for (user, ids) in [("65534:65534", (65534, 65534)), ("1000:100", (1000, 100))] {
             assert_eq!(with(user).unit_user(), Ok(ids), "{user}");
@@ -181,6 +188,7 @@ mod tests {
         remapped.gateway_peer_uid = Some(166536);
         assert_eq!(remapped.gateway_uid(), Some(166536));
         remapped.gateway_peer_uid = Some(0);
-        assert_eq!(remapped.validate().unwrap_err().0, "gateway_peer_uid");
+        let err = remapped.validate().unwrap_err();
+        assert_eq!(err.field(), Some("docker.gateway_peer_uid"));
     }
 }

@@ -29,20 +29,3 @@ pub use config::DockerConfig;
 pub use runtime::{DockerRuntime, MIN_API_VERSION};
 pub use spec::{CONTAINER_GATEWAY_SOCKET, RUN_LABEL};
 pub use sweep::{OWNER_LABEL, RUNTIME_LABEL, owner_id};
-
-/// A [`DockerConfig`] that cannot be used.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid_request: docker.{field}: {message}")]
-pub struct ConfigError {
-    /// The failing field.
-    pub field: &'static str,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl ConfigError {
-    /// The stable error code: `invalid_request`.
-    pub fn code(&self) -> toolexec::ErrorCode {
-        toolexec::ErrorCode::InvalidRequest
-    }
-}

@@ -23,11 +23,11 @@ use toolexec_sandbox::Capture;
 use toolexec_sandbox::gateway_socket::PeerPolicy;
 use toolexec_sandbox::verdict::{self, CgroupEvents};
 
+use crate::DockerConfig;
 use crate::cgroup::Observer;
 use crate::cleanup::{self, Lease, Target, is_not_found};
 use crate::gateway::{self, GatewaySocket};
 use crate::spec::container_body;
-use crate::{ConfigError, DockerConfig};
 
 /// The oldest Engine API this runtime speaks (Docker 19.03).
 pub const MIN_API_VERSION: (usize, usize) = (1, 40);
@@ -71,10 +71,8 @@ impl DockerRuntime {
 
     /// A runtime with `config` (checked here; the daemon is contacted on
     /// the first run or availability check).
-    pub fn new(config: DockerConfig) -> Result<Self, ConfigError> {
-        config
-            .validate()
-            .map_err(|(field, message)| ConfigError { field, message })?;
+    pub fn new(config: DockerConfig) -> Result<Self, toolexec::Error> {
+        config.validate()?;
         Ok(DockerRuntime {
             config,
             version: Mutex::new(None),
@@ -148,8 +146,8 @@ impl DockerRuntime {
         ctx: &RunContext,
     ) -> RunOutcome {
         let started = Instant::now();
-        if let Err((field, message)) = command.check() {
-            return error(ErrorCode::InvalidRequest, field, &message);
+        if let Err(e) = command.check() {
+            return RunOutcome::error(DockerRuntime::NAME, &e);
         }
         if limits.network != NetworkPolicy::Off {
             return error(
@@ -670,7 +668,11 @@ mod tests {
             ),
         ];
         for (command, field) in bad {
-            assert_eq!(command.check().unwrap_err().0, field, "{command:?}");
+            assert_eq!(
+                command.check().unwrap_err().field(),
+                Some(field),
+                "{command:?}"
+            );
         }
     }
 

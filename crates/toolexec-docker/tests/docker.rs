@@ -488,7 +488,7 @@ fn root_users_are_refused() {
             ..DockerConfig::new(IMAGE)
         })
         .unwrap_err();
-        assert_eq!(err.field, "user", "{user}: {err}");
+        assert_eq!(err.field(), Some("docker.user"), "{user}: {err}");
         assert_eq!(err.code().as_str(), "invalid_request");
     }
 }

@@ -95,6 +95,23 @@ impl OciError {
         })
     }
 
+    /// A request the contract's own checks refused ([`CommandUnit::check`],
+    /// [`RuntimeLimits::validate`]), with its field.
+    ///
+    /// [`CommandUnit::check`]: toolexec_runtime::CommandUnit::check
+    /// [`RuntimeLimits::validate`]: toolexec_runtime::RuntimeLimits::validate
+    pub(crate) fn refused(error: toolexec::Error) -> Self {
+        match error {
+            toolexec::Error::InvalidRequest { field, message } => {
+                OciError::Invalid { field, message }
+            }
+            other => OciError::Invalid {
+                field: other.field().unwrap_or("request").to_owned(),
+                message: other.to_body().message,
+            },
+        }
+    }
+
     pub(crate) fn setup(message: impl Into<String>) -> Self {
         OciError::Setup(message.into())
     }

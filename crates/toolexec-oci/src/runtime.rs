@@ -227,9 +227,7 @@ impl OciRuntime {
         let name = flavor.name();
         self.config.check_user()?;
         let limits = &request.limits;
-        limits
-            .validate()
-            .map_err(|m| OciError::invalid("limits", m))?;
+        limits.validate().map_err(OciError::refused)?;
         let script_command;
         let (command, worker) = match &request.unit {
             Unit::Command(command) => (command, None),

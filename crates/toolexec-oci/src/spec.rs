@@ -74,9 +74,7 @@ pub(crate) struct SpecInput<'a> {
 /// Checks the unit's fields and builds the spec.
 pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
     let command = input.command;
-    command
-        .check()
-        .map_err(|(field, why)| OciError::invalid(field, why))?;
+    command.check().map_err(OciError::refused)?;
     let cwd = command.cwd.as_deref().unwrap_or("/tmp");
     let mut env = vec![
         "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".to_owned(),

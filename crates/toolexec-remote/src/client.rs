@@ -132,20 +132,20 @@ impl std::fmt::Debug for RemoteRuntime {
     }
 }
 
-/// A bad [`RemoteConfig`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid_request: remote runtime: {0}")]
-pub struct ConfigError(pub String);
-
 impl RemoteRuntime {
     /// The runtime name.
     pub const NAME: &'static str = "remote";
 
-    /// A runtime for `config`; fails on a bad URL.
-    pub fn new(config: RemoteConfig) -> Result<Self, ConfigError> {
-        let endpoint = Endpoint::parse(&config.url).map_err(ConfigError)?;
+    /// A runtime for `config`; fails on a bad URL or retry policy
+    /// (`invalid_request` naming `remote.url` or `remote.retry`).
+    pub fn new(config: RemoteConfig) -> Result<Self, toolexec::Error> {
+        let endpoint = Endpoint::parse(&config.url)
+            .map_err(|e| toolexec::Error::invalid_request("remote.url", e))?;
         if config.retry.max_attempts == 0 {
-            return Err(ConfigError("retry.max_attempts must be at least 1".into()));
+            return Err(toolexec::Error::invalid_request(
+                "remote.retry.max_attempts",
+                "must be at least 1",
+            ));
         }
         Ok(RemoteRuntime {
             isolation: format!(

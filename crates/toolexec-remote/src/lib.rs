@@ -46,6 +46,6 @@ pub mod server;
 mod session;
 pub mod wire;
 
-pub use client::{ConfigError, RemoteConfig, RemoteRuntime, RetryPolicy};
+pub use client::{RemoteConfig, RemoteRuntime, RetryPolicy};
 pub use error::{ApiError, ApiErrorCode, ApiErrorEnvelope};
 pub use server::{LimitCeilings, LocalAddr, RuntimeServer, ServerConfig, ServerStats};

@@ -407,16 +407,12 @@ pub fn parse_request(body: &[u8]) -> Result<RunRequest, ApiError> {
     })?;
     de.end()
         .map_err(|e| invalid("body".into(), e.to_string()))?;
-    if let Err(message) = request.limits.validate() {
-        let field = message
-            .split_whitespace()
-            .next()
-            .unwrap_or("limits")
-            .to_owned();
+    if let Err(error) = request.limits.validate() {
+        let field = error.field().unwrap_or("limits").to_owned();
         return Err(ApiError::new(
             ApiErrorCode::InvalidRequest,
-            Some(field.trim_end_matches(':')),
-            format!("invalid_request: {message}"),
+            Some(&field),
+            error.to_string(),
         ));
     }
     Ok(request)

@@ -251,9 +251,10 @@ impl CommandTool {
                 format!("{{{name}}} names no property of input_schema"),
             ));
         }
-        def.limits
-            .validate()
-            .map_err(|m| bad("limits", m.trim_start_matches("limits.").to_owned()))?;
+        def.limits.validate().map_err(|e| match e {
+            Error::InvalidRequest { field, message } => bad(&field, message),
+            other => bad("limits", other.to_string()),
+        })?;
         let required = def
             .input_schema
             .get("required")

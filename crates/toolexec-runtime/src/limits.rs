@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use toolexec::Error;
 
 /// The resource limits of one run. Every runtime enforces what it can and
 /// reports, per limit, the mechanism it used ([`crate::Enforcement`]); a
@@ -66,31 +67,32 @@ impl Default for RuntimeLimits {
 impl RuntimeLimits {
     /// Checks the limits are usable: non-zero wall time and output, and
     /// memory of at least 1 MiB when set.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |field: &str, message: &str| Err(Error::invalid_request(field, message));
         if self.wall_time.is_zero() {
-            return Err("limits.wall_time must be greater than zero".into());
+            return bad("limits.wall_time", "must be greater than zero");
         }
         if self.cpu_time.is_some_and(|d| d.is_zero()) {
-            return Err("limits.cpu_time must be greater than zero".into());
+            return bad("limits.cpu_time", "must be greater than zero");
         }
         if self.memory_bytes.is_some_and(|m| m < 1 << 20) {
-            return Err("limits.memory_bytes must be at least 1 MiB".into());
+            return bad("limits.memory_bytes", "must be at least 1 MiB");
         }
         if self.max_processes == Some(0) {
-            return Err("limits.max_processes must be at least 1".into());
+            return bad("limits.max_processes", "must be at least 1");
         }
         if self.max_output_bytes == 0 {
-            return Err("limits.max_output_bytes must be greater than zero".into());
+            return bad("limits.max_output_bytes", "must be greater than zero");
         }
         if let NetworkPolicy::Allow { hosts } = &self.network {
             if hosts.is_empty() {
-                return Err("limits.network.allow needs at least one host".into());
+                return bad("limits.network.allow", "needs at least one host");
             }
-            if let Some(bad) = hosts
+            if let Some(bad_host) = hosts
                 .iter()
                 .find(|h| h.is_empty() || h.contains(['/', ' ']))
             {
-                return Err(format!("limits.network.allow: bad host {bad:?}"));
+                return bad("limits.network.allow", &format!("bad host {bad_host:?}"));
             }
         }
         Ok(())

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolexec::{ErrorBody, ErrorCode};
+use toolexec::ErrorBody;
 
 use crate::{LimitKind, ToolCallRecord, Unit};
 
@@ -56,14 +56,16 @@ impl RunOutcome {
     /// The outcome of a request the runtime refused as invalid:
     /// `invalid_request` naming the failing `field`.
     pub fn invalid(runtime: &str, field: &str, message: &str) -> Self {
+        RunOutcome::error(runtime, &toolexec::Error::invalid_request(field, message))
+    }
+
+    /// The outcome of a run that ended in `error` (serialized here, once,
+    /// with its code).
+    pub fn error(runtime: &str, error: &toolexec::Error) -> Self {
         RunOutcome::new(
             runtime,
             RunStatus::Error {
-                error: ErrorBody {
-                    code: ErrorCode::InvalidRequest,
-                    message: format!("invalid_request: {field}: {message}"),
-                    details: Some(serde_json::json!({"field": field})),
-                },
+                error: error.to_body(),
             },
         )
     }

@@ -143,15 +143,8 @@ impl Runtimes {
             outcome.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
             outcome
         };
-        if let Err(message) = request.limits.validate() {
-            return fail(
-                "none",
-                ErrorBody {
-                    code: ErrorCode::InvalidRequest,
-                    message: format!("invalid_request: {message}"),
-                    details: Some(json!({"field": "limits"})),
-                },
-            );
+        if let Err(error) = request.limits.validate() {
+            return fail("none", error.to_body());
         }
         let runtime = match self.select(request.profile, request.unit.kind()) {
             Ok(runtime) => runtime,

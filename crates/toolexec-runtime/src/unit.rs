@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use toolexec::Error;
 
 use crate::{Profile, RuntimeLimits};
 
@@ -110,37 +111,39 @@ impl CommandUnit {
     /// ```
     /// use toolexec_runtime::CommandUnit;
     /// let unit = CommandUnit { argv: vec![], ..CommandUnit::default() };
-    /// assert_eq!(unit.check().unwrap_err().0, "unit.argv");
+    /// let err = unit.check().unwrap_err();
+    /// assert!(matches!(err, toolexec::Error::InvalidRequest { ref field, .. } if field == "unit.argv"));
     /// ```
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
+    pub fn check(&self) -> Result<(), Error> {
+        let bad = |field: &str, message: String| Err(Error::invalid_request(field, message));
         if self.argv.first().is_none_or(|program| program.is_empty()) {
-            return Err(("unit.argv", "must name a program".into()));
+            return bad("unit.argv", "must name a program".into());
         }
         if self.argv.iter().any(|a| a.contains('\0')) {
-            return Err(("unit.argv", "arguments must not contain NUL bytes".into()));
+            return bad("unit.argv", "arguments must not contain NUL bytes".into());
         }
         for (key, value) in &self.env {
             if key.is_empty() || key.contains(['=', '\0']) {
-                return Err(("unit.env", format!("{key:?} is not a variable name")));
+                return bad("unit.env", format!("{key:?} is not a variable name"));
             }
             if value.contains('\0') {
-                return Err(("unit.env", format!("the value of {key} contains NUL")));
+                return bad("unit.env", format!("the value of {key} contains NUL"));
             }
             if key.starts_with("TOOLEXEC_GATEWAY") {
-                return Err(("unit.env", format!("{key} is set by the runtime")));
+                return bad("unit.env", format!("{key} is set by the runtime"));
             }
         }
         if let Some(cwd) = &self.cwd
             && (!cwd.starts_with('/') || cwd.contains('\0'))
         {
-            return Err(("unit.cwd", format!("{cwd:?} is not an absolute path")));
+            return bad("unit.cwd", format!("{cwd:?} is not an absolute path"));
         }
         if self
             .stdin
             .as_ref()
             .is_some_and(|s| s.len() > MAX_COMMAND_STDIN_BYTES)
         {
-            return Err(("unit.stdin", "more than 64 MiB".into()));
+            return bad("unit.stdin", "more than 64 MiB".into());
         }
         Ok(())
     }

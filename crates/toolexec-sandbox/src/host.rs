@@ -69,8 +69,8 @@ impl Runtime for HostRuntime {
             let Unit::Command(command) = &request.unit else {
                 return RunOutcome::unsupported(self.name(), &request.unit);
             };
-            if let Err((field, why)) = command.check() {
-                return RunOutcome::invalid(self.name(), field, &why);
+            if let Err(error) = command.check() {
+                return RunOutcome::error(self.name(), &error);
             }
             let Some((program, args)) = command.argv.split_first() else {
                 return RunOutcome::invalid(self.name(), "unit.argv", "must name a program");

@@ -64,30 +64,36 @@ impl Default for WasmConfig {
 
 impl WasmConfig {
     /// Checks the settings are usable; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), toolexec::Error> {
+        let bad = |field: &str, message: &str| {
+            Err(toolexec::Error::invalid_request(
+                format!("wasm.{field}"),
+                message,
+            ))
+        };
         if self.pool_instances == 0 || self.pool_instances > 10_000 {
-            return Err("pool_instances must be between 1 and 10000".into());
+            return bad("pool_instances", "must be between 1 and 10000");
         }
         if self.max_memory_bytes < 1 << 16 || self.max_memory_bytes > 4 << 30 {
-            return Err("max_memory_bytes must be between 64 KiB and 4 GiB".into());
+            return bad("max_memory_bytes", "must be between 64 KiB and 4 GiB");
         }
         if self.cache_entries == 0 {
-            return Err("cache_entries must be at least 1".into());
+            return bad("cache_entries", "must be at least 1");
         }
         if self.fuel_per_cpu_second == 0 {
-            return Err("fuel_per_cpu_second must be greater than zero".into());
+            return bad("fuel_per_cpu_second", "must be greater than zero");
         }
         if self.epoch_tick.is_zero() || self.epoch_tick > Duration::from_secs(1) {
-            return Err("epoch_tick must be between 1 ns and 1 s".into());
+            return bad("epoch_tick", "must be between 1 ns and 1 s");
         }
         if self.max_code_bytes < 8 {
-            return Err("max_code_bytes must be at least 8".into());
+            return bad("max_code_bytes", "must be at least 8");
         }
         if self.max_message_bytes < 64 || self.max_message_bytes > i32::MAX as usize {
-            return Err("max_message_bytes must be between 64 and i32::MAX".into());
+            return bad("max_message_bytes", "must be between 64 and i32::MAX");
         }
         if self.max_wasm_stack < 16 << 10 || self.max_wasm_stack > 64 << 20 {
-            return Err("max_wasm_stack must be between 16 KiB and 64 MiB".into());
+            return bad("max_wasm_stack", "must be between 16 KiB and 64 MiB");
         }
         Ok(())
     }

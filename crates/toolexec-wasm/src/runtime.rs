@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Semaphore;
 use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode};
 use toolexec_runtime::{
@@ -103,6 +103,7 @@ impl WasmRuntime {
     pub fn new(config: WasmConfig) -> Self {
         let inner = config
             .validate()
+            .map_err(|e| e.to_string())
             .and_then(|()| Inner::build(&config).map_err(|e| format!("wasmtime: {e:#}")));
         WasmRuntime { config, inner }
     }
@@ -285,8 +286,8 @@ impl WasmRuntime {
             ));
         };
         let limits = &request.limits;
-        if let Err(message) = limits.validate() {
-            return error(invalid("limits", &message));
+        if let Err(e) = limits.validate() {
+            return error(e.to_body());
         }
         if let NetworkPolicy::Allow { hosts } = &limits.network {
             return error(invalid(
@@ -525,11 +526,7 @@ fn wall_exceeded(limits: &RuntimeLimits, when: &str) -> RunOutcome {
 
 /// An `invalid_request` naming the failing field.
 pub(crate) fn invalid(field: &str, message: &str) -> ErrorBody {
-    ErrorBody {
-        code: ErrorCode::InvalidRequest,
-        message: format!("invalid_request: {field}: {message}"),
-        details: Some(json!({"field": field})),
-    }
+    toolexec::Error::invalid_request(field, message).to_body()
 }
 
 fn unavailable(why: &str) -> ErrorBody {

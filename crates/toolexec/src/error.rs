@@ -341,6 +341,19 @@ impl Error {
         }
     }
 
+    /// The failing field or path, for errors that name one
+    /// (`invalid_request`, `invalid_definition`, and relayed bodies whose
+    /// details carry a `field`).
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Error::InvalidRequest { field, .. } | Error::InvalidDefinition { field, .. } => {
+                Some(field)
+            }
+            Error::Relayed(body) => body.details.as_ref()?.get("field")?.as_str(),
+            _ => None,
+        }
+    }
+
     /// Machine-readable form: `{"code", "message", ...details}`.
     pub fn to_body(&self) -> ErrorBody {
         if let Error::Relayed(body) = self {
@@ -357,6 +370,10 @@ impl Error {
                 ..
             } => Some(serde_json::json!({"tool": tool, "data": data, "panicked": panicked})),
             Error::LimitExceeded { limit, .. } => Some(serde_json::json!({"limit": limit})),
+            Error::InvalidRequest { field, .. } => Some(serde_json::json!({"field": field})),
+            Error::InvalidDefinition { tool, field, .. } => {
+                Some(serde_json::json!({"tool": tool, "field": field}))
+            }
             Error::NotAllowed { tool, reason } => {
                 Some(serde_json::json!({"tool": tool, "reason": reason}))
             }
