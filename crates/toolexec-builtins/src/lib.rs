@@ -3,6 +3,9 @@
 //! The built-in tool catalog that `toolexec` serves with no configuration:
 //! small, pure, well-documented tools an agent can rely on.
 //!
+//! Place in the workspace: a leaf on the core: tools registered into a
+//! `Catalog` like any local tool (see ARCHITECTURE.md).
+//!
 //! | Group | Tools |
 //! |-------|-------|
 //! | [`Group::Math`] | `math:add`, `math:subtract`, `math:multiply`, `math:divide`, `math:power`, `math:sqrt`, `math:round`, `math:stats` |

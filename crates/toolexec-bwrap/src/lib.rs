@@ -1,5 +1,9 @@
 //! The bubblewrap namespaces sandbox.
 //!
+//! Place in the workspace: one runtime of the contract (`toolexec-runtime`),
+//! built on the shared plumbing (`toolexec-sandbox`); step 5 of
+//! ARCHITECTURE.md's call flow.
+//!
 //! Every unit runs in new user, pid, net, mount, ipc, uts and cgroup
 //! namespaces (`bwrap --unshare-all`) over a minimal read-only filesystem
 //! (the host's `/usr` and library dirs, only `ld.so.cache` of `/etc`), with

@@ -11,6 +11,10 @@
 //! validation, deadlines, cancellation) plus this crate's allowlist and call
 //! budget.
 //!
+//! Place in the workspace: beside the pipeline: `execute_code` (gateway and
+//! CLI) runs here, in process or as a script unit through `toolexec-runtime`
+//! (see ARCHITECTURE.md's call flow).
+//!
 //! ```
 //! use serde_json::json;
 //! use toolexec_code::{CodeLimits, CodeStatus, ExecCodeExt};

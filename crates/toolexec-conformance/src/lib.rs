@@ -8,6 +8,9 @@
 //! (`tests/conformance.rs`) builds each runtime and fails with a table of
 //! runtime × case.
 //!
+//! Place in the workspace: a test-only crate over the runtime contract; every
+//! sandbox runtime is its subject (see ARCHITECTURE.md).
+//!
 //! Expectations adapt to a runtime only through its [`Subject`]: what it
 //! claims ([`toolexec_runtime::Runtime::mechanisms`], unit kinds, profile)
 //! and the few facts its constructor states (the image root, a user-space

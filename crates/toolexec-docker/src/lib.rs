@@ -4,6 +4,10 @@
 //! containers through the Docker Engine API ([bollard]), with the tool
 //! gateway on a bind-mounted Unix socket. See [`DockerRuntime`].
 //!
+//! Place in the workspace: one runtime of the contract (`toolexec-runtime`),
+//! built on the shared plumbing (`toolexec-sandbox`); step 5 of
+//! ARCHITECTURE.md's call flow.
+//!
 //! ```
 //! use toolexec_docker::{DockerConfig, DockerRuntime};
 //! use toolexec_runtime::{Profile, Runtime};
@@ -13,7 +17,7 @@
 //! assert_eq!(runtime.max_profile(), Profile::Standard);
 //! // Bad configuration is refused with the field.
 //! let err = DockerRuntime::new(DockerConfig { user: "0:0".into(), ..DockerConfig::new("img") });
-//! assert_eq!(err.unwrap_err().field, "user");
+//! assert_eq!(err.unwrap_err().field(), Some("docker.user"));
 //! ```
 #![warn(missing_docs)]
 

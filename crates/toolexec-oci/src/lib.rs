@@ -9,6 +9,10 @@
 //! owned by toolexec. Container, cgroups and bundle are removed however
 //! the run ends.
 //!
+//! Place in the workspace: one runtime of the contract (`toolexec-runtime`),
+//! built on the shared plumbing (`toolexec-sandbox`); step 5 of
+//! ARCHITECTURE.md's call flow.
+//!
 //! ```no_run
 //! use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, RootfsSource};
 //! use toolexec_runtime::{Profile, ProfileMap, RunRequest, Runtimes, Unit};

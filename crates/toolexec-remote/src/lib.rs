@@ -5,6 +5,9 @@
 //! [`toolexec_runtime::Runtimes`], and a client [`RemoteRuntime`] (a
 //! [`toolexec_runtime::Runtime`] named `remote`) that sends units there.
 //!
+//! Place in the workspace: one runtime of the contract (`toolexec-runtime`)
+//! whose units run on another machine's registry (see ARCHITECTURE.md).
+//!
 //! - **Signed requests**: HMAC-SHA256 over method, authority (`Host`),
 //!   path, timestamp, nonce and the body's SHA-256, sent in a header
 //!   ([`auth`]); the server authenticates the head (signature, freshness,

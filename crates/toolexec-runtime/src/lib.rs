@@ -4,6 +4,10 @@
 //! where they cannot hurt the host, under limits given as data, and reach
 //! tools only through the host.
 //!
+//! Place in the workspace: between the core and the sandboxes: command tools
+//! and code mode ask it for runs, every runtime crate implements its contract
+//! (steps 3–4 and 6 of ARCHITECTURE.md's call flow).
+//!
 //! - [`Runtime`]: the contract every sandbox implements: run a [`Unit`]
 //!   (command, script, WASM) under a [`Profile`] and [`RuntimeLimits`], and
 //!   return a [`RunOutcome`] with the value, the output, the tool-call log

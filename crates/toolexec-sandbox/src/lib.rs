@@ -4,6 +4,9 @@
 //! runtimes built on it (bubblewrap in `toolexec-bwrap`, runc and runsc in
 //! `toolexec-oci`, Docker in `toolexec-docker`) add only what is theirs.
 //!
+//! Place in the workspace: below every process sandbox runtime, above the
+//! contract (step 5 of ARCHITECTURE.md's call flow).
+//!
 //! - [`process`]: the child-process driver: spawn under rlimits, in its
 //!   cgroups and as its [`SandboxUser`], feed stdin, serve the sandbox↔host
 //!   gateway, stop on deadline, output, budget or cancellation.

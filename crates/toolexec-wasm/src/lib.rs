@@ -7,6 +7,9 @@
 //! with tool calls through the `toolexec` import (core modules, see
 //! [`abi`]) or the `toolexec:tools/host` interface (components). The ABI
 //! is written up in `docs/wasm-abi.md`.
+//!
+//! Place in the workspace: one runtime of the contract (`toolexec-runtime`);
+//! it keeps wasmtime out of every other crate (see ARCHITECTURE.md).
 
 #![warn(missing_docs)]
 

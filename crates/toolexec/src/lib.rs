@@ -5,6 +5,9 @@
 //! validates, executes (with deadlines, cancellation and panic isolation),
 //! normalizes and streams.
 //!
+//! Place in the workspace: the core every other crate builds on; entry point
+//! of every call (`Exec::run_tool`, step 1–2 of ARCHITECTURE.md's call flow).
+//!
 //! ```
 //! use schemars::JsonSchema;
 //! use serde::Deserialize;
