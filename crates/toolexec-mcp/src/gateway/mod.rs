@@ -81,6 +81,9 @@
 //! `execute_code` (feature `code`), `result` shapes MCP results, `names`
 //! maps tool ids to MCP names, `limits` bounds runs and HTTP clients, and
 //! `stdio`, `http` and `listener` are the transports.
+//!
+//! [`Exec`]: toolexec::Exec
+//! [`Exec::run_stream`]: toolexec::Exec::run_stream
 
 #[cfg(feature = "code")]
 mod code;
