@@ -114,6 +114,7 @@ mod config;
 mod convert;
 mod env;
 mod http_client;
+mod import;
 mod names;
 mod session;
 mod shared;
