@@ -33,6 +33,15 @@ cargo fmt --all --check
 echo "== cargo clippy --all-targets -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "== toolexec-mcp feature subsets: upstream alone (no QuickJS), gateway without code mode"
+for features in upstream gateway; do
+  cargo clippy -p toolexec-mcp --no-default-features --features "$features" --locked -- -D warnings
+  if cargo tree -p toolexec-mcp --no-default-features --features "$features" -e normal --locked | grep -q quickjs; then
+    echo "error: toolexec-mcp with only '$features' depends on QuickJS" >&2
+    exit 1
+  fi
+done
+
 echo "== cargo test"
 # The runtime conformance suite (crates/toolexec-conformance) skips a
 # runtime it cannot use; as root (as CI runs) every one must be there.

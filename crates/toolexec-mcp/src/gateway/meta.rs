@@ -5,7 +5,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toolexec::{ChainStep, DetailLevel};
 
+#[cfg(feature = "code")]
 use super::code::CodeModeOptions;
+use super::options::GatewayOptions;
 
 /// `search_tools`.
 pub const SEARCH_TOOLS: &str = "search_tools";
@@ -17,10 +19,13 @@ pub const DESCRIBE_TOOL: &str = "describe_tool";
 pub const RUN_TOOL: &str = "run_tool";
 /// `run_chain`.
 pub const RUN_CHAIN: &str = "run_chain";
-/// `execute_code`.
+/// `execute_code` (feature `code`).
+#[cfg(feature = "code")]
 pub const EXECUTE_CODE: &str = "execute_code";
 
-/// Every meta-tool name, in the order `tools/list` shows them.
+/// Every meta-tool name, in the order `tools/list` shows them
+/// (`execute_code` with the feature `code`).
+#[cfg(feature = "code")]
 pub const META_TOOLS: [&str; 6] = [
     SEARCH_TOOLS,
     LIST_NAMESPACES,
@@ -28,6 +33,16 @@ pub const META_TOOLS: [&str; 6] = [
     RUN_TOOL,
     RUN_CHAIN,
     EXECUTE_CODE,
+];
+/// Every meta-tool name, in the order `tools/list` shows them
+/// (`execute_code` with the feature `code`).
+#[cfg(not(feature = "code"))]
+pub const META_TOOLS: [&str; 5] = [
+    SEARCH_TOOLS,
+    LIST_NAMESPACES,
+    DESCRIBE_TOOL,
+    RUN_TOOL,
+    RUN_CHAIN,
 ];
 
 /// Default `limit` of `search_tools`.
@@ -109,7 +124,11 @@ version; without a version the newest is used). `detail` is `summary` (id, \
 title, summary, tags), `schema` (default: plus the full description and the \
 JSON Schemas of its arguments `input_schema` and result `output_schema`) or \
 `full` (plus annotations, usage notes and worked examples). Read \
-`input_schema` to build the `args` for `run_tool`. At `schema` and `full` the \
+`input_schema` to build the `args` for `run_tool`.";
+
+/// The end of `describe_tool`'s description with code mode.
+#[cfg(feature = "code")]
+const DESCRIBE_TYPESCRIPT: &str = " At `schema` and `full` the \
 result also has `typescript`: the tool's TypeScript declaration (argument and \
 result types), for scripts sent to `execute_code`.";
 
@@ -230,10 +249,49 @@ fn list_namespaces() -> MetaTool {
 }
 
 fn describe() -> MetaTool {
+    // Code mode adds the `typescript` declaration to both.
+    #[cfg_attr(not(feature = "code"), allow(unused_mut))]
+    let mut description = DESCRIBE_DESCRIPTION.to_owned();
+    #[cfg_attr(not(feature = "code"), allow(unused_mut))]
+    let mut output_schema = json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "title": {"type": "string"},
+            "summary": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "description": {"type": "string"},
+            "input_schema": {"type": "object", "description": "JSON Schema of the arguments"},
+            "output_schema": {"description": "JSON Schema of the structured result"},
+            "annotations": {"type": "object"},
+            "notes": {"type": "array", "items": {"type": "string"}},
+            "examples": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "title": {"type": "string"},
+                        "args": {"type": "object"},
+                        "result": {}
+                    },
+                    "required": ["title", "args"]
+                }
+            }
+        },
+        "required": ["id", "summary"]
+    });
+    #[cfg(feature = "code")]
+    {
+        description.push_str(DESCRIBE_TYPESCRIPT);
+        output_schema["properties"]["typescript"] = json!({
+            "type": "string",
+            "description": "TypeScript declaration of the tool's function for execute_code scripts (schema and full detail)"
+        });
+    }
     MetaTool {
         name: DESCRIBE_TOOL,
         title: "Describe a tool",
-        description: DESCRIBE_DESCRIPTION.to_owned(),
+        description,
         input_schema: json!({
             "type": "object",
             "properties": {
@@ -246,37 +304,7 @@ fn describe() -> MetaTool {
             "required": ["tool_id"],
             "additionalProperties": false
         }),
-        output_schema: json!({
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"},
-                "title": {"type": "string"},
-                "summary": {"type": "string"},
-                "tags": {"type": "array", "items": {"type": "string"}},
-                "description": {"type": "string"},
-                "input_schema": {"type": "object", "description": "JSON Schema of the arguments"},
-                "output_schema": {"description": "JSON Schema of the structured result"},
-                "annotations": {"type": "object"},
-                "notes": {"type": "array", "items": {"type": "string"}},
-                "typescript": {
-                    "type": "string",
-                    "description": "TypeScript declaration of the tool's function for execute_code scripts (schema and full detail)"
-                },
-                "examples": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "title": {"type": "string"},
-                            "args": {"type": "object"},
-                            "result": {}
-                        },
-                        "required": ["title", "args"]
-                    }
-                }
-            },
-            "required": ["id", "summary"]
-        }),
+        output_schema,
         read_only: true,
     }
 }
@@ -373,6 +401,7 @@ fn run_chain() -> MetaTool {
     }
 }
 
+#[cfg(feature = "code")]
 fn execute_code(code: &CodeModeOptions) -> MetaTool {
     MetaTool {
         name: EXECUTE_CODE,
@@ -384,15 +413,19 @@ fn execute_code(code: &CodeModeOptions) -> MetaTool {
     }
 }
 
-/// Every meta-tool's definition.
-pub fn all(code: &CodeModeOptions) -> Vec<MetaTool> {
+/// Every meta-tool's definition (`execute_code` with the feature `code`,
+/// described with `options.code`'s limits).
+pub fn all(options: &GatewayOptions) -> Vec<MetaTool> {
+    #[cfg(not(feature = "code"))]
+    let _ = options;
     vec![
         search(),
         list_namespaces(),
         describe(),
         run_tool(),
         run_chain(),
-        execute_code(code),
+        #[cfg(feature = "code")]
+        execute_code(&options.code),
     ]
 }
 
@@ -405,18 +438,36 @@ pub fn parse<T: serde::de::DeserializeOwned>(
     serde_json::from_value(value).map_err(|e| format!("invalid arguments for {tool}: {e}"))
 }
 
-/// The default server instructions, used when [`GatewayOptions::instructions`]
-/// is `None`.
-///
-/// [`GatewayOptions::instructions`]: super::GatewayOptions::instructions
-pub const DEFAULT_INSTRUCTIONS: &str = "\
+/// The default server instructions around `$code`, the sentence on
+/// `execute_code`.
+macro_rules! instructions {
+    ($code:literal) => {
+        concat!(
+            "\
 This server gives access to a catalog of tools through a few meta-tools. \
 Workflow: 1) `search_tools` with a short description of what you need (or \
 `list_namespaces` for an overview); 2) `describe_tool` with the chosen id to \
 read its input schema; 3) `run_tool` with `tool_id` and `args`, or \
-`run_chain` to run several steps where each can use the previous result; \
-for many calls, loops or combining results, send one JavaScript script to \
-`execute_code` (`describe_tool` gives each tool's TypeScript declaration). \
+`run_chain` to run several steps where each can use the previous result; ",
+            $code,
+            "\
 Tool ids look like `namespace:name` (e.g. `hash:sha256`). Errors start with a \
 stable code such as `validation_input`; read the details, fix the arguments \
-and retry.";
+and retry."
+        )
+    };
+}
+
+/// The default server instructions, used when [`GatewayOptions::instructions`]
+/// is `None`.
+#[cfg(feature = "code")]
+pub const DEFAULT_INSTRUCTIONS: &str = instructions!(
+    "\
+for many calls, loops or combining results, send one JavaScript script to \
+`execute_code` (`describe_tool` gives each tool's TypeScript declaration). "
+);
+
+/// The default server instructions, used when [`GatewayOptions::instructions`]
+/// is `None`.
+#[cfg(not(feature = "code"))]
+pub const DEFAULT_INSTRUCTIONS: &str = instructions!("");

@@ -15,7 +15,8 @@ use serde_json::{Map, Value, json};
 use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolOutput};
 
 use super::session::{Router, error_chain};
-use super::{Shared, UpstreamStatus, convert};
+use super::shared::Shared;
+use super::{UpstreamStatus, convert};
 
 /// Reason sent with `notifications/cancelled`.
 const ABANDONED: &str = "the toolexec caller abandoned the call (cancelled or timed out)";

@@ -103,124 +103,39 @@
 //!
 //! A stdio server gets a cleared environment (see
 //! [`UpstreamTransport::Stdio`]). Environment values, header values and the
-//! bearer token are
-//! [`Secret`]s: they never appear in logs, errors or `Debug` output
-//! (header values are marked sensitive for the HTTP stack as well). The
+//! bearer token are [`Secret`](toolexec::Secret)s: they never appear in
+//! logs, errors or `Debug` output (header values are marked sensitive for
+//! the HTTP stack as well). The
 //! server's own stderr is forwarded to `tracing` at debug level (target
 //! `toolexec_mcp::upstream::stderr`) unfiltered.
 
 mod call;
+mod config;
 mod convert;
 mod env;
 mod http_client;
+mod import;
 mod names;
 mod session;
+mod shared;
 mod supervisor;
 
-use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rmcp::{Peer, RoleClient};
-use serde_json::{Map, Value};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
-use toolexec::{Availability, Catalog, Error, ListRequest, Secret, Tool};
+use toolexec::{Catalog, Error};
 
+pub use self::config::{
+    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONCURRENCY, UpstreamConfig, UpstreamTransport,
+};
 pub use self::env::INHERITED_ENV;
+pub use self::supervisor::{CONNECT_TIMEOUT, HEALTHY_AFTER, INITIAL_BACKOFF, MAX_BACKOFF};
 
-use self::call::ToolBackend;
 use self::session::{Endpoint, Router};
-
-/// Default [`UpstreamConfig::call_timeout`].
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
-/// Default [`UpstreamConfig::max_concurrency`].
-pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
-/// How long one connection attempt (spawn or HTTP session, MCP handshake and
-/// the first `tools/list`) may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// First restart delay; it doubles after each failed attempt.
-pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest restart delay.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// A session that stayed up this long resets the backoff.
-pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
-
-/// How to reach one upstream MCP server, and how to call it.
-#[derive(Debug, Clone)]
-pub struct UpstreamConfig {
-    /// The server's name: the namespace of its tools (`name:tool`). Must be a
-    /// valid toolexec namespace (`A-Z a-z 0-9 _ - .`, at most 128 bytes).
-    pub name: String,
-    /// Where the server is.
-    pub transport: UpstreamTransport,
-    /// Deadline of each call, enforced by the backend itself (waiting for a
-    /// concurrency slot included). Must not be zero.
-    pub call_timeout: Duration,
-    /// Most calls in flight at once; more wait for a slot. At least 1.
-    pub max_concurrency: usize,
-    /// Connect in the background instead of in [`Upstream::connect`].
-    pub lazy: bool,
-}
-
-impl UpstreamConfig {
-    /// A configuration with the defaults: [`DEFAULT_CALL_TIMEOUT`],
-    /// [`DEFAULT_MAX_CONCURRENCY`], not lazy.
-    ///
-    /// ```
-    /// use toolexec_mcp::upstream::{UpstreamConfig, UpstreamTransport};
-    /// let config = UpstreamConfig::new("remote", UpstreamTransport::Http {
-    ///     url: "http://127.0.0.1:3001/mcp".into(),
-    ///     headers: Default::default(),
-    ///     bearer_token: Some(toolexec::Secret::new("s3cr3t")),
-    /// });
-    /// assert!(!format!("{config:?}").contains("s3cr3t"));
-    /// ```
-    pub fn new(name: impl Into<String>, transport: UpstreamTransport) -> Self {
-        UpstreamConfig {
-            name: name.into(),
-            transport,
-            call_timeout: DEFAULT_CALL_TIMEOUT,
-            max_concurrency: DEFAULT_MAX_CONCURRENCY,
-            lazy: false,
-        }
-    }
-}
-
-/// The transport to an upstream server.
-#[derive(Debug, Clone)]
-pub enum UpstreamTransport {
-    /// A child process speaking MCP on stdin/stdout; its stderr goes to
-    /// `tracing`. Its environment starts empty: the variables of this process
-    /// named in [`INHERITED_ENV`] or `inherit_env` are copied, then `env` is
-    /// set, so this process's other variables (tokens, keys, other servers'
-    /// secrets) never reach it.
-    Stdio {
-        /// The program to run (looked up on this process's `PATH`).
-        command: String,
-        /// Its arguments.
-        args: Vec<String>,
-        /// Environment variables set for it.
-        env: BTreeMap<String, Secret>,
-        /// More variables to copy from this process's environment when set,
-        /// besides [`INHERITED_ENV`]: names, or patterns with `*`
-        /// (`"AWS_*"`).
-        inherit_env: Vec<String>,
-        /// Working directory (default: this process's).
-        cwd: Option<PathBuf>,
-    },
-    /// A streamable HTTP endpoint (`http://` only: this build has no TLS).
-    Http {
-        /// The MCP endpoint URL, such as `http://127.0.0.1:3001/mcp`.
-        url: String,
-        /// Extra headers sent with every request.
-        headers: BTreeMap<String, Secret>,
-        /// Sent as `Authorization: Bearer <token>`.
-        bearer_token: Option<Secret>,
-    },
-}
+use self::shared::{Conn, Shared, ToolSet};
 
 /// Where an upstream connection stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -407,160 +322,5 @@ impl Upstream {
 impl Drop for Upstream {
     fn drop(&mut self) {
         self.shared.stop();
-    }
-}
-
-/// A snapshot of the connection, published by the supervisor.
-#[derive(Debug, Clone)]
-pub(crate) struct Conn {
-    /// Increments on every new session.
-    pub(crate) generation: u64,
-    pub(crate) status: UpstreamStatus,
-    /// Set while connected.
-    pub(crate) peer: Option<Peer<RoleClient>>,
-    pub(crate) pid: Option<u32>,
-    /// A lost HTTP session of generation `generation` is being replaced:
-    /// calls wait for the new session instead of failing.
-    pub(crate) reinitializing: bool,
-}
-
-/// The tools this upstream registered.
-#[derive(Debug, Default)]
-pub(crate) struct ToolSet {
-    /// Set on shutdown: nothing is registered any more.
-    closed: bool,
-    /// Tool id → (definition, original MCP name).
-    tools: BTreeMap<String, (Tool, String)>,
-}
-
-/// State shared by the handle, the supervisor task and the tools' backends.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) name: Arc<str>,
-    pub(crate) endpoint: Endpoint,
-    pub(crate) call_timeout: Duration,
-    pub(crate) max_concurrency: usize,
-    pub(crate) catalog: Arc<Catalog>,
-    pub(crate) router: Arc<Router>,
-    /// Concurrency limit of calls.
-    pub(crate) slots: Semaphore,
-    pub(crate) conn: watch::Sender<Conn>,
-    pub(crate) tools: Mutex<ToolSet>,
-    pub(crate) shutdown: CancellationToken,
-    /// Generation of a session a call found lost (HTTP), for re-initialization.
-    pub(crate) reinit: mpsc::UnboundedSender<u64>,
-}
-
-impl Shared {
-    fn availability(&self) -> Availability {
-        match self.conn.borrow().status.unavailable_reason() {
-            None => Availability::Available,
-            Some(reason) => Availability::Unavailable { reason },
-        }
-    }
-
-    /// Stops everything: no more registrations, tools unregistered, the
-    /// supervisor told to close the session.
-    fn stop(&self) {
-        self.shutdown.cancel();
-        let mut set = self.tools.lock();
-        set.closed = true;
-        for id in std::mem::take(&mut set.tools).into_keys() {
-            let _ = self.catalog.unregister(&id);
-        }
-    }
-
-    /// Imports a listing into the catalog by difference. Returns the number
-    /// of tools imported.
-    fn sync_tools(self: &Arc<Self>, raw: Vec<Map<String, Value>>) -> usize {
-        let by_name: BTreeMap<&str, &Map<String, Value>> = raw
-            .iter()
-            .filter_map(|t| match t.get("name").and_then(Value::as_str) {
-                Some(name) => Some((name, t)),
-                None => {
-                    tracing::warn!(server = %self.name, "skipping a tool without a name");
-                    None
-                }
-            })
-            .collect();
-        let mapping = names::map_names(by_name.keys().copied());
-        for (original, mapped, winner) in &mapping.collisions {
-            tracing::warn!(
-                server = %self.name,
-                tool = %original,
-                id = %format!("{}:{mapped}", self.name),
-                kept = %winner,
-                "skipping MCP tool: its mapped name collides with another tool's"
-            );
-        }
-        let mut set = self.tools.lock();
-        if set.closed {
-            return 0;
-        }
-        let foreign = self.foreign_ids(&set);
-        let mut next: BTreeMap<String, (Tool, String)> = BTreeMap::new();
-        for (mapped, original) in mapping.kept {
-            let id = format!("{}:{mapped}", self.name);
-            if foreign.contains(&id) {
-                tracing::warn!(server = %self.name, %id, "skipping MCP tool: the id is registered by another backend");
-                continue;
-            }
-            let tool = match convert::tool_from_mcp(&id, by_name[original.as_str()]) {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::warn!(server = %self.name, tool = %original, error = %e, "skipping MCP tool");
-                    continue;
-                }
-            };
-            if let Some((old, old_original)) = set.tools.get(&id)
-                && *old == tool
-                && *old_original == original
-            {
-                next.insert(id, (tool, original));
-                continue;
-            }
-            let backend = Arc::new(ToolBackend {
-                shared: self.clone(),
-                remote_name: original.clone(),
-            });
-            match self.catalog.replace(tool.clone(), backend) {
-                Ok(_) => {
-                    next.insert(id, (tool, original));
-                }
-                Err(e) => {
-                    tracing::warn!(server = %self.name, tool = %original, error = %e, "skipping MCP tool");
-                }
-            }
-        }
-        for id in set.tools.keys() {
-            if !next.contains_key(id) {
-                let _ = self.catalog.unregister(id);
-            }
-        }
-        set.tools = next;
-        set.tools.len()
-    }
-
-    /// Ids in our namespace registered by someone else.
-    fn foreign_ids(&self, set: &ToolSet) -> HashSet<String> {
-        let mut foreign = HashSet::new();
-        let mut req = ListRequest {
-            namespace: Some(self.name.to_string()),
-            cursor: None,
-            limit: Some(toolexec::catalog::MAX_PAGE),
-        };
-        while let Ok(page) = self.catalog.list(&req) {
-            for t in &page.tools {
-                let id = t.tool().id.to_string();
-                if !set.tools.contains_key(&id) {
-                    foreign.insert(id);
-                }
-            }
-            match page.next_cursor {
-                Some(c) => req.cursor = Some(c),
-                None => break,
-            }
-        }
-        foreign
     }
 }

@@ -11,8 +11,19 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use toolexec::Error;
 
+use super::UpstreamStatus;
 use super::session::{self, ConnectError, Handler, Running};
-use super::{CONNECT_TIMEOUT, HEALTHY_AFTER, INITIAL_BACKOFF, MAX_BACKOFF, Shared, UpstreamStatus};
+use super::shared::Shared;
+
+/// How long one connection attempt (spawn or HTTP session, MCP handshake and
+/// the first `tools/list`) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// First restart delay; it doubles after each failed attempt.
+pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest restart delay.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A session that stayed up this long resets the backoff.
+pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
 /// How long closing a session (and stopping its child) may take.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,0 +1,122 @@
+//! One tool run or chain, from `run_tool`, `run_chain` or a directly
+//! published tool: a slot from the shared bound ([`RunLimits`]), the run
+//! (streamed through the progress [`Relay`] when the client sent a
+//! `progressToken`), and its MCP result.
+//!
+//! [`RunLimits`]: super::RunLimits
+
+use rmcp::RoleServer;
+use rmcp::model::CallToolResult;
+use rmcp::service::RequestContext;
+use serde_json::Value;
+use toolexec::{ChainStep, ErrorBody, ErrorCode, RunOptions, RunResult, StreamRequest};
+
+use super::limits::RunPermit;
+use super::relay::Relay;
+use super::result::{self, Shape};
+use super::server::Gateway;
+
+impl Gateway {
+    /// A slot for one tool run
+    /// ([`GatewayOptions::runs`](super::GatewayOptions::runs)), or the
+    /// result to answer with: `backend_unavailable` when the line is full,
+    /// `cancelled` when the client cancels while waiting.
+    async fn run_permit(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<RunPermit, CallToolResult> {
+        tokio::select! {
+            permit = self.shared.runs.acquire() => permit.map_err(|body| result::error(&body)),
+            _ = context.ct.cancelled() => Err(result::error(&ErrorBody {
+                code: ErrorCode::Cancelled,
+                message: "cancelled: the client cancelled the request while it waited for a run slot"
+                    .into(),
+                details: None,
+            })),
+        }
+    }
+
+    /// Runs the tool `id` and shapes its output as its published output
+    /// schema says.
+    pub(super) async fn run_tool(
+        &self,
+        id: String,
+        args: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let _permit = match self.run_permit(context).await {
+            Ok(permit) => permit,
+            Err(refused) => return refused,
+        };
+        let shape = self
+            .exec()
+            .catalog()
+            .get(&id)
+            .map(|e| Shape::of(e.tool().output_schema.as_ref()))
+            .unwrap_or(Shape::Undeclared);
+        let opts = run_options(context);
+        let outcome = match context.meta.get_progress_token() {
+            Some(token) => {
+                let relay = Relay::new(self, token, context, None);
+                match relay.run(StreamRequest::Tool { id, args }, opts).await {
+                    Ok(RunResult::Tool(out)) => Ok(out),
+                    Ok(RunResult::Chain(c)) => return result::chain(&c),
+                    Err(body) => Err(body),
+                }
+            }
+            None => self
+                .exec()
+                .run_tool_with(&id, args, &opts)
+                .await
+                .map_err(|e| e.to_body()),
+        };
+        match outcome {
+            Ok(out) => result::tool_output(shape, out),
+            Err(body) => result::error(&body),
+        }
+    }
+
+    /// Runs a chain; a failed step makes an error result carrying the
+    /// chain.
+    pub(super) async fn run_chain(
+        &self,
+        steps: Vec<ChainStep>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let _permit = match self.run_permit(context).await {
+            Ok(permit) => permit,
+            Err(refused) => return refused,
+        };
+        let opts = run_options(context);
+        let outcome = match context.meta.get_progress_token() {
+            Some(token) => {
+                let ids = steps.iter().map(|s| s.tool_id.clone()).collect();
+                let relay = Relay::new(self, token, context, Some(ids));
+                match relay.run(StreamRequest::Chain(steps), opts).await {
+                    Ok(RunResult::Chain(c)) => Ok(c),
+                    Ok(RunResult::Tool(out)) => {
+                        return result::tool_output(Shape::Undeclared, out);
+                    }
+                    Err(body) => Err(body),
+                }
+            }
+            None => self
+                .exec()
+                .run_chain_with(&steps, &opts)
+                .await
+                .map_err(|e| e.to_body()),
+        };
+        match outcome {
+            Ok(c) => result::chain(&c),
+            Err(body) => result::error(&body),
+        }
+    }
+}
+
+/// Run options carrying the client's cancellation.
+fn run_options(context: &RequestContext<RoleServer>) -> RunOptions {
+    RunOptions {
+        cancel: Some(context.ct.child_token()),
+        ..RunOptions::default()
+    }
+}

@@ -1,0 +1,114 @@
+//! The [`Gateway`] value: state shared by every connection (the executor,
+//! the options, the code runner, the run slots, the clients to notify) and
+//! the per-connection [`Session`].
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use parking_lot::Mutex;
+use rmcp::{Peer, RoleServer};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use toolexec::Exec;
+#[cfg(feature = "code")]
+use toolexec_code::CodeRunner;
+
+use super::limits::RunSlots;
+use super::options::GatewayOptions;
+use super::session::Session;
+
+/// An MCP server over an [`Exec`]. Implements [`rmcp::ServerHandler`], so it
+/// can be served over any rmcp transport (`gateway.serve(transport)`), or
+/// with [`serve_stdio`](super::serve_stdio) and
+/// [`serve_http`](super::serve_http).
+///
+/// Cheap to clone. One value serves one connection at a time as far as
+/// per-connection state goes (the `logging/setLevel` level);
+/// [`serve_http`](super::serve_http) gives each HTTP session its own.
+#[derive(Clone)]
+pub struct Gateway {
+    pub(super) shared: Arc<Shared>,
+    pub(super) session: Arc<Session>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("options", &self.shared.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// State shared by every connection of one gateway.
+pub(super) struct Shared {
+    pub(super) exec: Exec,
+    pub(super) options: GatewayOptions,
+    /// Runs `execute_code` scripts where the code profile says, at most
+    /// `code.max_concurrent` at once over every connection.
+    #[cfg(feature = "code")]
+    pub(super) code: CodeRunner,
+    /// Bounds tool runs over every connection.
+    pub(super) runs: RunSlots,
+    /// Initialized clients to notify of catalog changes.
+    pub(super) peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Catalog changes since the gateway was created, until the watcher
+    /// task takes the receiver.
+    pub(super) changes: Mutex<Option<broadcast::Receiver<toolexec::CatalogEvent>>>,
+    pub(super) watcher_started: AtomicBool,
+    /// Stops the watcher when the last clone of the gateway goes.
+    pub(super) stop: CancellationToken,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Gateway {
+    /// A gateway over `exec`.
+    pub fn new(exec: Exec, options: GatewayOptions) -> Self {
+        let changes = options.expose.direct().then(|| exec.catalog().subscribe());
+        #[cfg(feature = "code")]
+        let code = CodeRunner::new(
+            exec.clone(),
+            options.code.profile,
+            options.runtimes.clone(),
+            options.code.max_concurrent,
+        );
+        let runs = RunSlots::new(options.runs);
+        Gateway {
+            shared: Arc::new(Shared {
+                exec,
+                options,
+                #[cfg(feature = "code")]
+                code,
+                runs,
+                peers: Mutex::new(Vec::new()),
+                changes: Mutex::new(changes),
+                watcher_started: AtomicBool::new(false),
+                stop: CancellationToken::new(),
+            }),
+            session: Session::new(),
+        }
+    }
+
+    /// The executor.
+    pub fn exec(&self) -> &Exec {
+        &self.shared.exec
+    }
+
+    /// The options.
+    pub fn options(&self) -> &GatewayOptions {
+        &self.shared.options
+    }
+
+    /// A copy sharing the executor and notifications but with fresh
+    /// per-connection state.
+    pub fn for_new_connection(&self) -> Self {
+        Gateway {
+            shared: self.shared.clone(),
+            session: Session::new(),
+        }
+    }
+}

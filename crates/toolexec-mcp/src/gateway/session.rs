@@ -1,0 +1,53 @@
+//! Per-connection state: the lowest log level the client asked for
+//! (`logging/setLevel`), which decides whether streamed chunks are relayed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+// MCP logging is deprecated by SEP-2577 (2026-07-28) but current in the
+// 2025-11-25 revision the gateway speaks; chunks are relayed as log messages.
+#[allow(deprecated)]
+use rmcp::model::LoggingLevel;
+
+/// Per-connection state.
+pub(super) struct Session {
+    /// Lowest log level sent, as an index into [`LEVELS`].
+    min_level: AtomicU8,
+}
+
+#[allow(deprecated)]
+impl Session {
+    /// A new connection's state: log messages from `info` up.
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Session {
+            min_level: AtomicU8::new(level_index(LoggingLevel::Info)),
+        })
+    }
+
+    /// `logging/setLevel`: send log messages from `level` up.
+    pub(super) fn set_level(&self, level: LoggingLevel) {
+        self.min_level.store(level_index(level), Ordering::Relaxed);
+    }
+
+    /// True when streamed chunks (sent at level `info`) are relayed.
+    pub(super) fn chunk_logging_enabled(&self) -> bool {
+        self.min_level.load(Ordering::Relaxed) <= level_index(LoggingLevel::Info)
+    }
+}
+
+#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+const LEVELS: [LoggingLevel; 8] = [
+    LoggingLevel::Debug,
+    LoggingLevel::Info,
+    LoggingLevel::Notice,
+    LoggingLevel::Warning,
+    LoggingLevel::Error,
+    LoggingLevel::Critical,
+    LoggingLevel::Alert,
+    LoggingLevel::Emergency,
+];
+
+#[allow(deprecated)]
+fn level_index(level: LoggingLevel) -> u8 {
+    LEVELS.iter().position(|l| *l == level).unwrap_or(1) as u8
+}

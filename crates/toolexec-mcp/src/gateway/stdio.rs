@@ -1,0 +1,26 @@
+//! The gateway over stdin/stdout, how MCP clients launch servers.
+
+use rmcp::ServiceExt;
+
+use super::server::Gateway;
+
+/// Serves `gateway` over stdin/stdout until stdin closes.
+///
+/// When both are pipes (how MCP clients launch servers) they are driven by
+/// Tokio's non-blocking pipe reactor rather than the blocking thread pool,
+/// which halves per-call latency (see BENCHMARKS.md); otherwise the blocking
+/// handles are used. Needs a Tokio runtime with IO enabled.
+pub async fn serve_stdio(gateway: Gateway) -> Result<(), toolexec::Error> {
+    let unavailable = |m: String| toolexec::Error::backend_unavailable("mcp-gateway", m);
+    let running = match gateway.serve(rmcp::transport::stdio_pipes()).await {
+        Ok(r) => r,
+        // stdin closed before a client said hello: nothing to serve.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(e) => return Err(unavailable(format!("stdio handshake failed: {e}"))),
+    };
+    running
+        .waiting()
+        .await
+        .map_err(|e| unavailable(format!("stdio server task failed: {e}")))?;
+    Ok(())
+}

@@ -1,0 +1,92 @@
+//! How to reach and call one upstream server: [`UpstreamConfig`] and
+//! [`UpstreamTransport`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toolexec::Secret;
+
+/// Default [`UpstreamConfig::call_timeout`].
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default [`UpstreamConfig::max_concurrency`].
+pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
+
+/// How to reach one upstream MCP server, and how to call it.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// The server's name: the namespace of its tools (`name:tool`). Must be a
+    /// valid toolexec namespace (`A-Z a-z 0-9 _ - .`, at most 128 bytes).
+    pub name: String,
+    /// Where the server is.
+    pub transport: UpstreamTransport,
+    /// Deadline of each call, enforced by the backend itself (waiting for a
+    /// concurrency slot included). Must not be zero.
+    pub call_timeout: Duration,
+    /// Most calls in flight at once; more wait for a slot. At least 1.
+    pub max_concurrency: usize,
+    /// Connect in the background instead of in
+    /// [`Upstream::connect`](super::Upstream::connect).
+    pub lazy: bool,
+}
+
+impl UpstreamConfig {
+    /// A configuration with the defaults: [`DEFAULT_CALL_TIMEOUT`],
+    /// [`DEFAULT_MAX_CONCURRENCY`], not lazy.
+    ///
+    /// ```
+    /// use toolexec_mcp::upstream::{UpstreamConfig, UpstreamTransport};
+    /// let config = UpstreamConfig::new("remote", UpstreamTransport::Http {
+    ///     url: "http://127.0.0.1:3001/mcp".into(),
+    ///     headers: Default::default(),
+    ///     bearer_token: Some(toolexec::Secret::new("s3cr3t")),
+    /// });
+    /// assert!(!format!("{config:?}").contains("s3cr3t"));
+    /// ```
+    pub fn new(name: impl Into<String>, transport: UpstreamTransport) -> Self {
+        UpstreamConfig {
+            name: name.into(),
+            transport,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            lazy: false,
+        }
+    }
+}
+
+/// The transport to an upstream server.
+#[derive(Debug, Clone)]
+pub enum UpstreamTransport {
+    /// A child process speaking MCP on stdin/stdout; its stderr goes to
+    /// `tracing`. Its environment starts empty: the variables of this process
+    /// named in [`INHERITED_ENV`] or `inherit_env` are copied, then `env` is
+    /// set, so this process's other variables (tokens, keys, other servers'
+    /// secrets) never reach it.
+    ///
+    /// [`INHERITED_ENV`]: super::INHERITED_ENV
+    Stdio {
+        /// The program to run (looked up on this process's `PATH`).
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Environment variables set for it.
+        env: BTreeMap<String, Secret>,
+        /// More variables to copy from this process's environment when set,
+        /// besides [`INHERITED_ENV`]: names, or patterns with `*`
+        /// (`"AWS_*"`).
+        ///
+        /// [`INHERITED_ENV`]: super::INHERITED_ENV
+        inherit_env: Vec<String>,
+        /// Working directory (default: this process's).
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable HTTP endpoint (`http://` only: this build has no TLS).
+    Http {
+        /// The MCP endpoint URL, such as `http://127.0.0.1:3001/mcp`.
+        url: String,
+        /// Extra headers sent with every request.
+        headers: BTreeMap<String, Secret>,
+        /// Sent as `Authorization: Bearer <token>`.
+        bearer_token: Option<Secret>,
+    },
+}
