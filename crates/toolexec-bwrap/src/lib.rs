@@ -63,7 +63,7 @@ pub use users::UidRange;
 use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV};
 use toolexec_runtime::{
     Enforcement, LimitKind, Mechanism, NetworkPolicy, Profile, RunContext, RunOutcome, RunStatus,
-    RuntimeLimits, ToolHost, Unit, UnitKind,
+    RuntimeDescriptor, RuntimeLimits, ToolHost, Unit, UnitKind,
 };
 pub use toolexec_sandbox::cgroup::CgroupLayout;
 use toolexec_sandbox::cgroup::{self, CgroupLimits, RunCgroup};
@@ -193,6 +193,15 @@ struct Prepared {
 impl BubblewrapRuntime {
     /// The runtime name.
     pub const NAME: &'static str = "bubblewrap";
+
+    /// What bubblewrap is, before it is built or probed.
+    pub const DESCRIPTOR: RuntimeDescriptor = RuntimeDescriptor {
+        name: Self::NAME,
+        isolation: "bubblewrap: user/pid/net/mount/ipc/uts/cgroup namespaces, read-only minimal \
+                    filesystem, no capabilities, seccomp, Landlock, rlimits, per-run cgroup",
+        max_profile: Profile::Hardened,
+        unit_kinds: &[UnitKind::Command, UnitKind::Script],
+    };
 
     /// A runtime with `config`. Cheap: nothing runs until the first
     /// [`toolexec_runtime::Runtime::availability`] or run.
@@ -1107,8 +1116,7 @@ impl toolexec_runtime::Runtime for BubblewrapRuntime {
     }
 
     fn isolation(&self) -> &str {
-        "bubblewrap: user/pid/net/mount/ipc/uts/cgroup namespaces, read-only minimal filesystem, \
-         no capabilities, seccomp, Landlock, rlimits, per-run cgroup"
+        Self::DESCRIPTOR.isolation
     }
 
     /// Hardened only when every mechanism is in force here (see
@@ -1122,7 +1130,7 @@ impl toolexec_runtime::Runtime for BubblewrapRuntime {
     }
 
     fn unit_kinds(&self) -> &[UnitKind] {
-        &[UnitKind::Command, UnitKind::Script]
+        Self::DESCRIPTOR.unit_kinds
     }
 
     fn mechanisms(&self) -> Vec<Mechanism> {

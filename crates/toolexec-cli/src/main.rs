@@ -8,7 +8,6 @@ mod render;
 mod runtime_server;
 mod runtimes;
 mod serve;
-mod unconfigured;
 
 use std::process::ExitCode;
 

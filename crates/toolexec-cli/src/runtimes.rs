@@ -3,26 +3,25 @@
 //! Registration is a list of functions, one per runtime: adding a runtime
 //! is one line in [`REGISTRARS`]. A runtime the configuration does not set
 //! up (no root filesystem, image or URL) is still listed, as unavailable
-//! with the reason ([`Unconfigured`]).
+//! with the reason ([`UnavailableRuntime`], with the runtime's own
+//! descriptor).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
 
 use serde_json::json;
 use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime};
-use toolexec_runtime::Runtimes;
+use toolexec_runtime::{Runtimes, UnavailableRuntime};
 use toolexec_sandbox::{HostRuntime, UnsandboxedOptIn};
 
 use toolexec_code::InProcessRuntime;
 use toolexec_docker::{DockerConfig, DockerRuntime};
 use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, RootfsSource};
 use toolexec_remote::{RemoteConfig, RemoteRuntime};
-use toolexec_runtime::{Profile, UnitKind};
 use toolexec_wasm::{WasmConfig, WasmRuntime};
 
 use crate::config::RuntimesConfig;
 use crate::render;
-use crate::unconfigured::Unconfigured;
 
 /// Registers one runtime (or none, when the configuration does not want it).
 type Registrar = fn(&RuntimesConfig, &mut Runtimes);
@@ -67,17 +66,10 @@ fn register_runsc(config: &RuntimesConfig, runtimes: &mut Runtimes) {
 fn register_oci(flavor: OciFlavor, config: &RuntimesConfig, runtimes: &mut Runtimes) {
     let options = &config.oci;
     let Some(rootfs) = &options.rootfs else {
-        runtimes.register(Unconfigured {
-            name: flavor.name(),
-            isolation: match flavor {
-                OciFlavor::Runc => "OCI container (runc): namespaces, cgroups, seccomp",
-                OciFlavor::Runsc => "gVisor (runsc, ptrace): a user-space kernel",
-            },
-            max_profile: flavor.max_profile(),
-            unit_kinds: vec![UnitKind::Command],
-            reason: "no root filesystem: set rootfs (a directory or tarball) in [runtimes.oci]"
-                .into(),
-        });
+        runtimes.register(UnavailableRuntime::new(
+            flavor.descriptor(),
+            "no root filesystem: set rootfs (a directory or tarball) in [runtimes.oci]",
+        ));
         return;
     };
     // A file is a tarball; a directory (or a path that does not exist, which
@@ -102,13 +94,10 @@ fn register_oci(flavor: OciFlavor, config: &RuntimesConfig, runtimes: &mut Runti
 fn register_docker(config: &RuntimesConfig, runtimes: &mut Runtimes) {
     let options = &config.docker;
     let Some(image) = &options.image else {
-        runtimes.register(Unconfigured {
-            name: DockerRuntime::NAME,
-            isolation: "docker container: namespaces, no network, read-only root, cgroups",
-            max_profile: Profile::Standard,
-            unit_kinds: vec![UnitKind::Command],
-            reason: "no image: set image in [runtimes.docker]".into(),
-        });
+        runtimes.register(UnavailableRuntime::new(
+            DockerRuntime::DESCRIPTOR,
+            "no image: set image in [runtimes.docker]",
+        ));
         return;
     };
     let mut docker = DockerConfig::new(image.clone());
@@ -119,13 +108,10 @@ fn register_docker(config: &RuntimesConfig, runtimes: &mut Runtimes) {
         }
         // Checked when the file was read; kept visible if it ever differs.
         Err(e) => {
-            runtimes.register(Unconfigured {
-                name: DockerRuntime::NAME,
-                isolation: "docker container",
-                max_profile: Profile::Standard,
-                unit_kinds: vec![UnitKind::Command],
-                reason: e.to_string(),
-            });
+            runtimes.register(UnavailableRuntime::new(
+                DockerRuntime::DESCRIPTOR,
+                e.to_string(),
+            ));
         }
     }
 }
@@ -151,12 +137,9 @@ fn register_in_process(_config: &RuntimesConfig, runtimes: &mut Runtimes) {
 /// here and never printed.
 fn register_remote(config: &RuntimesConfig, runtimes: &mut Runtimes) {
     let options = &config.remote;
-    let unconfigured = |reason: String| Unconfigured {
-        name: RemoteRuntime::NAME,
-        isolation: "remote: units run on a toolexec runtime-server",
-        max_profile: options.max_profile,
-        unit_kinds: options.unit_kinds.clone(),
-        reason,
+    let unconfigured = |reason: String| {
+        UnavailableRuntime::new(RemoteRuntime::DESCRIPTOR, reason)
+            .configured(options.max_profile, options.unit_kinds.clone())
     };
     let Some(url) = &options.url else {
         runtimes.register(unconfigured(

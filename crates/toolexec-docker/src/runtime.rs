@@ -17,7 +17,7 @@ use toolexec::{Availability, BoxFuture, CancellationToken, ErrorBody, ErrorCode}
 use toolexec_runtime::protocol::{GatewayConfig, GatewayServer, ProtocolError};
 use toolexec_runtime::{
     CommandUnit, Enforcement, LimitKind, NetworkPolicy, OutputStream, Profile, RunContext,
-    RunOutcome, RunRequest, RunStatus, Runtime, RuntimeLimits, Unit, UnitKind,
+    RunOutcome, RunRequest, RunStatus, Runtime, RuntimeDescriptor, RuntimeLimits, Unit, UnitKind,
 };
 use toolexec_sandbox::Capture;
 use toolexec_sandbox::gateway_socket::PeerPolicy;
@@ -68,6 +68,16 @@ pub struct DockerRuntime {
 impl DockerRuntime {
     /// The runtime name.
     pub const NAME: &'static str = "docker";
+
+    /// What the Docker runtime is, before it is built or reaches a daemon.
+    pub const DESCRIPTOR: RuntimeDescriptor = RuntimeDescriptor {
+        name: Self::NAME,
+        isolation: "docker container: namespaces, no network, read-only root, cgroup memory/pids, \
+                    all capabilities dropped, no-new-privileges, non-root user, the shared \
+                    seccomp deny-list",
+        max_profile: Profile::Standard,
+        unit_kinds: &[UnitKind::Command],
+    };
 
     /// A runtime with `config` (checked here; the daemon is contacted on
     /// the first run or availability check).
@@ -516,15 +526,15 @@ impl Runtime for DockerRuntime {
     }
 
     fn isolation(&self) -> &str {
-        "docker container: namespaces, no network, read-only root, cgroup memory/pids, all capabilities dropped, no-new-privileges, non-root user"
+        Self::DESCRIPTOR.isolation
     }
 
     fn max_profile(&self) -> Profile {
-        Profile::Standard
+        Self::DESCRIPTOR.max_profile
     }
 
     fn unit_kinds(&self) -> &[UnitKind] {
-        &[UnitKind::Command]
+        Self::DESCRIPTOR.unit_kinds
     }
 
     fn availability(&self) -> Availability {

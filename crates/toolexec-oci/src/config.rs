@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use toolexec_runtime::Profile;
+use toolexec_runtime::{Profile, RuntimeDescriptor, UnitKind};
 
 /// Which OCI runtime runs the containers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,12 +24,31 @@ impl OciFlavor {
         }
     }
 
+    /// What the flavor's runtime is, before it is built or probed.
+    pub const fn descriptor(self) -> RuntimeDescriptor {
+        match self {
+            OciFlavor::Runc => RuntimeDescriptor {
+                name: "runc",
+                isolation: "OCI container under runc: namespaces (pid, net, mount, ipc, uts, \
+                            cgroup), read-only root, no capabilities, seccomp deny-list, cgroup v1 \
+                            limits",
+                max_profile: Profile::Standard,
+                unit_kinds: &[UnitKind::Command, UnitKind::Script],
+            },
+            OciFlavor::Runsc => RuntimeDescriptor {
+                name: "runsc",
+                isolation: "OCI container under gVisor runsc (ptrace platform): user-space \
+                            kernel, no network, read-only root, no capabilities, seccomp deny-list \
+                            inside the sandbox, cgroup v1 limits on the whole sandbox",
+                max_profile: Profile::Hardened,
+                unit_kinds: &[UnitKind::Command, UnitKind::Script],
+            },
+        }
+    }
+
     /// The strongest profile the flavor is fit for.
     pub const fn max_profile(self) -> Profile {
-        match self {
-            OciFlavor::Runc => Profile::Standard,
-            OciFlavor::Runsc => Profile::Hardened,
-        }
+        self.descriptor().max_profile
     }
 }
 

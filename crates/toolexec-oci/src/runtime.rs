@@ -44,7 +44,6 @@ const CPU_POLL: Duration = Duration::from_millis(50);
 /// ```
 pub struct OciRuntime {
     config: OciConfig,
-    isolation: String,
     availability: OnceLock<Availability>,
 }
 
@@ -60,17 +59,8 @@ impl OciRuntime {
     /// A runtime with `config`. Nothing is checked until
     /// [`Runtime::availability`] or the first run.
     pub fn new(config: OciConfig) -> Self {
-        let isolation = match config.flavor {
-            OciFlavor::Runc => {
-                "OCI container under runc: namespaces (pid, net, mount, ipc, uts, cgroup), read-only root, no capabilities, seccomp deny-list, cgroup v1 limits"
-            }
-            OciFlavor::Runsc => {
-                "OCI container under gVisor runsc (ptrace platform): user-space kernel, no network, read-only root, no capabilities, seccomp deny-list inside the sandbox, cgroup v1 limits on the whole sandbox"
-            }
-        };
         OciRuntime {
             config,
-            isolation: isolation.into(),
             availability: OnceLock::new(),
         }
     }
@@ -525,7 +515,7 @@ impl Runtime for OciRuntime {
     }
 
     fn isolation(&self) -> &str {
-        &self.isolation
+        self.config.flavor.descriptor().isolation
     }
 
     fn max_profile(&self) -> Profile {

@@ -16,7 +16,7 @@ use tokio_util::codec::Framed;
 use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode, Secret};
 use toolexec_runtime::{
     OutputSink, OutputStream, Profile, RunContext, RunOutcome, RunRequest, RunStatus, Runtime,
-    ToolHost, UnitKind,
+    RuntimeDescriptor, ToolHost, UnitKind,
 };
 
 use crate::error::ApiError;
@@ -135,6 +135,15 @@ impl std::fmt::Debug for RemoteRuntime {
 impl RemoteRuntime {
     /// The runtime name.
     pub const NAME: &'static str = "remote";
+
+    /// What the remote runtime is, before it is built: its profile and
+    /// unit kinds are settings ([`RemoteConfig`]), these are the defaults.
+    pub const DESCRIPTOR: RuntimeDescriptor = RuntimeDescriptor {
+        name: Self::NAME,
+        isolation: "remote: units run on a toolexec runtime-server",
+        max_profile: Profile::Standard,
+        unit_kinds: &[UnitKind::Command],
+    };
 
     /// A runtime for `config`; fails on a bad URL or retry policy
     /// (`invalid_request` naming `remote.url` or `remote.retry`).

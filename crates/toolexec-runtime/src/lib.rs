@@ -38,6 +38,7 @@
 
 mod call_log;
 mod command_tool;
+mod descriptor;
 mod host;
 mod limits;
 mod outcome;
@@ -49,6 +50,7 @@ mod unit;
 
 pub use call_log::{ToolCallLog, ToolCallRecord, ValueSummary};
 pub use command_tool::{CommandTool, CommandToolDef, OutputMapping, StdinMapping};
+pub use descriptor::{RuntimeDescriptor, UnavailableRuntime};
 pub use host::{ToolCaller, ToolHost};
 pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};
 pub use outcome::{Enforcement, RunOutcome, RunStatus};
