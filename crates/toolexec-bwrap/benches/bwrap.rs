@@ -9,7 +9,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use toolexec::Availability;
 use toolexec_bwrap::{BubblewrapConfig, BubblewrapRuntime};
-use toolexec_runtime::{Profile, RunContext, RunRequest, Runtime, ToolHost, Unit};
+use toolexec_runtime::{RunContext, RunRequest, Runtime, ToolHost, Unit};
 
 const INIT: &str = env!("CARGO_BIN_EXE_toolexec-sandbox-init");
 
@@ -89,7 +89,9 @@ fn runtime_shape_bwrap(init: bool) -> std::process::Command {
 }
 
 fn run_once(rt: &tokio::runtime::Runtime, runtime: &BubblewrapRuntime) {
-    let request = RunRequest::new(Unit::command(["/bin/true"]), Profile::Hardened);
+    // The strongest profile the runtime serves: hardened with the init,
+    // standard without it (hardened is refused there).
+    let request = RunRequest::new(Unit::command(["/bin/true"]), runtime.max_profile());
     let host = ToolHost::without_tools(&request.limits);
     let outcome = rt.block_on(runtime.run(request, RunContext::new(host, Default::default())));
     assert!(outcome.is_ok(), "{outcome:?}");
