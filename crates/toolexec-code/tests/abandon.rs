@@ -4,11 +4,11 @@
 //! and the stuck worker keeps its pool slot until it returns. Its own test
 //! binary, so the stuck thread dies with the process when the test ends.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 use toolexec_code::{CodeLimit, CodeStatus};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,9 +2,9 @@
 //! thousands of executions ending every way (Linux; its own test binary so
 //! no other test allocates meanwhile).
 
-mod common;
+mod support;
 
-use common::*;
+use support::*;
 
 fn rss_kb() -> Option<usize> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;

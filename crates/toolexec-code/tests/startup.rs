@@ -7,9 +7,9 @@
 //! as an internal error or a crash.
 //! Its own test binary, so a crash is attributed to this path.
 
-mod common;
+mod support;
 
-use common::*;
+use support::*;
 use toolexec_code::{CodeLimit, CodeRequest, CodeStatus};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

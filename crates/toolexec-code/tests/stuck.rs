@@ -4,11 +4,11 @@
 //! caller gets a typed answer on time. Its own test binary: the thread
 //! count is per process, and the stuck threads die with the process.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 use toolexec_code::CodeLimit;
 
 /// Worker threads of the engine alive in this process right now, counted

@@ -5,7 +5,7 @@
 //! same expectations, for bubblewrap, runc, runsc and Docker, as root and
 //! as an unprivileged user. This crate holds the corpus as data
 //! ([`corpus`]) and the runner ([`run_corpus`]); the test binary
-//! (`tests/conformance.rs`) builds each runtime and fails with a table of
+//! (`tests/conformance/main.rs`) builds each runtime and fails with a table of
 //! runtime × case.
 //!
 //! Place in the workspace: a test-only crate over the runtime contract; every

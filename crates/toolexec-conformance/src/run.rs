@@ -105,7 +105,7 @@ async fn observe(runtime: &dyn Runtime, subject: &Subject, host: &Host, case: &C
     let cancel = CancellationToken::new();
     let tools = if case.tools {
         ToolHost::new(
-            Exec::new(toolexec_builtins::catalog()),
+            Exec::new(toolexec_testkit::catalog()),
             &limits,
             cancel.clone(),
         )

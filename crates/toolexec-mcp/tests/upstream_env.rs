@@ -32,7 +32,7 @@ const PARENT_SECRETS: [(&str, &str); 3] = [
 
 #[test]
 fn stdio_server_sees_only_allowed_and_configured_variables() {
-    let Some(python) = support::require_env(
+    let Some(python) = toolexec_testkit::deps(
         "stdio_server_sees_only_allowed_and_configured_variables",
         &["TOOLEXEC_PYTHON"],
     )

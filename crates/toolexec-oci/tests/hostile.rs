@@ -2,7 +2,6 @@
 //! `scripts/make-test-rootfs.sh`. A missing runtime prints
 //! `SKIPPED: <test>: <why>`, or fails under `CI`.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -15,10 +14,7 @@ use toolexec_runtime::{
     Unit,
 };
 
-fn skip(test: &str, why: &str) {
-    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
-}
+use toolexec_testkit::skip;
 
 fn base_dir() -> PathBuf {
     std::env::temp_dir().join(format!("toolexec-oci-tests-{}", std::process::id()))
@@ -588,7 +584,7 @@ macro_rules! hostile_suite {
                 let Some(rt) = available(test, OciRuntime::new(config)) else { return };
                 assert!(rt.unit_kinds().contains(&toolexec_runtime::UnitKind::Script));
                 let run = |budget: usize| {
-                    let exec = Exec::builder().catalog(toolexec_builtins::catalog()).build();
+                    let exec = Exec::builder().catalog(toolexec_testkit::catalog()).build();
                     let mut l = limits();
                     l.max_tool_calls = budget;
                     l.memory_bytes = Some(256 << 20);

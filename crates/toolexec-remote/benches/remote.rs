@@ -56,7 +56,7 @@ fn bench(c: &mut Criterion) {
         RemoteRuntime::new(config).unwrap()
     });
     let local = host();
-    let exec = Exec::new(toolexec_builtins::catalog());
+    let exec = Exec::new(toolexec_testkit::catalog());
     let units = [
         ("true", Unit::command(["true"])),
         (

@@ -12,7 +12,7 @@ use toolexec_runtime::{RuntimeLimits, ToolCallLog, ToolHost, ValueSummary};
 
 fn host(limits: &RuntimeLimits) -> ToolHost {
     ToolHost::new(
-        Exec::new(toolexec_builtins::catalog()),
+        Exec::new(toolexec_testkit::catalog()),
         limits,
         CancellationToken::new(),
     )
@@ -209,7 +209,7 @@ async fn the_host_log_is_bounded_in_bytes() {
     };
     // Tools accept arguments of up to 8 MiB here (1 MiB by default).
     let exec = Exec::builder()
-        .catalog(toolexec_builtins::catalog())
+        .catalog(toolexec_testkit::catalog())
         .limits(toolexec::Limits {
             max_input_bytes: 8 << 20,
             ..toolexec::Limits::default()

@@ -17,25 +17,12 @@ async fn run(unit: Unit, limits: RuntimeLimits) -> RunOutcome {
     let runtime = HostRuntime::new(UnsandboxedOptIn::i_understand_units_run_unsandboxed());
     let cancel = CancellationToken::new();
     let host = ToolHost::new(
-        Exec::new(toolexec_builtins::catalog()),
+        Exec::new(toolexec_testkit::catalog()),
         &limits,
         cancel.clone(),
     );
     let request = RunRequest::new(unit, Profile::Dev).with_limits(limits);
     runtime.run(request, RunContext::new(host, cancel)).await
-}
-
-fn python_available(test: &str) -> bool {
-    if std::process::Command::new("python3")
-        .arg("-V")
-        .output()
-        .is_ok()
-    {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "{test}: python3 missing");
-    eprintln!("SKIPPED: {test}: python3 not found");
-    false
 }
 
 /// A tool that takes a minute: its call is still running when the unit's
@@ -118,7 +105,7 @@ async fn deadline_and_output_cap() {
 
 #[tokio::test]
 async fn python_unit_calls_a_tool_over_fd_3() {
-    if !python_available("python_unit_calls_a_tool_over_fd_3") {
+    if !toolexec_testkit::python3("python_unit_calls_a_tool_over_fd_3") {
         return;
     }
     let source = r#"
@@ -206,7 +193,7 @@ async fn output_streams_live_while_the_unit_runs() {
 
 #[tokio::test]
 async fn a_call_in_flight_at_the_deadline_is_logged_cancelled() {
-    if !python_available("a_call_in_flight_at_the_deadline_is_logged_cancelled") {
+    if !toolexec_testkit::python3("a_call_in_flight_at_the_deadline_is_logged_cancelled") {
         return;
     }
     let source = r#"

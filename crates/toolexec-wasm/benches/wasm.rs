@@ -63,7 +63,7 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let wasm = WasmRuntime::new(WasmConfig::default());
-    let exec = Exec::new(toolexec_builtins::catalog());
+    let exec = Exec::new(toolexec_testkit::catalog());
     let limits = RuntimeLimits {
         max_tool_calls: 10_000,
         ..RuntimeLimits::default()

@@ -46,8 +46,7 @@ fn runtime(test: &str, config: BubblewrapConfig) -> Option<BubblewrapRuntime> {
             Some(runtime)
         }
         Availability::Unavailable { reason } => {
-            assert!(std::env::var_os("CI").is_none(), "{test}: {reason}");
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: bubblewrap: {reason}");
+            toolexec_testkit::skip(test, format!("bubblewrap: {reason}"));
             None
         }
     }
@@ -73,7 +72,7 @@ async fn run_as(
     profile: Profile,
 ) -> RunOutcome {
     let cancel = CancellationToken::new();
-    let exec = Exec::new(toolexec_builtins::catalog());
+    let exec = Exec::new(toolexec_testkit::catalog());
     let host = ToolHost::new(exec, &limits, cancel.clone());
     let request = RunRequest::new(unit, profile).with_limits(limits);
     runtime.run(request, RunContext::new(host, cancel)).await
@@ -365,9 +364,7 @@ async fn a_bwrap_without_the_flags_used_is_unavailable() {
             .map(|d| d.join("bwrap"))
             .find(|p| p.is_file())
     }) else {
-        assert!(std::env::var_os("CI").is_none(), "bwrap missing");
-        eprintln!("SKIPPED: a_bwrap_without_the_flags_used_is_unavailable: no bwrap");
-        return;
+        toolexec_testkit::skip!("a_bwrap_without_the_flags_used_is_unavailable", "no bwrap");
     };
     // An old bwrap: no `--disable-userns`, otherwise the real one.
     let dir = std::env::temp_dir().join(format!("toolexec-oldbwrap-{}", std::process::id()));

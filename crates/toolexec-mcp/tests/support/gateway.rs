@@ -1,7 +1,6 @@
 //! Shared helpers for the gateway tests (and `examples/gateway_server.rs`):
 //! the demo catalog, the external test dependencies, the example server
-//! binary and an in-process HTTP gateway. Included with `#[path]`; it has no
-//! tests of its own.
+//! binary and an in-process HTTP gateway. It has no tests of its own.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -102,40 +101,8 @@ pub async fn start_http(gateway: Gateway, auth: HttpAuth) -> (SocketAddr, Cancel
     (addr, shutdown)
 }
 
-/// An external test dependency from the environment (as written by
-/// `scripts/install-test-deps.sh` into `env.sh`; when the variable is unset
-/// that file is read directly). Missing: fails under `CI`, else prints
-/// `SKIPPED: <test>: <why>` and returns `None`.
-pub fn dep(test: &str, var: &str) -> Option<String> {
-    let value = std::env::var(var)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .or_else(|| env_file_value(var));
-    let why = match &value {
-        None => {
-            format!("{var} is not set (run scripts/install-test-deps.sh and source its env.sh)")
-        }
-        Some(v) if !Path::new(v).exists() => format!("{var}={v} does not exist"),
-        Some(v) => return Some(v.clone()),
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}");
-    }
-    println!("SKIPPED: {test}: {why}");
-    None
-}
-
-fn env_file_value(var: &str) -> Option<String> {
-    let deps = std::env::var_os("TOOLEXEC_DEPS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/toolexec/deps")))?;
-    let text = std::fs::read_to_string(deps.join("env.sh")).ok()?;
-    text.lines().find_map(|line| {
-        let rest = line.trim().strip_prefix("export ")?;
-        let (k, v) = rest.split_once('=')?;
-        (k == var).then(|| v.trim_matches('"').to_owned())
-    })
-}
+#[allow(unused_imports)] // not every includer needs it
+pub use toolexec_testkit::dep;
 
 /// Path of the `gateway_server` example, built on first use (cargo builds
 /// examples for `cargo test`, but not for `cargo test --test ...`).

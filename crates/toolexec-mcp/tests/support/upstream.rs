@@ -1,37 +1,14 @@
-//! Helpers shared by the `upstream_*` integration tests, included with
-//! `#[path = "support/upstream.rs"] mod support;`.
+//! Helpers shared by the `upstream_*` integration tests.
 #![allow(dead_code)]
 
-use std::io::Write as _;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use toolexec::StreamEvent;
 
-/// The values of `vars`, or `None` after printing `SKIPPED: <test>: <why>`
-/// when one is missing. Under `CI` a missing variable fails the test instead.
-pub fn require_env(test: &str, vars: &[&str]) -> Option<Vec<String>> {
-    let mut values = Vec::new();
-    let mut missing = Vec::new();
-    for var in vars {
-        match std::env::var(var) {
-            Ok(v) if !v.is_empty() => values.push(v),
-            _ => missing.push(*var),
-        }
-    }
-    if missing.is_empty() {
-        return Some(values);
-    }
-    let why = format!(
-        "{} not set (run scripts/install-test-deps.sh, then source ~/.cache/toolexec/deps/env.sh)",
-        missing.join(", ")
-    );
-    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
-    // Written to the real stderr, which the test harness does not capture.
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
-    None
-}
+#[allow(unused_imports)] // not every includer needs them
+pub use toolexec_testkit::{deps, free_port};
 
 /// A child process killed (and reaped) on drop.
 pub struct ChildGuard(pub Child);
@@ -53,14 +30,6 @@ impl Drop for ChildGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a loopback port")
-        .port()
 }
 
 /// Waits until something accepts connections on `127.0.0.1:port`.

@@ -95,7 +95,7 @@ impl FieldConfig {
 ///
 /// The default (name 2.5, title 2.0, namespace 1.5, tags/description/parameter names 1.0,
 /// parameter descriptions 0.5; k1 1.5; stemming and compound tokens on) was chosen on the
-/// StableToolBench retrieval set (see `tests/retrieval_eval.rs`) while keeping the name the
+/// StableToolBench retrieval set (see `tests/it/retrieval_eval.rs`) while keeping the name the
 /// strongest field. The quality surface is flat around it (±0.005 R@5 for ±50% changes of
 /// any single weight), so it is not tied to that set.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,0 +1,84 @@
+//! Temporary directories and ports.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A fresh directory under the system's temporary directory, removed on
+/// drop. Its name holds `tag`, the process id and a counter, so parallel
+/// tests and test processes never share one.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates `toolexec-<tag>-<pid>-<n>`.
+    ///
+    /// # Panics
+    ///
+    /// When the directory cannot be created.
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "toolexec-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        TempDir(dir)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `name` in the directory; returns its path.
+    ///
+    /// # Panics
+    ///
+    /// When the file cannot be written.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
+    }
+
+    /// Writes `name` readable by its owner only (mode 0600, as secret files
+    /// must be); returns its path.
+    ///
+    /// # Panics
+    ///
+    /// When the file exists or cannot be written.
+    pub fn write_private(&self, name: &str, text: &str) -> PathBuf {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.0.join(name);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut file| file.write_all(text.as_bytes()))
+            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A loopback port that was free a moment ago.
+///
+/// # Panics
+///
+/// When no loopback port can be bound.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a loopback port")
+        .port()
+}

@@ -1,0 +1,6 @@
+//! The wasm runtime end to end (WAT and binary modules, the tool gateway,
+//! every limit), one test binary (one link) for all.
+
+mod hostile;
+mod support;
+mod units;

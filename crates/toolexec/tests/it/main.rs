@@ -1,0 +1,8 @@
+//! The core's integration tests, one binary (one link) for all: each
+//! module is one area of the public API.
+
+mod catalog;
+mod chains_streams;
+mod examples;
+mod pipeline;
+mod retrieval_eval;
