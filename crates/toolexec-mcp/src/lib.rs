@@ -8,6 +8,10 @@
 //!   toolexec catalog; with the feature `code`, also `execute_code` (code
 //!   mode, QuickJS through `toolexec-code`).
 //!
+//! Place in the workspace: the protocol edge: the gateway is an entry point
+//! of every MCP call (step 1 of ARCHITECTURE.md's call flow), upstream
+//! servers are backends (step 3).
+//!
 //! All three features are on by default; a user of upstream backends alone
 //! builds with `default-features = false, features = ["upstream"]` and does
 //! not compile the gateway's HTTP server or QuickJS.

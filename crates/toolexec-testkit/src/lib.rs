@@ -3,6 +3,9 @@
 //! What the workspace's tests and benchmarks share (a dev-dependency only,
 //! never published):
 //!
+//! Place in the workspace: a test-only crate every crate's tests may use (see
+//! ARCHITECTURE.md).
+//!
 //! - [`catalog`]: a small fixture catalog (`math:add`, `math:multiply`,
 //!   `text:case`, `text:word_count`) with the same ids, argument and result
 //!   shapes as the built-in tools, so that a test which only needs *some*
