@@ -30,6 +30,7 @@
 //! assert_eq!(out.value, json!({"result": 5.0}));
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use std::fmt;

@@ -33,7 +33,7 @@ const PROC_MASKED_DIRS: &[&str] = &["/proc/acpi", "/proc/asound", "/proc/scsi"];
 
 /// The sandbox's shape, independent of the unit.
 #[derive(Debug, Clone, Default)]
-pub struct SandboxShape {
+pub(crate) struct SandboxShape {
     /// Descriptor (`O_PATH`) of the init helper, bound at [`INIT_PATH`]:
     /// a descriptor, not a path, so an unprivileged bwrap can bind a
     /// binary under a directory only root may traverse.
@@ -51,7 +51,7 @@ fn push(args: &mut Vec<OsString>, items: &[&str]) {
 }
 
 /// Everything before the environment and the command.
-pub fn base_args(shape: &SandboxShape) -> Vec<OsString> {
+pub(crate) fn base_args(shape: &SandboxShape) -> Vec<OsString> {
     let mut args = Vec::new();
     push(
         &mut args,
@@ -134,7 +134,7 @@ fn proc_masks(args: &mut Vec<OsString>) {
 }
 
 /// `--chdir`, the clean environment and the command after `--`.
-pub fn unit_args(cwd: &str, env: &[(String, String)], argv: &[String]) -> Vec<OsString> {
+pub(crate) fn unit_args(cwd: &str, env: &[(String, String)], argv: &[String]) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec!["--chdir".into(), cwd.into(), "--clearenv".into()];
     for (k, v) in env {
         args.extend(["--setenv".into(), k.into(), v.into()]);

@@ -58,7 +58,7 @@ use serde_json::json;
 use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode};
 
 pub use args::{INIT_PATH, SANDBOX_PATH, WORKER_PATH};
-pub use users::UidRange;
+pub use users::{Lease, UidRange};
 
 use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV};
 use toolexec_runtime::{

@@ -49,7 +49,7 @@ impl std::fmt::Debug for Pool {
 
 impl Pool {
     /// Starts filling a pool of `size` entries made by `make`.
-    pub fn start(size: usize, tmp_bytes: Option<u64>, make: Make) -> std::io::Result<Pool> {
+    pub(crate) fn start(size: usize, tmp_bytes: Option<u64>, make: Make) -> std::io::Result<Pool> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("toolexec-bwrap-pool")
@@ -82,7 +82,7 @@ impl Pool {
 
     /// A live entry for a unit whose `/tmp` size is `tmp_bytes`, if one is
     /// ready; triggers a refill.
-    pub fn take(&self, tmp_bytes: Option<u64>) -> Option<Warm> {
+    pub(crate) fn take(&self, tmp_bytes: Option<u64>) -> Option<Warm> {
         if tmp_bytes != self.tmp_bytes {
             return None;
         }
@@ -97,7 +97,7 @@ impl Pool {
     }
 
     /// Entries ready now.
-    pub fn ready(&self) -> usize {
+    pub(crate) fn ready(&self) -> usize {
         self.entries.lock().len()
     }
 }

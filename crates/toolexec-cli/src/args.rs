@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// toolexec: run AI-agent tools from a catalog — search, describe, run, chain.
 #[derive(Debug, Parser)]
 #[command(name = "toolexec", version, about, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Machine-readable JSON output instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -21,7 +21,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Browse the catalog: list, search, describe, namespaces.
     #[command(subcommand)]
     Tools(ToolsCommand),
@@ -47,7 +47,7 @@ pub enum Command {
 
 /// Where a code-mode script runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum CodeProfile {
+pub(crate) enum CodeProfile {
     /// In process (QuickJS with enforced limits), as in the `standard` profile.
     #[default]
     Standard,
@@ -57,7 +57,7 @@ pub enum CodeProfile {
 }
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Serve streamable HTTP at ADDR (`PORT` or `IP:PORT`; loopback when only a port), endpoint `/mcp`.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
@@ -84,7 +84,7 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("key").required(true).args(["key_file", "key_env"])))]
-pub struct RuntimeServerArgs {
+pub(crate) struct RuntimeServerArgs {
     /// Address to listen on (`IP:PORT`, or `PORT` for loopback); port 0
     /// picks a free one. The bound address is printed on stdout.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
@@ -113,14 +113,14 @@ pub struct RuntimeServerArgs {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ExposeArg {
+pub(crate) enum ExposeArg {
     Meta,
     All,
     Both,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ToolsCommand {
+pub(crate) enum ToolsCommand {
     /// List tools, ordered by id, a page at a time.
     List {
         /// Only this namespace.
@@ -162,14 +162,14 @@ pub enum ToolsCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Detail {
+pub(crate) enum Detail {
     Summary,
     Schema,
     Full,
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Tool id (`namespace:name[:version]`).
     pub id: String,
     /// Arguments as a JSON object, or `-` to read them from stdin. Default `{}`.
@@ -179,7 +179,7 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ChainArgs {
+pub(crate) struct ChainArgs {
     /// JSON file holding an array of steps (or `{"steps": [...]}`); `-` for stdin.
     pub file: PathBuf,
     #[command(flatten)]
@@ -187,7 +187,7 @@ pub struct ChainArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct CodeArgs {
+pub(crate) struct CodeArgs {
     /// JavaScript file: the body of an async function (`await`, `return`); `-` for stdin.
     pub file: PathBuf,
     /// Wall-time limit of the whole script, e.g. `500ms`, `5s`, `2m` [default: 30s].
@@ -212,7 +212,7 @@ pub struct CodeArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ExecFlags {
+pub(crate) struct ExecFlags {
     /// Deadline per tool call, e.g. `500ms`, `30s`, `2m`.
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<Duration>,
@@ -222,7 +222,7 @@ pub struct ExecFlags {
 }
 
 /// Parses `250ms`, `30s`, `2m`, `1h` (a bare number means seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -246,7 +246,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Parses a size: plain bytes (`1048576`, `512B`) or a whole number of
 /// KiB, MiB or GiB (`64MiB`, `8 mib`).
-pub fn parse_size(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);

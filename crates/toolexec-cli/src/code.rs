@@ -18,10 +18,10 @@ use crate::commands::{
 use crate::render;
 
 /// Largest script read from a file or stdin.
-pub const MAX_SCRIPT_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_SCRIPT_BYTES: u64 = 1 << 20;
 
 /// `toolexec exec FILE|-`.
-pub async fn exec(
+pub(crate) async fn exec(
     exec: &Exec,
     runtimes: &Arc<Runtimes>,
     args: CodeArgs,
@@ -83,7 +83,7 @@ fn limits(args: &CodeArgs) -> CodeLimits {
 
 /// 0 for success, 2 for a script that does not parse (bad input, like
 /// malformed JSON elsewhere), 1 for everything that went wrong while it ran.
-pub fn exit_code(status: &CodeStatus) -> u8 {
+pub(crate) fn exit_code(status: &CodeStatus) -> u8 {
     match status {
         CodeStatus::Ok => EXIT_OK,
         CodeStatus::SyntaxError { .. } => EXIT_USAGE,
@@ -128,7 +128,7 @@ fn failure(status: &CodeStatus, source: &str) -> Option<String> {
 /// `tools describe --json`: the description plus the tool's TypeScript
 /// declaration (schema and full detail).
 #[derive(Serialize)]
-pub struct Described<'a> {
+pub(crate) struct Described<'a> {
     #[serde(flatten)]
     pub description: &'a ToolDescription,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,7 +136,7 @@ pub struct Described<'a> {
 }
 
 /// `tools describe` for people: the Markdown plus a TypeScript section.
-pub fn describe_markdown(d: &Described<'_>) -> String {
+pub(crate) fn describe_markdown(d: &Described<'_>) -> String {
     let mut s = d.description.to_markdown();
     if let Some(ts) = &d.typescript {
         s.push_str("\n## TypeScript (code mode: `toolexec exec`)\n```ts\n");

@@ -22,11 +22,11 @@ use crate::config::Config;
 use crate::render;
 
 /// Success.
-pub const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// The tool or its execution failed.
-pub const EXIT_TOOL_ERROR: u8 = 1;
+pub(crate) const EXIT_TOOL_ERROR: u8 = 1;
 /// Bad usage or invalid input.
-pub const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_USAGE: u8 = 2;
 
 /// Largest JSON document read from a file or stdin.
 const MAX_INPUT_BYTES: u64 = 64 << 20;
@@ -34,7 +34,7 @@ const MAX_INPUT_BYTES: u64 = 64 << 20;
 const TABLE_WIDTH: usize = 120;
 
 /// Exit code for an error: input problems are the caller's (2), the rest 1.
-pub fn exit_code(body: &ErrorBody) -> u8 {
+pub(crate) fn exit_code(body: &ErrorBody) -> u8 {
     match body.code {
         ErrorCode::InvalidToolId
         | ErrorCode::ToolNotFound
@@ -51,7 +51,7 @@ pub fn exit_code(body: &ErrorBody) -> u8 {
     }
 }
 
-pub async fn dispatch(cli: Cli) -> u8 {
+pub(crate) async fn dispatch(cli: Cli) -> u8 {
     let json = cli.json;
     let config = match Config::discover(cli.config.as_deref()) {
         Ok(c) => c,

@@ -19,15 +19,15 @@ use toolexec_runtime::{
 
 mod gateway;
 
-pub use gateway::GatewayConfig;
+pub(crate) use gateway::GatewayConfig;
 use gateway::RawGateway;
 
 /// The file read when `--config` is not given, if it exists.
-pub const DEFAULT_FILE: &str = "toolexec.toml";
+pub(crate) const DEFAULT_FILE: &str = "toolexec.toml";
 
 /// A loaded, validated configuration.
 #[derive(Debug)]
-pub struct Config {
+pub(crate) struct Config {
     /// Built-in groups to register.
     pub builtins: Vec<Group>,
     /// Pipeline limits.
@@ -44,7 +44,7 @@ pub struct Config {
 
 /// `[runtimes]`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct RuntimesConfig {
+pub(crate) struct RuntimesConfig {
     /// Which runtimes serve each profile, in order of preference.
     pub map: ProfileMap,
     /// Registers the unsandboxed `host` runtime (dev profile only).
@@ -63,7 +63,7 @@ pub struct RuntimesConfig {
 
 /// `[runtimes.oci]`: runc (standard) and gVisor runsc (hardened).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OciOptions {
+pub(crate) struct OciOptions {
     /// The root filesystem: a directory, or a tarball (resolved against
     /// the config file's directory). Without one both runtimes are
     /// unavailable.
@@ -76,7 +76,7 @@ pub struct OciOptions {
 
 /// `[runtimes.docker]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DockerOptions {
+pub(crate) struct DockerOptions {
     /// The daemon's Unix socket (default: `DOCKER_HOST`, else
     /// `/var/run/docker.sock`).
     pub socket: Option<PathBuf>,
@@ -86,7 +86,7 @@ pub struct DockerOptions {
 
 /// `[runtimes.remote]`: a `toolexec runtime-server` elsewhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteOptions {
+pub(crate) struct RemoteOptions {
     /// `http://host:port` of the server; without one the runtime is
     /// unavailable.
     pub url: Option<String>,
@@ -111,7 +111,7 @@ impl Default for RemoteOptions {
 
 /// `[runtimes.wasm]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WasmOptions {
+pub(crate) struct WasmOptions {
     /// Instances that may run at once.
     pub pool_instances: Option<u32>,
     /// Largest linear memory of any instance, in bytes.
@@ -120,7 +120,7 @@ pub struct WasmOptions {
 
 /// `[runtimes.bubblewrap]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BubblewrapOptions {
+pub(crate) struct BubblewrapOptions {
     /// The `bwrap` binary (default: found on `PATH`).
     pub bwrap: Option<PathBuf>,
     /// Sandboxes kept warm for reuse.
@@ -129,7 +129,7 @@ pub struct BubblewrapOptions {
 
 /// A configuration error: file, line, column, key and message.
 #[derive(Debug)]
-pub struct ConfigError {
+pub(crate) struct ConfigError {
     file: PathBuf,
     position: Option<(usize, usize)>,
     key: String,
@@ -153,7 +153,7 @@ impl std::error::Error for ConfigError {}
 
 impl Config {
     /// Built-in catalog only, default limits.
-    pub fn builtin() -> Self {
+    pub(crate) fn builtin() -> Self {
         Config {
             builtins: Group::ALL.to_vec(),
             limits: Limits::default(),
@@ -165,7 +165,7 @@ impl Config {
     }
 
     /// Loads `explicit`, else `./toolexec.toml` if present, else built-ins.
-    pub fn discover(explicit: Option<&Path>) -> Result<Self, ConfigError> {
+    pub(crate) fn discover(explicit: Option<&Path>) -> Result<Self, ConfigError> {
         match explicit {
             Some(p) => Config::load(p),
             None if Path::new(DEFAULT_FILE).is_file() => Config::load(Path::new(DEFAULT_FILE)),
@@ -174,7 +174,7 @@ impl Config {
     }
 
     /// Loads and validates one file.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             file: path.to_owned(),
             position: None,
@@ -185,7 +185,7 @@ impl Config {
     }
 
     /// Parses `text` as the contents of `path`.
-    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+    pub(crate) fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let error =
             |span: Option<std::ops::Range<usize>>, key: String, message: String| ConfigError {
                 file: path.to_owned(),

@@ -7,14 +7,14 @@ use serde_json::Value;
 use toolexec::{ErrorBody, StreamEvent};
 
 /// Prints `value` as pretty JSON.
-pub fn json<T: Serialize>(out: &mut impl Write, value: &T) -> io::Result<()> {
+pub(crate) fn json<T: Serialize>(out: &mut impl Write, value: &T) -> io::Result<()> {
     serde_json::to_writer_pretty(&mut *out, value)?;
     writeln!(out)
 }
 
 /// Prints a table: a header row, then rows, columns padded; the last column
 /// is cut to keep lines under `width` characters.
-pub fn table(
+pub(crate) fn table(
     out: &mut impl Write,
     header: &[&str],
     rows: &[Vec<String>],
@@ -58,7 +58,7 @@ fn cut(s: &str, max: usize) -> String {
 }
 
 /// Prints a tool's structured value for people: strings raw, the rest as pretty JSON.
-pub fn value(out: &mut impl Write, v: &Value) -> io::Result<()> {
+pub(crate) fn value(out: &mut impl Write, v: &Value) -> io::Result<()> {
     match v {
         Value::String(s) => writeln!(out, "{s}"),
         v => json(out, v),
@@ -66,12 +66,12 @@ pub fn value(out: &mut impl Write, v: &Value) -> io::Result<()> {
 }
 
 /// Prints an error for people, with schema violations one per line.
-pub fn error(out: &mut impl Write, e: &ErrorBody) -> io::Result<()> {
+pub(crate) fn error(out: &mut impl Write, e: &ErrorBody) -> io::Result<()> {
     writeln!(out, "error: {}", e.message)
 }
 
 /// Prints one stream event for people.
-pub fn event(out: &mut impl Write, ev: &StreamEvent) -> io::Result<()> {
+pub(crate) fn event(out: &mut impl Write, ev: &StreamEvent) -> io::Result<()> {
     match ev {
         StreamEvent::Progress {
             step,

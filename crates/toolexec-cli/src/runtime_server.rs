@@ -13,7 +13,7 @@ use toolexec_runtime::Runtimes;
 use crate::args::RuntimeServerArgs;
 
 /// The server's settings from the flags; the key is loaded (never printed).
-pub fn server_config(args: &RuntimeServerArgs) -> Result<ServerConfig, Error> {
+pub(crate) fn server_config(args: &RuntimeServerArgs) -> Result<ServerConfig, Error> {
     let (source, field) = match (&args.key_file, &args.key_env) {
         (Some(path), None) => (KeySource::File(path.clone()), "key_file"),
         (None, Some(name)) => (KeySource::Env(name.clone()), "key_env"),
@@ -48,7 +48,7 @@ pub fn server_config(args: &RuntimeServerArgs) -> Result<ServerConfig, Error> {
 
 /// Binds, prints `listening on http://ADDR` (or `{"listening": ...}` with
 /// `--json`) on stdout, and serves until SIGTERM or Ctrl-C.
-pub async fn run(
+pub(crate) async fn run(
     runtimes: Runtimes,
     config: ServerConfig,
     args: &RuntimeServerArgs,

@@ -178,12 +178,12 @@ fn register_host(config: &RuntimesConfig, runtimes: &mut Runtimes) {
 
 /// The current executable: the sandbox init and script worker sandboxes
 /// run (`toolexec __sandbox-init`, `toolexec __script-worker`).
-pub fn current_exe() -> Option<PathBuf> {
+pub(crate) fn current_exe() -> Option<PathBuf> {
     std::env::current_exe().ok()
 }
 
 /// The registry for `config`.
-pub fn build(config: &RuntimesConfig) -> Runtimes {
+pub(crate) fn build(config: &RuntimesConfig) -> Runtimes {
     let mut runtimes = Runtimes::new(config.map.clone());
     for register in REGISTRARS {
         register(config, &mut runtimes);
@@ -192,7 +192,7 @@ pub fn build(config: &RuntimesConfig) -> Runtimes {
 }
 
 /// `toolexec runtimes [--json]`.
-pub fn list(runtimes: &Runtimes, json_out: bool) -> io::Result<()> {
+pub(crate) fn list(runtimes: &Runtimes, json_out: bool) -> io::Result<()> {
     let infos = runtimes.list();
     let mut out = io::stdout().lock();
     if json_out {

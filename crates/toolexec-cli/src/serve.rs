@@ -15,19 +15,19 @@ use crate::args::{CodeProfile, ExposeArg, ServeArgs};
 use crate::config::Config;
 
 /// Environment variable holding the HTTP bearer token.
-pub const TOKEN_ENV: &str = "TOOLEXEC_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "TOOLEXEC_TOKEN";
 
 /// What `serve` will do, from the flags and the config. Built before any
 /// upstream server is started, so that a usage error (no token, a bad
 /// `--http` address) is reported as such, at once.
-pub struct Plan {
+pub(crate) struct Plan {
     expose: Expose,
     code_profile: Profile,
     runs: RunLimits,
     http: Option<HttpOptions>,
 }
 
-pub fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
+pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
     let expose = match args.expose {
         Some(ExposeArg::Meta) => Expose::Meta,
         Some(ExposeArg::All) => Expose::All,
@@ -75,7 +75,7 @@ pub fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
     })
 }
 
-pub async fn serve(exec: Exec, runtimes: Arc<Runtimes>, plan: Plan) -> Result<(), Error> {
+pub(crate) async fn serve(exec: Exec, runtimes: Arc<Runtimes>, plan: Plan) -> Result<(), Error> {
     let gateway = Gateway::new(
         exec,
         GatewayOptions {
@@ -153,7 +153,7 @@ fn token(args: &ServeArgs, config: &Config) -> Result<Secret, Error> {
 }
 
 /// `8080` binds 127.0.0.1:8080; `IP:PORT` binds as given.
-pub fn parse_bind(s: &str) -> Result<SocketAddr, Error> {
+pub(crate) fn parse_bind(s: &str) -> Result<SocketAddr, Error> {
     if let Ok(port) = s.parse::<u16>() {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }

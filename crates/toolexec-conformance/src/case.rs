@@ -8,13 +8,13 @@ use toolexec_runtime::{RunOutcome, RuntimeLimits, Unit};
 use crate::{Host, HostProcess, Subject};
 
 /// Builds the unit.
-pub type UnitFn = fn(&Subject, &Host, &Case) -> Unit;
+pub(crate) type UnitFn = fn(&Subject, &Host, &Case) -> Unit;
 /// Adjusts the corpus's base limits.
-pub type LimitsFn = fn(&Subject, &mut RuntimeLimits);
+pub(crate) type LimitsFn = fn(&Subject, &mut RuntimeLimits);
 /// `Err(why)` when the case does not apply to the subject.
-pub type AppliesFn = fn(&Subject) -> Result<(), String>;
+pub(crate) type AppliesFn = fn(&Subject) -> Result<(), String>;
 /// The expectation: `Err` says what went wrong.
-pub type ExpectFn = fn(&Subject, &Host, &Observed) -> Result<(), String>;
+pub(crate) type ExpectFn = fn(&Subject, &Host, &Observed) -> Result<(), String>;
 
 /// How the runner drives a run besides starting it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,6 +19,7 @@
 //! let err = DockerRuntime::new(DockerConfig { user: "0:0".into(), ..DockerConfig::new("img") });
 //! assert_eq!(err.unwrap_err().field(), Some("docker.user"));
 //! ```
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod cgroup;

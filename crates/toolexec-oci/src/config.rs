@@ -168,7 +168,7 @@ impl OciConfig {
 /// The default parent of bundles, runtime state and gateway sockets:
 /// `/run/toolexec/oci` as root, else `$XDG_RUNTIME_DIR/toolexec/oci`, else
 /// `<temp dir>/toolexec-oci-<uid>`. Each run checks it is private.
-pub fn default_run_dir() -> PathBuf {
+pub(crate) fn default_run_dir() -> PathBuf {
     let euid = toolexec_sandbox::gateway_socket::euid();
     if euid == 0 {
         return PathBuf::from("/run/toolexec/oci");
@@ -182,7 +182,7 @@ pub fn default_run_dir() -> PathBuf {
 /// The default rootfs cache: `/var/cache/toolexec/oci` as root, else
 /// `$XDG_CACHE_HOME/toolexec/oci`, else `$HOME/.cache/toolexec/oci`, else
 /// `rootfs-cache` in [`default_run_dir`]. Each run checks it is private.
-pub fn default_cache_dir() -> PathBuf {
+pub(crate) fn default_cache_dir() -> PathBuf {
     if toolexec_sandbox::gateway_socket::euid() == 0 {
         return PathBuf::from("/var/cache/toolexec/oci");
     }

@@ -35,6 +35,7 @@
 //!
 //! The protocol is specified in `docs/remote-protocol.md`.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod auth;

@@ -31,6 +31,7 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
 mod catalog;
 mod deps;
 mod skip;

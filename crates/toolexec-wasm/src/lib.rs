@@ -11,6 +11,7 @@
 //! Place in the workspace: one runtime of the contract (`toolexec-runtime`);
 //! it keeps wasmtime out of every other crate (see ARCHITECTURE.md).
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod abi;

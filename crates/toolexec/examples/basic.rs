@@ -21,7 +21,7 @@ struct Sum {
 }
 
 /// Runs the example; returns what it printed, for the test that exercises it.
-pub async fn run() -> Result<Vec<String>, toolexec::Error> {
+pub(crate) async fn run() -> Result<Vec<String>, toolexec::Error> {
     let exec = Exec::builder().build();
     exec.catalog()
         .tool("math:add", "Adds two numbers", |a: AddArgs| async move {

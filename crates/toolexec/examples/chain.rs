@@ -15,7 +15,7 @@ struct Mul {
 }
 
 /// Runs the example; returns what it printed.
-pub async fn run() -> Result<Vec<String>, toolexec::Error> {
+pub(crate) async fn run() -> Result<Vec<String>, toolexec::Error> {
     let exec = Exec::builder().build();
     exec.catalog().tool(
         "math:mul",

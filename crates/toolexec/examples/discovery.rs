@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use toolexec::{DetailLevel, Exec, LocalTool, ToolDocs, ToolError, ToolExample};
 
 /// Runs the example; returns what it printed.
-pub async fn run() -> Result<Vec<String>, toolexec::Error> {
+pub(crate) async fn run() -> Result<Vec<String>, toolexec::Error> {
     let exec = Exec::builder().build();
     let tools = [
         (

@@ -13,7 +13,7 @@ struct Download {
 }
 
 /// Runs the example; returns what it printed.
-pub async fn run() -> Result<Vec<String>, toolexec::Error> {
+pub(crate) async fn run() -> Result<Vec<String>, toolexec::Error> {
     let exec = Exec::builder().build();
     exec.catalog().tool(
         "demo:download",

@@ -30,6 +30,7 @@
 //! assert_eq!(err.code().as_str(), "validation_input");
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod allow;

@@ -12,7 +12,7 @@ use super::{DurationText, ResolveError, SecretSource, resolve_secret};
 
 /// `[gateway]`.
 #[derive(Debug, Default)]
-pub struct GatewayConfig {
+pub(crate) struct GatewayConfig {
     /// What `serve` publishes, unless `--expose` says otherwise.
     pub expose: Option<Expose>,
     /// Bearer token for HTTP mode, unless `--token-file` says otherwise.

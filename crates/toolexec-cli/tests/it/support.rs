@@ -9,40 +9,40 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `toolexec` binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_toolexec");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_toolexec");
 
 /// toolexec-mcp's fixtures, reused by path.
-pub const PY_GATEWAY_CLIENT: &str = concat!(
+pub(crate) const PY_GATEWAY_CLIENT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../toolexec-mcp/tests/fixtures/py_gateway_client.py"
 );
-pub const PY_UPSTREAM_SERVER: &str = concat!(
+pub(crate) const PY_UPSTREAM_SERVER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../toolexec-mcp/tests/fixtures/py_upstream_server.py"
 );
 /// This crate's fixtures.
-pub const PY_DEMO_UPSTREAM: &str = concat!(
+pub(crate) const PY_DEMO_UPSTREAM: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/py_demo_upstream.py"
 );
-pub const PY_SERVE_CLIENT: &str = concat!(
+pub(crate) const PY_SERVE_CLIENT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/py_serve_client.py"
 );
 
 /// Deadline for any one command; only there so that a hang fails instead of
 /// stalling the suite.
-pub const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
-pub use toolexec_testkit::{TempDir, dep, deps, free_port};
+pub(crate) use toolexec_testkit::{TempDir, dep, deps, free_port};
 
 /// `s` as a TOML basic string (JSON string escapes are valid TOML).
-pub fn toml_str(s: impl AsRef<str>) -> String {
+pub(crate) fn toml_str(s: impl AsRef<str>) -> String {
     serde_json::to_string(s.as_ref()).unwrap()
 }
 
 /// `toolexec ARGS` run in `cwd`, with no token or log filter inherited.
-pub fn toolexec(cwd: &Path, args: &[&str]) -> Command {
+pub(crate) fn toolexec(cwd: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .current_dir(cwd)
@@ -53,34 +53,34 @@ pub fn toolexec(cwd: &Path, args: &[&str]) -> Command {
 
 /// What a finished command printed.
 #[derive(Debug)]
-pub struct Out {
+pub(crate) struct Out {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Out {
-    pub fn code(&self) -> Option<i32> {
+    pub(crate) fn code(&self) -> Option<i32> {
         self.status.code()
     }
 
     /// Stdout as JSON, or a panic showing both streams.
     #[track_caller]
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{self}"))
     }
 
     /// The last stdout line as JSON (the Python clients' summary).
     #[track_caller]
-    pub fn last_line_json(&self) -> serde_json::Value {
+    pub(crate) fn last_line_json(&self) -> serde_json::Value {
         let last = self.stdout.lines().last().unwrap_or_default();
         serde_json::from_str(last).unwrap_or_else(|e| panic!("no JSON summary ({e}):\n{self}"))
     }
 
     /// Panics (showing both streams) unless the exit code is `code`.
     #[track_caller]
-    pub fn expect_code(&self, code: i32) -> &Self {
+    pub(crate) fn expect_code(&self, code: i32) -> &Self {
         assert_eq!(self.code(), Some(code), "{self}");
         self
     }
@@ -97,12 +97,12 @@ impl std::fmt::Display for Out {
 }
 
 /// Runs `cmd` (stdin closed) to completion; kills it and panics after [`DEADLINE`].
-pub fn run(cmd: &mut Command) -> Out {
+pub(crate) fn run(cmd: &mut Command) -> Out {
     run_with_input(cmd, None)
 }
 
 /// [`run`], with `input` on stdin.
-pub fn run_with_input(cmd: &mut Command, input: Option<&str>) -> Out {
+pub(crate) fn run_with_input(cmd: &mut Command, input: Option<&str>) -> Out {
     let mut child = cmd
         .stdin(if input.is_some() {
             Stdio::piped()
@@ -150,14 +150,14 @@ fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
 
 /// A background process (a server), stopped on drop: SIGINT, then SIGKILL
 /// if it is still running after a moment. Its output goes to files.
-pub struct Background {
+pub(crate) struct Background {
     child: Child,
     what: String,
     log: TempDir,
 }
 
 impl Background {
-    pub fn spawn(cmd: &mut Command) -> Background {
+    pub(crate) fn spawn(cmd: &mut Command) -> Background {
         let log = TempDir::new("log");
         let child = cmd
             .stdin(Stdio::null())
@@ -173,7 +173,7 @@ impl Background {
     }
 
     /// What the process printed so far.
-    pub fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         let read = |n| std::fs::read_to_string(self.log.path().join(n)).unwrap_or_default();
         format!(
             "{}\n--- stdout:\n{}\n--- stderr:\n{}",
@@ -185,7 +185,7 @@ impl Background {
 
     /// Waits until something accepts connections on `127.0.0.1:port`,
     /// failing early if the process exits first.
-    pub fn wait_listening(&mut self, port: u16) {
+    pub(crate) fn wait_listening(&mut self, port: u16) {
         let start = Instant::now();
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -205,7 +205,7 @@ impl Background {
 
     /// Waits for a stdout line starting with `prefix` and returns the rest,
     /// failing early if the process exits first.
-    pub fn wait_stdout_line(&mut self, prefix: &str) -> String {
+    pub(crate) fn wait_stdout_line(&mut self, prefix: &str) -> String {
         let start = Instant::now();
         loop {
             let out = std::fs::read_to_string(self.log.path().join("stdout")).unwrap_or_default();
@@ -228,12 +228,12 @@ impl Background {
     }
 
     /// Sends SIGINT (ctrl-c) and waits up to `timeout` for the exit.
-    pub fn interrupt(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) fn interrupt(&mut self, timeout: Duration) -> Option<ExitStatus> {
         self.signal("-INT", timeout)
     }
 
     /// Sends `signal` (`-TERM`, `-INT`) and waits up to `timeout` for the exit.
-    pub fn signal(&mut self, signal: &str, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) fn signal(&mut self, signal: &str, timeout: Duration) -> Option<ExitStatus> {
         if let Some(status) = self.child.try_wait().unwrap() {
             return Some(status);
         }
@@ -261,7 +261,7 @@ impl Drop for Background {
 }
 
 /// A raw HTTP/1.1 POST to `127.0.0.1:port/mcp`; returns the status code.
-pub fn post_status(port: u16, headers: &[&str], body: &str) -> u16 {
+pub(crate) fn post_status(port: u16, headers: &[&str], body: &str) -> u16 {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut req = format!(
@@ -292,11 +292,11 @@ pub fn post_status(port: u16, headers: &[&str], body: &str) -> u16 {
 }
 
 /// A JSON-RPC `initialize` request body.
-pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+pub(crate) const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
 
 /// A raw MCP session with `toolexec serve` over its stdin/stdout: every
 /// stdout line is kept (and must be JSON-RPC); stderr goes to a file.
-pub struct StdioSession {
+pub(crate) struct StdioSession {
     child: Child,
     stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<String>,
@@ -308,7 +308,7 @@ pub struct StdioSession {
 
 impl StdioSession {
     /// Spawns `cmd` and completes the `initialize` handshake.
-    pub fn start(cmd: &mut Command) -> StdioSession {
+    pub(crate) fn start(cmd: &mut Command) -> StdioSession {
         let log = TempDir::new("stdio");
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -342,14 +342,14 @@ impl StdioSession {
         s
     }
 
-    pub fn send(&mut self, msg: serde_json::Value) {
+    pub(crate) fn send(&mut self, msg: serde_json::Value) {
         let stdin = self.stdin.as_mut().expect("stdin is open");
         writeln!(stdin, "{msg}").unwrap();
         stdin.flush().unwrap();
     }
 
     /// Sends a request; returns the response with its id.
-    pub fn request(
+    pub(crate) fn request(
         &mut self,
         id: u64,
         method: &str,
@@ -378,7 +378,7 @@ impl StdioSession {
     }
 
     /// The names `tools/list` returns.
-    pub fn tool_names(&mut self, id: u64) -> Vec<String> {
+    pub(crate) fn tool_names(&mut self, id: u64) -> Vec<String> {
         let r = self.request(id, "tools/list", serde_json::json!({}));
         r["result"]["tools"]
             .as_array()
@@ -389,13 +389,13 @@ impl StdioSession {
     }
 
     /// What the server wrote to stderr so far.
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(self.log.path().join("stderr")).unwrap_or_default()
     }
 
     /// Closes stdin (ending the session) and waits for the exit; the rest of
     /// stdout lands in `seen`.
-    pub fn finish(&mut self) -> ExitStatus {
+    pub(crate) fn finish(&mut self) -> ExitStatus {
         drop(self.stdin.take());
         let start = Instant::now();
         let status = loop {
@@ -429,7 +429,7 @@ impl Drop for StdioSession {
 /// Whether runtime `name` is available in a `toolexec --json runtimes`
 /// listing; if not, says why (`SKIPPED: test: what: reason`), or fails
 /// under `CI`.
-pub fn runtime_available(listing: &Out, name: &str, test: &str, what: &str) -> bool {
+pub(crate) fn runtime_available(listing: &Out, name: &str, test: &str, what: &str) -> bool {
     let list = listing.json();
     let runtime = list["runtimes"]
         .as_array()

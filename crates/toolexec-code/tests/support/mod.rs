@@ -13,19 +13,19 @@ use toolexec::{Exec, LocalTool, ToolError, ToolOutput, raw_handler};
 use toolexec_code::{CodeEngine, CodeLimits, CodeOutcome, CodeRequest};
 
 #[derive(Deserialize, JsonSchema)]
-pub struct SleepArgs {
+pub(crate) struct SleepArgs {
     /// Milliseconds to sleep.
     pub ms: u64,
 }
 
 #[derive(Deserialize, JsonSchema)]
-pub struct FailArgs {
+pub(crate) struct FailArgs {
     /// The error message.
     pub message: String,
 }
 
 #[derive(Deserialize, JsonSchema)]
-pub struct NoArgs {}
+pub(crate) struct NoArgs {}
 
 /// Counts drops of a hanging tool's future (i.e. cancellations).
 struct DropCounter(Arc<AtomicUsize>);
@@ -36,7 +36,7 @@ impl Drop for DropCounter {
     }
 }
 
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub exec: Exec,
     pub engine: CodeEngine,
     /// How many `test:hang` calls were cancelled (their future dropped).
@@ -45,7 +45,7 @@ pub struct Fixture {
     pub counted: Arc<AtomicUsize>,
 }
 
-pub fn fixture(max_concurrent: usize) -> Fixture {
+pub(crate) fn fixture(max_concurrent: usize) -> Fixture {
     let exec = Exec::new(toolexec_builtins::catalog());
     let c = exec.catalog();
     c.tool(
@@ -110,14 +110,14 @@ pub fn fixture(max_concurrent: usize) -> Fixture {
     }
 }
 
-pub fn limits() -> CodeLimits {
+pub(crate) fn limits() -> CodeLimits {
     CodeLimits {
         timeout: Duration::from_secs(10),
         ..Default::default()
     }
 }
 
-pub fn quick(ms: u64) -> CodeLimits {
+pub(crate) fn quick(ms: u64) -> CodeLimits {
     CodeLimits {
         timeout: Duration::from_millis(ms),
         ..Default::default()
@@ -125,7 +125,7 @@ pub fn quick(ms: u64) -> CodeLimits {
 }
 
 impl Fixture {
-    pub async fn run(&self, code: &str, limits: CodeLimits) -> CodeOutcome {
+    pub(crate) async fn run(&self, code: &str, limits: CodeLimits) -> CodeOutcome {
         self.engine
             .execute(CodeRequest {
                 code: code.to_owned(),
@@ -135,7 +135,7 @@ impl Fixture {
     }
 
     /// Runs a trivial script and checks the pool still works normally.
-    pub async fn assert_healthy(&self) {
+    pub(crate) async fn assert_healthy(&self) {
         let out = self
             .run(
                 "const r = await tools.math.add({a: 2, b: 3}); console.log('ok'); \

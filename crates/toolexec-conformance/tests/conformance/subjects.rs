@@ -13,7 +13,7 @@ use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, ReadOnlyBind, RootfsSource}
 use toolexec_runtime::Runtime;
 
 /// A runtime ready to run the corpus, and what it claims.
-pub struct Built {
+pub(crate) struct Built {
     pub runtime: Box<dyn Runtime>,
     pub subject: Subject,
 }
@@ -46,7 +46,7 @@ fn available(runtime: &dyn Runtime) -> Result<(), String> {
 }
 
 /// bubblewrap with the init (Landlock, the probe) and the script worker.
-pub async fn bubblewrap() -> Result<Built, String> {
+pub(crate) async fn bubblewrap() -> Result<Built, String> {
     let runtime = BubblewrapRuntime::new(BubblewrapConfig {
         init: Some(init()),
         script_worker: Some(worker()),
@@ -67,7 +67,7 @@ fn base_dir() -> PathBuf {
 
 /// runc or runsc on a root made of the host's `/usr` (read-only), with
 /// the script worker.
-pub async fn oci(flavor: OciFlavor) -> Result<Built, String> {
+pub(crate) async fn oci(flavor: OciFlavor) -> Result<Built, String> {
     let base = base_dir();
     let root = base.join(format!("rootfs-{}", flavor.name()));
     for dir in ["usr", "tmp", "proc", "dev", "etc", "run", "sys"] {
@@ -127,7 +127,7 @@ fn repo() -> PathBuf {
 /// Docker on the private daemon (started here when its socket is missing
 /// and this process is root), on the busybox test image plus the static
 /// probe.
-pub async fn docker() -> Result<Built, String> {
+pub(crate) async fn docker() -> Result<Built, String> {
     if !Path::new(DOCKER_SOCKET).exists() && toolexec_sandbox::gateway_socket::euid() == 0 {
         let out = Command::new("bash")
             .arg(repo().join("scripts/start-dockerd.sh"))

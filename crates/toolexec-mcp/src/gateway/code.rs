@@ -304,7 +304,7 @@ const SUMMARY_VALUE_BYTES: usize = 1 << 10;
 /// status other than `ok`, an error result whose text starts with the
 /// status kind), the start of the returned value, and the sizes of the
 /// rest.
-pub fn outcome_result(outcome: &CodeOutcome) -> CallToolResult {
+pub(super) fn outcome_result(outcome: &CodeOutcome) -> CallToolResult {
     let structured = serde_json::to_value(outcome).unwrap_or(Value::Null);
     let text = ContentBlock::text(summary(outcome));
     let mut r = if outcome.status.is_ok() {

@@ -10,18 +10,18 @@ use super::code::CodeModeOptions;
 use super::options::GatewayOptions;
 
 /// `search_tools`.
-pub const SEARCH_TOOLS: &str = "search_tools";
+pub(super) const SEARCH_TOOLS: &str = "search_tools";
 /// `list_namespaces`.
-pub const LIST_NAMESPACES: &str = "list_namespaces";
+pub(super) const LIST_NAMESPACES: &str = "list_namespaces";
 /// `describe_tool`.
-pub const DESCRIBE_TOOL: &str = "describe_tool";
+pub(super) const DESCRIBE_TOOL: &str = "describe_tool";
 /// `run_tool`.
-pub const RUN_TOOL: &str = "run_tool";
+pub(super) const RUN_TOOL: &str = "run_tool";
 /// `run_chain`.
-pub const RUN_CHAIN: &str = "run_chain";
+pub(super) const RUN_CHAIN: &str = "run_chain";
 /// `execute_code` (feature `code`).
 #[cfg(feature = "code")]
-pub const EXECUTE_CODE: &str = "execute_code";
+pub(super) const EXECUTE_CODE: &str = "execute_code";
 
 /// Every meta-tool name, in the order `tools/list` shows them
 /// (`execute_code` with the feature `code`).
@@ -46,14 +46,14 @@ pub const META_TOOLS: [&str; 5] = [
 ];
 
 /// Default `limit` of `search_tools`.
-pub const DEFAULT_SEARCH_LIMIT: usize = 10;
+pub(super) const DEFAULT_SEARCH_LIMIT: usize = 10;
 /// Largest `limit` of `search_tools`.
-pub const MAX_SEARCH_LIMIT: usize = 50;
+pub(super) const MAX_SEARCH_LIMIT: usize = 50;
 
 /// Arguments of `search_tools`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SearchArgs {
+pub(super) struct SearchArgs {
     pub query: String,
     #[serde(default)]
     pub limit: Option<usize>,
@@ -64,12 +64,12 @@ pub struct SearchArgs {
 /// Arguments of `list_namespaces`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NoArgs {}
+pub(super) struct NoArgs {}
 
 /// Arguments of `describe_tool`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DescribeArgs {
+pub(super) struct DescribeArgs {
     pub tool_id: String,
     #[serde(default)]
     pub detail: DetailLevel,
@@ -78,7 +78,7 @@ pub struct DescribeArgs {
 /// Arguments of `run_tool`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     pub tool_id: String,
     #[serde(default)]
     pub args: Option<Value>,
@@ -87,12 +87,12 @@ pub struct RunArgs {
 /// Arguments of `run_chain`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ChainArgs {
+pub(super) struct ChainArgs {
     pub steps: Vec<ChainStep>,
 }
 
 /// A meta-tool's MCP definition pieces.
-pub struct MetaTool {
+pub(super) struct MetaTool {
     pub name: &'static str,
     pub title: &'static str,
     pub description: String,
@@ -415,7 +415,7 @@ fn execute_code(code: &CodeModeOptions) -> MetaTool {
 
 /// Every meta-tool's definition (`execute_code` with the feature `code`,
 /// described with `options.code`'s limits).
-pub fn all(options: &GatewayOptions) -> Vec<MetaTool> {
+pub(super) fn all(options: &GatewayOptions) -> Vec<MetaTool> {
     #[cfg(not(feature = "code"))]
     let _ = options;
     vec![
@@ -430,7 +430,7 @@ pub fn all(options: &GatewayOptions) -> Vec<MetaTool> {
 }
 
 /// Parses a meta-tool's arguments (absent arguments count as `{}`).
-pub fn parse<T: serde::de::DeserializeOwned>(
+pub(super) fn parse<T: serde::de::DeserializeOwned>(
     tool: &str,
     args: Option<Map<String, Value>>,
 ) -> Result<T, String> {

@@ -20,10 +20,10 @@
 //! `ns:name` entry is no longer listed (it could not be called).
 
 /// The separator that stands for `:`.
-pub const SEPARATOR: &str = "__";
+pub(super) const SEPARATOR: &str = "__";
 
 /// Longest MCP tool name.
-pub const MAX_MCP_NAME: usize = 128;
+pub(super) const MAX_MCP_NAME: usize = 128;
 
 /// The MCP name of a tool id, or `None` when the id cannot be published
 /// directly (see the module docs).

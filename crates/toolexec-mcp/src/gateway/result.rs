@@ -18,7 +18,7 @@ pub const RESULT_KEY: &str = "result";
 
 /// How a tool's values map to `structuredContent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
+pub(super) enum Shape {
     /// Declared object schema: values go through unchanged.
     Object,
     /// Declared non-object schema: values are always wrapped.
@@ -29,7 +29,7 @@ pub enum Shape {
 
 impl Shape {
     /// The shape of a tool with this declared output schema.
-    pub fn of(output_schema: Option<&Value>) -> Shape {
+    pub(super) fn of(output_schema: Option<&Value>) -> Shape {
         match output_schema {
             None | Some(Value::Bool(true)) => Shape::Undeclared,
             Some(s) if s.get("type").and_then(Value::as_str) == Some("object") => Shape::Object,
@@ -38,7 +38,7 @@ impl Shape {
     }
 
     /// The structured content for `value`.
-    pub fn structured(self, value: Value) -> Value {
+    pub(super) fn structured(self, value: Value) -> Value {
         match (self, value) {
             (Shape::Object, v) => v,
             (Shape::Undeclared, Value::Object(m)) => Value::Object(m),
@@ -49,7 +49,7 @@ impl Shape {
 
 /// The MCP output schema for a tool's declared schema (`None` when it
 /// declares none).
-pub fn mcp_output_schema(output_schema: Option<&Value>) -> Option<Map<String, Value>> {
+pub(super) fn mcp_output_schema(output_schema: Option<&Value>) -> Option<Map<String, Value>> {
     let schema = output_schema?;
     match Shape::of(Some(schema)) {
         Shape::Undeclared => None,
@@ -75,7 +75,7 @@ pub fn mcp_output_schema(output_schema: Option<&Value>) -> Option<Map<String, Va
 }
 
 /// An input schema as MCP wants it: an object schema with `"type": "object"`.
-pub fn mcp_input_schema(input_schema: &Value) -> Map<String, Value> {
+pub(super) fn mcp_input_schema(input_schema: &Value) -> Map<String, Value> {
     let mut m = input_schema.as_object().cloned().unwrap_or_default();
     m.entry("type").or_insert_with(|| json!("object"));
     m
@@ -83,7 +83,7 @@ pub fn mcp_input_schema(input_schema: &Value) -> Map<String, Value> {
 
 /// A successful result: `structured` (an object) plus its JSON text, or the
 /// tool's own content blocks when it returned some.
-pub fn success(structured: Value, content: &[Content]) -> CallToolResult {
+pub(super) fn success(structured: Value, content: &[Content]) -> CallToolResult {
     let mut blocks: Vec<ContentBlock> = content.iter().map(content_block).collect();
     if blocks.is_empty() {
         blocks.push(ContentBlock::text(structured.to_string()));
@@ -94,14 +94,14 @@ pub fn success(structured: Value, content: &[Content]) -> CallToolResult {
 }
 
 /// A successful tool run.
-pub fn tool_output(shape: Shape, out: ToolOutput) -> CallToolResult {
+pub(super) fn tool_output(shape: Shape, out: ToolOutput) -> CallToolResult {
     let ToolOutput { value, content } = out;
     success(shape.structured(value), &content)
 }
 
 /// A failed tool or pipeline: `isError: true`, text starting with the code,
 /// structured `{"error": {code, message, details}}`.
-pub fn error(body: &ErrorBody) -> CallToolResult {
+pub(super) fn error(body: &ErrorBody) -> CallToolResult {
     error_with(body, None)
 }
 
@@ -122,7 +122,7 @@ fn error_with(body: &ErrorBody, chain: Option<Value>) -> CallToolResult {
 
 /// A finished chain: success when every step succeeded, else an error
 /// result naming the first failure and carrying the whole chain.
-pub fn chain(result: &ChainResult) -> CallToolResult {
+pub(super) fn chain(result: &ChainResult) -> CallToolResult {
     let value = serde_json::to_value(result).unwrap_or(Value::Null);
     if result.ok {
         return success(value, &[]);
@@ -156,7 +156,7 @@ pub fn chain(result: &ChainResult) -> CallToolResult {
 
 /// A toolexec content block as an MCP one (same JSON shape); anything MCP
 /// cannot parse becomes its JSON text.
-pub fn content_block(c: &Content) -> ContentBlock {
+pub(super) fn content_block(c: &Content) -> ContentBlock {
     let v = serde_json::to_value(c).unwrap_or(Value::Null);
     serde_json::from_value(v.clone()).unwrap_or_else(|_| ContentBlock::text(v.to_string()))
 }

@@ -15,14 +15,14 @@ use toolexec_mcp::gateway::{self, Expose, Gateway, GatewayOptions, HttpAuth, Htt
 
 /// The built-in catalog plus `demo:progress` (reports progress and streams
 /// chunks) and `demo:sleep` (waits, honouring cancellation).
-pub fn demo_exec() -> Exec {
+pub(crate) fn demo_exec() -> Exec {
     let catalog = toolexec_builtins::catalog();
     register_demo_tools(&catalog);
     Exec::new(catalog)
 }
 
 /// Registers the demo tools.
-pub fn register_demo_tools(catalog: &toolexec::Catalog) {
+pub(crate) fn register_demo_tools(catalog: &toolexec::Catalog) {
     LocalTool::new(
         "demo:progress",
         raw_handler(|args: Value, ctx: ToolContext| async move {
@@ -76,7 +76,7 @@ pub fn register_demo_tools(catalog: &toolexec::Catalog) {
 }
 
 /// A gateway over [`demo_exec`].
-pub fn demo_gateway(expose: Expose) -> Gateway {
+pub(crate) fn demo_gateway(expose: Expose) -> Gateway {
     Gateway::new(
         demo_exec(),
         GatewayOptions {
@@ -88,7 +88,10 @@ pub fn demo_gateway(expose: Expose) -> Gateway {
 
 /// An HTTP gateway on 127.0.0.1 with a free port, served in the background
 /// until the returned token is cancelled.
-pub async fn start_http(gateway: Gateway, auth: HttpAuth) -> (SocketAddr, CancellationToken) {
+pub(crate) async fn start_http(
+    gateway: Gateway,
+    auth: HttpAuth,
+) -> (SocketAddr, CancellationToken) {
     let shutdown = CancellationToken::new();
     let (addr, server) = gateway::bind_http(
         gateway,
@@ -102,11 +105,11 @@ pub async fn start_http(gateway: Gateway, auth: HttpAuth) -> (SocketAddr, Cancel
 }
 
 #[allow(unused_imports)] // not every includer needs it
-pub use toolexec_testkit::dep;
+pub(crate) use toolexec_testkit::dep;
 
 /// Path of the `gateway_server` example, built on first use (cargo builds
 /// examples for `cargo test`, but not for `cargo test --test ...`).
-pub fn gateway_server_bin() -> PathBuf {
+pub(crate) fn gateway_server_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
@@ -139,7 +142,7 @@ pub fn gateway_server_bin() -> PathBuf {
 }
 
 /// Runs `cmd` with a deadline, returning (status, stdout, stderr).
-pub async fn run_with_timeout(
+pub(crate) async fn run_with_timeout(
     mut cmd: tokio::process::Command,
     timeout: Duration,
 ) -> (std::process::ExitStatus, String, String) {

@@ -73,7 +73,7 @@ fn code_worker(test: &str) -> Option<PathBuf> {
 /// Runtimes where `hardened` (and every profile) maps to bubblewrap running
 /// the real code worker; `None` after `SKIPPED` when bubblewrap or the
 /// worker is missing.
-pub fn bubblewrap_runtimes(test: &str) -> Option<Arc<Runtimes>> {
+pub(crate) fn bubblewrap_runtimes(test: &str) -> Option<Arc<Runtimes>> {
     let worker = code_worker(test)?;
     let runtime = BubblewrapRuntime::new(BubblewrapConfig {
         // The worker binary is also the sandbox init (`__sandbox-init`).

@@ -2,6 +2,6 @@
 //! HTTP gateway, the example server binary), `hardened` (bubblewrap with
 //! the real code worker) and `upstream` (child processes, ports, events).
 
-pub mod gateway;
-pub mod hardened;
-pub mod upstream;
+pub(crate) mod gateway;
+pub(crate) mod hardened;
+pub(crate) mod upstream;

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use toolexec::StreamEvent;
 
 #[allow(unused_imports)] // not every includer needs them
-pub use toolexec_testkit::{deps, free_port};
+pub(crate) use toolexec_testkit::{deps, free_port};
 
 /// A child process killed (and reaped) on drop.
-pub struct ChildGuard(pub Child);
+pub(crate) struct ChildGuard(pub Child);
 
 impl ChildGuard {
-    pub fn spawn(cmd: &mut Command) -> ChildGuard {
+    pub(crate) fn spawn(cmd: &mut Command) -> ChildGuard {
         let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -33,7 +33,7 @@ impl Drop for ChildGuard {
 }
 
 /// Waits until something accepts connections on `127.0.0.1:port`.
-pub async fn wait_listening(port: u16, timeout: Duration) {
+pub(crate) async fn wait_listening(port: u16, timeout: Duration) {
     let start = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -45,7 +45,7 @@ pub async fn wait_listening(port: u16, timeout: Duration) {
 }
 
 /// Sends SIGKILL to `pid`.
-pub fn kill_pid(pid: u32) {
+pub(crate) fn kill_pid(pid: u32) {
     let status = Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()
@@ -54,7 +54,7 @@ pub fn kill_pid(pid: u32) {
 }
 
 /// Every event of a streamed run, up to and including the final one.
-pub async fn collect_events(mut stream: toolexec::EventStream) -> Vec<StreamEvent> {
+pub(crate) async fn collect_events(mut stream: toolexec::EventStream) -> Vec<StreamEvent> {
     let mut events = Vec::new();
     while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), stream.next_event())
         .await
@@ -70,7 +70,7 @@ pub async fn collect_events(mut stream: toolexec::EventStream) -> Vec<StreamEven
 }
 
 /// The progress events of a run, as `(progress, total, message)`.
-pub fn progress_of(events: &[StreamEvent]) -> Vec<(f64, Option<f64>, Option<String>)> {
+pub(crate) fn progress_of(events: &[StreamEvent]) -> Vec<(f64, Option<f64>, Option<String>)> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -86,7 +86,7 @@ pub fn progress_of(events: &[StreamEvent]) -> Vec<(f64, Option<f64>, Option<Stri
 }
 
 /// Polls `check` every 50 ms until it holds or `timeout` passes.
-pub async fn eventually(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
+pub(crate) async fn eventually(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
     while !check() {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
@@ -96,7 +96,7 @@ pub async fn eventually(timeout: Duration, what: &str, mut check: impl FnMut() -
 
 /// Logs to the test output when `RUST_LOG` is set (for example
 /// `RUST_LOG=toolexec_mcp=debug,rmcp=debug`).
-pub fn init_tracing() {
+pub(crate) fn init_tracing() {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -106,7 +106,7 @@ pub fn init_tracing() {
 }
 
 /// A streamable HTTP upstream at `127.0.0.1:port/mcp` with a 20 s call timeout.
-pub fn http_config(name: &str, port: u16) -> toolexec_mcp::upstream::UpstreamConfig {
+pub(crate) fn http_config(name: &str, port: u16) -> toolexec_mcp::upstream::UpstreamConfig {
     let mut config = toolexec_mcp::upstream::UpstreamConfig::new(
         name,
         toolexec_mcp::upstream::UpstreamTransport::Http {
@@ -120,7 +120,7 @@ pub fn http_config(name: &str, port: u16) -> toolexec_mcp::upstream::UpstreamCon
 }
 
 /// Asserts `r` failed with error code `code` and returns the error.
-pub fn assert_code<T: std::fmt::Debug>(
+pub(crate) fn assert_code<T: std::fmt::Debug>(
     r: Result<T, toolexec::Error>,
     code: &str,
 ) -> toolexec::Error {

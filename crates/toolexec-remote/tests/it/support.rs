@@ -10,14 +10,14 @@ use toolexec_remote::{RemoteConfig, RemoteRuntime, RetryPolicy, RuntimeServer, S
 use toolexec_runtime::{Profile, ProfileMap, RunOutcome, RunRequest, Runtime, Runtimes, Unit};
 use toolexec_sandbox::{HostRuntime, UnsandboxedOptIn};
 
-pub const KEY: &str = "test-key-0123456789abcdef-remote";
+pub(crate) const KEY: &str = "test-key-0123456789abcdef-remote";
 
-pub fn key() -> Secret {
+pub(crate) fn key() -> Secret {
     Secret::new(KEY)
 }
 
 /// A server on 127.0.0.1, stopped on drop.
-pub struct TestServer {
+pub(crate) struct TestServer {
     pub addr: SocketAddr,
     pub server: RuntimeServer,
     stop: CancellationToken,
@@ -30,13 +30,13 @@ impl Drop for TestServer {
 }
 
 impl TestServer {
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 }
 
 /// The server's runtimes: the opt-in host runtime for `dev`.
-pub fn host_runtimes() -> Runtimes {
+pub(crate) fn host_runtimes() -> Runtimes {
     let map = ProfileMap {
         dev: vec![HostRuntime::NAME.into()],
         ..ProfileMap::default()
@@ -48,16 +48,16 @@ pub fn host_runtimes() -> Runtimes {
     runtimes
 }
 
-pub async fn start(config: ServerConfig) -> TestServer {
+pub(crate) async fn start(config: ServerConfig) -> TestServer {
     start_with(host_runtimes(), config).await
 }
 
-pub async fn start_with(runtimes: Runtimes, config: ServerConfig) -> TestServer {
+pub(crate) async fn start_with(runtimes: Runtimes, config: ServerConfig) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     serve_on(listener, runtimes, config)
 }
 
-pub fn serve_on(
+pub(crate) fn serve_on(
     listener: tokio::net::TcpListener,
     runtimes: Runtimes,
     config: ServerConfig,
@@ -77,13 +77,13 @@ pub fn serve_on(
 /// A port held by a bound socket that does not listen: connecting is
 /// refused at once (no self-connect, no other test can take the port)
 /// until [`ReservedPort::listen`] hands it to a server.
-pub struct ReservedPort {
+pub(crate) struct ReservedPort {
     socket: socket2::Socket,
     pub addr: SocketAddr,
 }
 
 impl ReservedPort {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         use socket2::{Domain, Socket, Type};
         // No SO_REUSEADDR: nobody else can bind the port while we hold it.
         let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
@@ -94,19 +94,19 @@ impl ReservedPort {
         ReservedPort { socket, addr }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Starts listening on the held port.
-    pub fn listen(self) -> tokio::net::TcpListener {
+    pub(crate) fn listen(self) -> tokio::net::TcpListener {
         self.socket.listen(128).unwrap();
         self.socket.set_nonblocking(true).unwrap();
         tokio::net::TcpListener::from_std(self.socket.into()).unwrap()
     }
 }
 
-pub fn client_config(url: &str) -> RemoteConfig {
+pub(crate) fn client_config(url: &str) -> RemoteConfig {
     let mut config = RemoteConfig::new(url, Some(key()));
     config.max_profile = Profile::Dev;
     config.retry = RetryPolicy {
@@ -117,12 +117,12 @@ pub fn client_config(url: &str) -> RemoteConfig {
     config
 }
 
-pub fn client(url: &str) -> Arc<RemoteRuntime> {
+pub(crate) fn client(url: &str) -> Arc<RemoteRuntime> {
     Arc::new(RemoteRuntime::new(client_config(url)).unwrap())
 }
 
 /// The caller's runtimes: only `remote`, for `dev`.
-pub fn caller_runtimes(remote: Arc<RemoteRuntime>) -> Runtimes {
+pub(crate) fn caller_runtimes(remote: Arc<RemoteRuntime>) -> Runtimes {
     let map = ProfileMap {
         dev: vec![RemoteRuntime::NAME.into()],
         ..ProfileMap::default()
@@ -134,7 +134,11 @@ pub fn caller_runtimes(remote: Arc<RemoteRuntime>) -> Runtimes {
 
 /// Runs `request` on `remote` directly (no availability probe), with the
 /// built-in catalog on the caller's side.
-pub async fn run_direct(remote: &RemoteRuntime, request: RunRequest, exec: &Exec) -> RunOutcome {
+pub(crate) async fn run_direct(
+    remote: &RemoteRuntime,
+    request: RunRequest,
+    exec: &Exec,
+) -> RunOutcome {
     let cancel = CancellationToken::new();
     let host = toolexec_runtime::ToolHost::new(exec.clone(), &request.limits, cancel.clone());
     remote
@@ -149,14 +153,14 @@ pub async fn run_direct(remote: &RemoteRuntime, request: RunRequest, exec: &Exec
         .await
 }
 
-pub fn dev(unit: Unit) -> RunRequest {
+pub(crate) fn dev(unit: Unit) -> RunRequest {
     RunRequest::new(unit, Profile::Dev)
 }
 
-pub use toolexec_testkit::python3;
+pub(crate) use toolexec_testkit::python3;
 
 /// A python gateway client prelude: `call(tool, args)` returns the answer.
-pub const PY_GATEWAY: &str = r#"
+pub(crate) const PY_GATEWAY: &str = r#"
 import os, json, struct, socket, sys
 s = socket.socket(fileno=int(os.environ["TOOLEXEC_GATEWAY_FD"]))
 n = [0]

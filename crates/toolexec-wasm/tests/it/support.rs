@@ -13,7 +13,7 @@ use toolexec_runtime::{
 use toolexec_wasm::{WasmConfig, WasmRuntime};
 
 /// The runtime shared by the tests of one binary.
-pub fn runtime() -> &'static WasmRuntime {
+pub(crate) fn runtime() -> &'static WasmRuntime {
     static RUNTIME: OnceLock<WasmRuntime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         WasmRuntime::new(WasmConfig {
@@ -25,12 +25,12 @@ pub fn runtime() -> &'static WasmRuntime {
 }
 
 /// The built-in catalog (math, text, json, ...).
-pub fn exec() -> Exec {
+pub(crate) fn exec() -> Exec {
     Exec::new(toolexec_testkit::catalog())
 }
 
 /// A unit from WAT text.
-pub fn wat(text: &str) -> Unit {
+pub(crate) fn wat(text: &str) -> Unit {
     Unit::Wasm(WasmUnit {
         code: WasmCode::Wat(text.into()),
         entry: None,
@@ -40,7 +40,7 @@ pub fn wat(text: &str) -> Unit {
 }
 
 /// A unit from a binary.
-pub fn binary(bytes: Vec<u8>) -> Unit {
+pub(crate) fn binary(bytes: Vec<u8>) -> Unit {
     Unit::Wasm(WasmUnit {
         code: WasmCode::Binary(bytes),
         entry: None,
@@ -50,7 +50,7 @@ pub fn binary(bytes: Vec<u8>) -> Unit {
 }
 
 /// Limits for tests: 10 s wall, 5 s CPU.
-pub fn limits() -> RuntimeLimits {
+pub(crate) fn limits() -> RuntimeLimits {
     RuntimeLimits {
         wall_time: std::time::Duration::from_secs(10),
         cpu_time: Some(std::time::Duration::from_secs(5)),
@@ -59,12 +59,12 @@ pub fn limits() -> RuntimeLimits {
 }
 
 /// Runs `unit` on the shared runtime with tools from the built-in catalog.
-pub async fn run(unit: Unit, limits: RuntimeLimits) -> RunOutcome {
+pub(crate) async fn run(unit: Unit, limits: RuntimeLimits) -> RunOutcome {
     run_on(runtime(), unit, limits, CancellationToken::new()).await
 }
 
 /// Runs `unit` on `runtime`, cancelled by `cancel`.
-pub async fn run_on(
+pub(crate) async fn run_on(
     runtime: &WasmRuntime,
     unit: Unit,
     limits: RuntimeLimits,
@@ -86,7 +86,7 @@ pub async fn run_on(
 
 /// WAT for the `toolexec` imports, a memory and `$out_i32`, which sets the
 /// unit's output to an i32 (as JSON). Paste inside `(module ...)`.
-pub const PRELUDE: &str = r#"
+pub(crate) const PRELUDE: &str = r#"
   (import "toolexec" "input_len" (func $input_len (result i32)))
   (import "toolexec" "input_read" (func $input_read (param i32 i32) (result i32)))
   (import "toolexec" "call" (func $call (param i32 i32 i32 i32) (result i32)))
@@ -112,11 +112,11 @@ pub const PRELUDE: &str = r#"
 "#;
 
 /// A module: the prelude plus `body`.
-pub fn module(body: &str) -> String {
+pub(crate) fn module(body: &str) -> String {
     format!("(module {PRELUDE} {body})")
 }
 
 /// A module: extra `imports`, the prelude, then `body`.
-pub fn module_with(imports: &str, body: &str) -> String {
+pub(crate) fn module_with(imports: &str, body: &str) -> String {
     format!("(module {imports} {PRELUDE} {body})")
 }
