@@ -477,18 +477,7 @@ fn classify(
         None if signal == Some(libc::SIGXCPU) && limits.cpu_time.is_some() => {
             verdict::cpu_exceeded(limits, None, "SIGXCPU")
         }
-        None => match exit_code {
-            Some(0) => RunStatus::Ok,
-            Some(code @ 129..=192) => RunStatus::Failed {
-                message: format!("the unit was killed by signal {}", code - 128),
-            },
-            Some(code) => RunStatus::Failed {
-                message: format!("the unit exited with code {code}"),
-            },
-            None => RunStatus::Failed {
-                message: "the unit's exit status is unknown".into(),
-            },
-        },
+        None => verdict::exit_status(exit_code, signal),
     }
 }
 

@@ -447,18 +447,7 @@ impl ProcessRun {
             None if real_sigxcpu && limits.cpu_time.is_some() => {
                 verdict::cpu_exceeded(limits, None, "SIGXCPU")
             }
-            None => match (self.status.and_then(|s| s.code()), signal) {
-                (Some(0), _) => RunStatus::Ok,
-                (_, Some(sig)) => RunStatus::Failed {
-                    message: format!("the unit was killed by signal {sig}"),
-                },
-                (Some(code), None) => RunStatus::Failed {
-                    message: format!("the unit exited with code {code}"),
-                },
-                (None, None) => RunStatus::Failed {
-                    message: "the unit's exit status is unknown".into(),
-                },
-            },
+            None => verdict::exit_status(self.status.and_then(|s| s.code()), signal),
         };
         let mut outcome = RunOutcome::new(runtime, status);
         outcome.exit_code = self.status.and_then(|s| s.code());

@@ -131,6 +131,24 @@ pub fn tool_calls_exceeded(limits: &RuntimeLimits) -> RunStatus {
     }
 }
 
+/// How a unit that toolexec did not stop ended, from its exit code and the
+/// signal that killed it (if any): exit 0 is success, anything else the
+/// unit's own failure.
+pub fn exit_status(code: Option<i32>, signal: Option<i32>) -> RunStatus {
+    match (code, signal) {
+        (Some(0), _) => RunStatus::Ok,
+        (_, Some(sig)) => RunStatus::Failed {
+            message: format!("the unit was killed by signal {sig}"),
+        },
+        (Some(code), None) => RunStatus::Failed {
+            message: format!("the unit exited with code {code}"),
+        },
+        (None, None) => RunStatus::Failed {
+            message: "the unit's exit status is unknown".into(),
+        },
+    }
+}
+
 /// The number after `name` in a `key value` per line file (`memory.events`,
 /// `pids.events`, `cpu.stat`, `memory.oom_control`); 0 when absent.
 pub fn keyed(text: &str, name: &str) -> u64 {
