@@ -772,10 +772,7 @@ impl Shared {
         let has_memory_cg = cgroup.is_some_and(RunCgroup::has_memory);
         let mut out = rlimits::for_limits(limits, !has_memory_cg);
         if cgroup.is_some_and(RunCgroup::has_cpu) {
-            for r in out.iter_mut().filter(|r| r.resource == RlimitResource::Cpu) {
-                r.soft += 1;
-                r.hard += 1;
-            }
+            rlimits::backstop_cpu(&mut out);
         }
         let open = self.config.max_open_files;
         out.push(Rlimit {

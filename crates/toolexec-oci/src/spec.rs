@@ -5,7 +5,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GATEWAY_SOCKET_ENV};
 use toolexec_runtime::{CommandUnit, RuntimeLimits};
-use toolexec_sandbox::rlimits::{self, RlimitResource};
+use toolexec_sandbox::rlimits;
 use toolexec_sandbox::seccomp::profile::{self, Clone3};
 
 use crate::OciError;
@@ -92,16 +92,12 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
     }
 
     let limits = input.limits;
-    let rlimits: Vec<Value> = rlimits::for_container(limits, NOFILE)
-        .into_iter()
-        .map(|r| {
-            // The cgroup cpuacct watch decides (a total over the unit's
-            // processes); RLIMIT_CPU, a second later, is a per-process
-            // backstop, so an exit code a unit can forge (128 + SIGXCPU)
-            // never decides.
-            let late = u64::from(r.resource == RlimitResource::Cpu);
-            json!({"type": r.resource.oci_name(), "soft": r.soft.saturating_add(late), "hard": r.hard.saturating_add(late)})
-        })
+    // The cgroup cpuacct watch decides; RLIMIT_CPU is the backstop.
+    let mut container_rlimits = rlimits::for_container(limits, NOFILE);
+    rlimits::backstop_cpu(&mut container_rlimits);
+    let rlimits: Vec<Value> = container_rlimits
+        .iter()
+        .map(|r| json!({"type": r.resource.oci_name(), "soft": r.soft, "hard": r.hard}))
         .collect();
 
     let mut tmp_options = vec![

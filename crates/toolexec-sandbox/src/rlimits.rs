@@ -115,7 +115,60 @@ pub fn for_container(limits: &RuntimeLimits, open_files: u64) -> Vec<Rlimit> {
     out
 }
 
+/// Moves `RLIMIT_CPU` one second later, for runtimes whose cgroup CPU
+/// watch decides (a total over the unit's processes): the rlimit is then a
+/// per-process backstop, so an exit code a unit can forge (128 + SIGXCPU)
+/// never decides. Saturates at the largest limit.
+pub fn backstop_cpu(rlimits: &mut [Rlimit]) {
+    for r in rlimits
+        .iter_mut()
+        .filter(|r| r.resource == RlimitResource::Cpu)
+    {
+        r.soft = r.soft.saturating_add(1);
+        r.hard = r.hard.saturating_add(1);
+    }
+}
+
 /// The CPU limit of `limits` as `RLIMIT_CPU` seconds: rounded up, at least 1.
 pub fn cpu_seconds(limits: &RuntimeLimits) -> Option<u64> {
     limits.cpu_time.map(rlimit_cpu_seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The backstop moves only `RLIMIT_CPU`, and a CPU limit too large for
+    /// seconds stays at the largest value instead of overflowing.
+    #[test]
+    fn backstop_moves_cpu_only_and_saturates() {
+        let limits = RuntimeLimits {
+            cpu_time: Some(Duration::MAX),
+            disk_bytes: Some(1 << 20),
+            ..RuntimeLimits::default()
+        };
+        let mut out = for_limits(&limits, false);
+        let before = out.clone();
+        backstop_cpu(&mut out);
+        for (old, new) in before.iter().zip(&out) {
+            if new.resource == RlimitResource::Cpu {
+                assert_eq!((new.soft, new.hard), (u64::MAX, u64::MAX));
+            } else {
+                assert_eq!(old, new);
+            }
+        }
+        let mut small = for_limits(
+            &RuntimeLimits {
+                cpu_time: Some(Duration::from_millis(1500)),
+                ..RuntimeLimits::default()
+            },
+            false,
+        );
+        backstop_cpu(&mut small);
+        let cpu = small
+            .iter()
+            .find(|r| r.resource == RlimitResource::Cpu)
+            .unwrap();
+        assert_eq!((cpu.soft, cpu.hard), (3, 4));
+    }
 }
