@@ -14,7 +14,8 @@ use rmcp::{Peer, RoleClient};
 use serde_json::{Map, Value, json};
 use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolOutput};
 
-use super::session::{Router, error_chain};
+use super::routing::Router;
+use super::session::error_chain;
 use super::shared::Shared;
 use super::{UpstreamStatus, convert};
 

@@ -116,6 +116,7 @@ mod env;
 mod http_client;
 mod import;
 mod names;
+mod routing;
 mod session;
 mod shared;
 mod supervisor;
@@ -134,7 +135,8 @@ pub use self::config::{
 pub use self::env::INHERITED_ENV;
 pub use self::supervisor::{CONNECT_TIMEOUT, HEALTHY_AFTER, INITIAL_BACKOFF, MAX_BACKOFF};
 
-use self::session::{Endpoint, Router};
+use self::routing::Router;
+use self::session::Endpoint;
 use self::shared::{Conn, Shared, ToolSet};
 
 /// Where an upstream connection stands.

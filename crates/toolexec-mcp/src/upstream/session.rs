@@ -1,16 +1,14 @@
 //! One MCP client session with an upstream server: the transport (a spawned
-//! child over stdio, or streamable HTTP), the rmcp client handler (progress
-//! routing, `tools/list_changed`), and tool listing.
+//! child over stdio, or streamable HTTP), the rmcp client handler
+//! (`tools/list_changed`), and tool listing.
 
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListToolsRequest,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    ServerResult,
+    PaginatedRequestParams, ProtocolVersion, ServerResult,
 };
 use rmcp::service::{ClientInitializeError, NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::{
@@ -20,10 +18,10 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
-use tokio::sync::Notify;
-use toolexec::{Secret, ToolContext};
+use toolexec::Secret;
 
 use super::UpstreamTransport;
+use super::routing::{InOrder, Router};
 
 /// Most `tools/list` pages followed before giving up on a server whose
 /// cursors never end.
@@ -137,27 +135,6 @@ impl Endpoint {
     }
 }
 
-/// Routes server notifications of every session of one upstream.
-#[derive(Debug, Default)]
-pub(crate) struct Router {
-    /// Progress token of each call in flight → its context.
-    progress: Mutex<HashMap<ProgressToken, ToolContext>>,
-    /// Signalled on `notifications/tools/list_changed`.
-    pub(crate) tools_changed: Notify,
-}
-
-impl Router {
-    pub(crate) fn watch_progress(&self, token: ProgressToken, ctx: ToolContext) {
-        if ctx.is_streaming() {
-            self.progress.lock().insert(token, ctx);
-        }
-    }
-
-    pub(crate) fn unwatch_progress(&self, token: &ProgressToken) {
-        self.progress.lock().remove(token);
-    }
-}
-
 /// The rmcp client handler of one session.
 #[derive(Debug, Clone)]
 pub(crate) struct Handler {
@@ -166,22 +143,6 @@ pub(crate) struct Handler {
 }
 
 impl ClientHandler for Handler {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let ctx = self
-            .router
-            .progress
-            .lock()
-            .get(&params.progress_token)
-            .cloned();
-        if let Some(ctx) = ctx {
-            ctx.progress(params.progress, params.total, params.message.as_deref());
-        }
-    }
-
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         tracing::debug!(server = %self.server, "tools/list_changed");
         self.router.tools_changed.notify_one();
@@ -252,8 +213,9 @@ pub(crate) async fn open(
             if let Some(stderr) = stderr {
                 forward_stderr(handler.server.clone(), stderr);
             }
+            let transport = InOrder::new(child, handler.router.clone());
             let running = handler
-                .serve(child)
+                .serve(transport)
                 .await
                 .map_err(|e| init_error(&e, false))?;
             Ok((running, pid))
@@ -272,6 +234,7 @@ pub(crate) async fn open(
             let client =
                 super::http_client::SessionAwareClient::new().map_err(ConnectError::transient)?;
             let transport = StreamableHttpClientTransport::with_client(client, config);
+            let transport = InOrder::new(transport, handler.router.clone());
             let running = handler
                 .serve(transport)
                 .await

@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{Availability, Catalog, Tool};
 
 use super::UpstreamStatus;
-use super::session::{Endpoint, Router};
+use super::routing::Router;
+use super::session::Endpoint;
 
 /// A snapshot of the connection, published by the supervisor.
 #[derive(Debug, Clone)]

@@ -133,13 +133,10 @@ async fn python_stdio_server() {
     ))
     .await;
     let progress = progress_of(&events);
-    assert!(progress.len() >= 2, "{events:?}");
-    assert!(
-        progress
-            .iter()
-            .any(|(p, t, m)| *p == 1.0 && *t == Some(3.0) && m.as_deref() == Some("step 1 of 3")),
-        "{progress:?}"
-    );
+    let expected: Vec<_> = (1..=3)
+        .map(|i| (f64::from(i), Some(3.0), Some(format!("step {i} of 3"))))
+        .collect();
+    assert_eq!(progress, expected, "{events:?}");
     assert!(matches!(events.last(), Some(StreamEvent::Done { .. })));
 
     // Cancellation reaches the server as notifications/cancelled.
@@ -357,4 +354,62 @@ async fn python_stdio_restart_backoff_and_availability() {
     assert_eq!(out.value, json!({"result": 2}));
     upstream.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every progress notification an upstream sends before its result reaches
+/// the caller, in order, even when the result follows the last one at once
+/// (rmcp handles notifications on tasks of their own: relaying them there
+/// lost a call's last progress whenever its result won the race).
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_sent_before_the_result_is_never_lost() {
+    let Some(python) = python("progress_sent_before_the_result_is_never_lost") else {
+        return;
+    };
+    support::init_tracing();
+    let port = free_port();
+    let _server = start_http(&python, port, &[]).await;
+    let catalog = Arc::new(Catalog::new());
+    let _stdio = Upstream::connect(stdio_config(&python, BTreeMap::new()), catalog.clone())
+        .await
+        .unwrap();
+    let _http = Upstream::connect(http_config("pyweb", port), catalog.clone())
+        .await
+        .unwrap();
+    let exec = Exec::new(catalog);
+    const STEPS: u32 = 4;
+    const CALLS: usize = 40;
+    let expected: Vec<_> = (1..=STEPS)
+        .map(|i| {
+            (
+                f64::from(i),
+                Some(f64::from(STEPS)),
+                Some(format!("step {i} of {STEPS}")),
+            )
+        })
+        .collect();
+    for server in ["py", "pyweb"] {
+        // Four calls at a time: concurrent calls make the race likelier.
+        for round in 0..CALLS / 4 {
+            let calls = (0..4).map(|_| {
+                collect_events(exec.run_stream(
+                    StreamRequest::Tool {
+                        id: format!("{server}:slow_progress"),
+                        args: json!({"steps": STEPS, "delay": 0}),
+                    },
+                    RunOptions::default(),
+                ))
+            });
+            for events in futures::future::join_all(calls).await {
+                assert!(
+                    matches!(events.last(), Some(StreamEvent::Done { .. })),
+                    "{server}, round {round}: {events:?}"
+                );
+                assert_eq!(
+                    progress_of(&events),
+                    expected,
+                    "{server}, round {round}: {events:?}"
+                );
+            }
+        }
+    }
 }
