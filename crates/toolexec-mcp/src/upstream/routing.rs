@@ -97,3 +97,88 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
         self.inner.close()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::NumberOrString;
+    use rmcp::transport::IntoTransport;
+    use serde_json::{Value, json};
+    use tokio::io::AsyncWriteExt;
+    use toolexec::{
+        Catalog, Exec, LocalTool, RunOptions, StreamEvent, StreamRequest, ToolError, ToolOutput,
+        raw_handler,
+    };
+
+    use super::*;
+
+    /// The server's side of one call: its last progress and its response,
+    /// read back to back.
+    const PROGRESS_THEN_RESPONSE: &[u8] = b"\
+{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":1,\"total\":1}}\n\
+{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n";
+
+    /// A call that stops watching its token as soon as its response is
+    /// read (as `call.rs` does) still gets the progress read before it. On
+    /// a current-thread runtime nothing else runs in between, so a relay
+    /// done anywhere but in `receive` (an rmcp handler task) would be late.
+    #[tokio::test(flavor = "current_thread")]
+    async fn progress_is_relayed_before_the_next_message_is_read() {
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        theirs.write_all(PROGRESS_THEN_RESPONSE).await.unwrap();
+        let router = Arc::new(Router::default());
+        let transport = IntoTransport::<RoleClient, _, _>::into_transport(tokio::io::split(ours));
+        let transport = Arc::new(tokio::sync::Mutex::new(InOrder::new(
+            transport,
+            router.clone(),
+        )));
+
+        let catalog = Arc::new(Catalog::new());
+        LocalTool::new(
+            "t:relay",
+            raw_handler(move |_args: Value, ctx| {
+                let (router, transport) = (router.clone(), transport.clone());
+                async move {
+                    let token = ProgressToken(NumberOrString::String("t".into()));
+                    router.watch_progress(token.clone(), ctx);
+                    let mut transport = transport.lock().await;
+                    let first = transport.receive().await;
+                    assert!(
+                        matches!(first, Some(JsonRpcMessage::Notification(_))),
+                        "{first:?}"
+                    );
+                    let second = transport.receive().await;
+                    assert!(
+                        matches!(second, Some(JsonRpcMessage::Response(_))),
+                        "{second:?}"
+                    );
+                    router.unwatch_progress(&token);
+                    Ok::<_, ToolError>(ToolOutput::structured(json!({})))
+                }
+            }),
+        )
+        .register(&catalog)
+        .unwrap();
+
+        let mut stream = Exec::new(catalog).run_stream(
+            StreamRequest::Tool {
+                id: "t:relay".into(),
+                args: json!({}),
+            },
+            RunOptions::default(),
+        );
+        let mut events = Vec::new();
+        while let Some(event) = stream.next_event().await {
+            events.push(event);
+        }
+        assert!(
+            matches!(
+                events.as_slice(),
+                [
+                    StreamEvent::Progress { progress: 1.0, .. },
+                    StreamEvent::Done { .. }
+                ]
+            ),
+            "{events:?}"
+        );
+    }
+}
