@@ -79,18 +79,16 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
         self.inner.send(item)
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        async move {
-            let message = self.inner.receive().await;
-            // No await between reading the message and relaying it: a
-            // dropped receive future cannot skip a relay.
-            if let Some(JsonRpcMessage::Notification(n)) = &message
-                && let ServerNotification::ProgressNotification(p) = &n.notification
-            {
-                self.router.relay_progress(&p.params);
-            }
-            message
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        // No await between reading the message and relaying it: a dropped
+        // receive future cannot skip a relay.
+        if let Some(JsonRpcMessage::Notification(n)) = &message
+            && let ServerNotification::ProgressNotification(p) = &n.notification
+        {
+            self.router.relay_progress(&p.params);
         }
+        message
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
