@@ -22,7 +22,7 @@
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 use toolexec::Secret;
 
@@ -119,7 +119,7 @@ pub fn canonical_string(
 
 fn mac(key: &Secret) -> Hmac<Sha256> {
     // HMAC accepts keys of any length; this cannot fail.
-    <Hmac<Sha256> as Mac>::new_from_slice(key.expose().as_bytes())
+    <Hmac<Sha256> as KeyInit>::new_from_slice(key.expose().as_bytes())
         .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"))
 }
 
@@ -344,6 +344,23 @@ mod tests {
             authority,
             path_and_query: path,
         }
+    }
+
+    /// Known answers, so a change of the HMAC or SHA-256 crates cannot
+    /// change signatures unnoticed: RFC 4231 test case 2 and the SHA-256
+    /// of "abc" (FIPS 180-2).
+    #[test]
+    fn hmac_and_digest_match_known_answers() {
+        let mut m = mac(&Secret::new("Jefe"));
+        m.update(b"what do ya want for nothing?");
+        assert_eq!(
+            hex(&m.finalize().into_bytes()),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert_eq!(
+            body_sha256(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]
