@@ -9,31 +9,55 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase's wall time is printed at the end (also when a phase fails),
+# so a cold run shows where its time goes.
+phases=()
+phase_name=""
+phase_start=$(date +%s)
+phase() {
+  local now
+  now=$(date +%s)
+  if [ -n "$phase_name" ]; then
+    phases+=("$(printf '%6ds  %s' $((now - phase_start)) "$phase_name")")
+  fi
+  phase_name="$1"
+  phase_start=$now
+  [ -z "$1" ] || echo "== $1"
+}
+report_phases() {
+  local status=$?
+  phase ""
+  echo "== phases (wall time)"
+  printf '%s\n' "${phases[@]}"
+  exit "$status"
+}
+trap report_phases EXIT
+
 need() { command -v "$1" >/dev/null 2>&1 || { echo "error: $1 is required ($2)" >&2; exit 2; }; }
 need cargo "the Rust toolchain, 1.95"
 need python3 "the Python MCP SDK tests"
 need npm "the MCP reference server, Inspector and conformance suite"
 
-echo "== test dependencies"
+phase "test dependencies"
 bash scripts/install-test-deps.sh
 # shellcheck disable=SC1091
 source "${TOOLEXEC_DEPS:-$HOME/.cache/toolexec/deps}/env.sh"
 
-echo "== private dockerd for the Docker runtime tests"
+phase "private dockerd for the Docker runtime tests"
 eval "$(bash scripts/start-dockerd.sh)"
 
-echo "== toolchain: $(cargo --version), $(rustc --version)"
+phase "toolchain: $(cargo --version), $(rustc --version)"
 for component in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
 done
 
-echo "== cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all --check
 
-echo "== cargo clippy --all-targets -D warnings"
+phase "cargo clippy --all-targets -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== toolexec-mcp feature subsets: upstream alone (no QuickJS), gateway without code mode"
+phase "toolexec-mcp feature subsets: upstream alone (no QuickJS), gateway without code mode"
 for features in upstream gateway; do
   cargo clippy -p toolexec-mcp --no-default-features --features "$features" --locked -- -D warnings
   if cargo tree -p toolexec-mcp --no-default-features --features "$features" -e normal --locked | grep -q quickjs; then
@@ -42,13 +66,15 @@ for features in upstream gateway; do
   fi
 done
 
-echo "== cargo test"
+phase "cargo test: build"
 # The runtime conformance suite (crates/toolexec-conformance) skips a
 # runtime it cannot use; as root (as CI runs) every one must be there.
 if [ "$(id -u)" = 0 ]; then
   export TOOLEXEC_REQUIRE_RUNTIMES=bubblewrap,runc,runsc,docker
 fi
+cargo test --workspace --locked --no-run
+phase "cargo test: run"
 cargo test --workspace --locked
 
-echo "== runtime conformance and sandbox escape tests as an unprivileged user"
+phase "runtime conformance and sandbox escape tests as an unprivileged user"
 bash scripts/test-unprivileged.sh
