@@ -4,7 +4,8 @@ use std::ffi::OsString;
 
 use toolexec::{Availability, BoxFuture};
 use toolexec_runtime::{
-    Enforcement, LimitKind, Profile, RunContext, RunOutcome, RunRequest, Runtime, Unit, UnitKind,
+    Enforcement, LimitKind, Profile, RunContext, RunOutcome, RunRequest, Runtime,
+    RuntimeDescriptor, Unit, UnitKind,
 };
 
 use crate::process::{ProcessSpec, run_process};
@@ -37,6 +38,15 @@ impl HostRuntime {
     /// The runtime name.
     pub const NAME: &'static str = "host";
 
+    /// What the host runtime is: the one source of its name, isolation,
+    /// profile and unit kinds.
+    pub const DESCRIPTOR: RuntimeDescriptor = RuntimeDescriptor {
+        name: Self::NAME,
+        isolation: "none: host processes with rlimits and a deadline (unsafe, explicit opt-in)",
+        max_profile: Profile::Dev,
+        unit_kinds: &[UnitKind::Command],
+    };
+
     /// A host runtime; see the type's warning.
     pub fn new(opt_in: UnsandboxedOptIn) -> Self {
         HostRuntime { _opt_in: opt_in }
@@ -45,19 +55,19 @@ impl HostRuntime {
 
 impl Runtime for HostRuntime {
     fn name(&self) -> &str {
-        Self::NAME
+        Self::DESCRIPTOR.name
     }
 
     fn isolation(&self) -> &str {
-        "none: host processes with rlimits and a deadline (unsafe, explicit opt-in)"
+        Self::DESCRIPTOR.isolation
     }
 
     fn max_profile(&self) -> Profile {
-        Profile::Dev
+        Self::DESCRIPTOR.max_profile
     }
 
     fn unit_kinds(&self) -> &[UnitKind] {
-        &[UnitKind::Command]
+        Self::DESCRIPTOR.unit_kinds
     }
 
     fn availability(&self) -> Availability {

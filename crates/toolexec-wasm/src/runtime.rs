@@ -8,7 +8,7 @@ use tokio::sync::Semaphore;
 use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode};
 use toolexec_runtime::{
     Enforcement, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome, RunRequest, RunStatus,
-    Runtime, RuntimeLimits, Unit, UnitKind, WasmCode, WasmUnit,
+    Runtime, RuntimeDescriptor, RuntimeLimits, Unit, UnitKind, WasmCode, WasmUnit,
 };
 use wasmtime::{Engine, Linker, Store, UpdateDeadline};
 
@@ -96,6 +96,15 @@ impl Default for WasmRuntime {
 impl WasmRuntime {
     /// The runtime name.
     pub const NAME: &'static str = "wasm";
+
+    /// What the WASM runtime is: the one source of its name, isolation,
+    /// profile and unit kinds.
+    pub const DESCRIPTOR: RuntimeDescriptor = RuntimeDescriptor {
+        name: Self::NAME,
+        isolation: "wasmtime: in-process WebAssembly with fuel, epoch deadlines, memory limits, WASI without preopens or sockets",
+        max_profile: Profile::Hardened,
+        unit_kinds: &[UnitKind::Wasm],
+    };
 
     /// A runtime with its engine, linkers, pool and epoch ticker. Never
     /// fails: if the engine cannot be built, the runtime reports itself
@@ -448,19 +457,19 @@ impl Inner {
 
 impl Runtime for WasmRuntime {
     fn name(&self) -> &str {
-        Self::NAME
+        Self::DESCRIPTOR.name
     }
 
     fn isolation(&self) -> &str {
-        "wasmtime: in-process WebAssembly with fuel, epoch deadlines, memory limits, WASI without preopens or sockets"
+        Self::DESCRIPTOR.isolation
     }
 
     fn max_profile(&self) -> Profile {
-        Profile::Hardened
+        Self::DESCRIPTOR.max_profile
     }
 
     fn unit_kinds(&self) -> &[UnitKind] {
-        &[UnitKind::Wasm]
+        Self::DESCRIPTOR.unit_kinds
     }
 
     fn availability(&self) -> Availability {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{Availability, DetailLevel, ErrorBody, ErrorCode};
 use toolexec_runtime::{
     Enforcement, LimitKind, NetworkPolicy, OutputStream, Profile, RunContext, RunOutcome,
-    RunRequest, RunStatus, Runtime, RuntimeLimits, ToolHost, Unit, UnitKind,
+    RunRequest, RunStatus, Runtime, RuntimeDescriptor, RuntimeLimits, ToolHost, Unit, UnitKind,
 };
 
 use super::worker::MAX_INPUT_BYTES;
@@ -74,6 +74,15 @@ impl Default for InProcessRuntime {
 impl InProcessRuntime {
     /// The runtime name.
     pub const NAME: &'static str = "in_process";
+
+    /// What the in-process script runtime is: the one source of its name, isolation,
+    /// profile and unit kinds.
+    pub const DESCRIPTOR: RuntimeDescriptor = RuntimeDescriptor {
+        name: Self::NAME,
+        isolation: "QuickJS in process: no file system, network, env or modules; limits enforced by the engine",
+        max_profile: Profile::Standard,
+        unit_kinds: &[UnitKind::Script],
+    };
 
     /// A runtime running at most `max_concurrent` (at least 1) scripts at a
     /// time; more wait for a worker (the wait counts toward their timeout).
@@ -140,19 +149,19 @@ impl InProcessRuntime {
 
 impl Runtime for InProcessRuntime {
     fn name(&self) -> &str {
-        Self::NAME
+        Self::DESCRIPTOR.name
     }
 
     fn isolation(&self) -> &str {
-        "QuickJS in process: no file system, network, env or modules; limits enforced by the engine"
+        Self::DESCRIPTOR.isolation
     }
 
     fn max_profile(&self) -> Profile {
-        Profile::Standard
+        Self::DESCRIPTOR.max_profile
     }
 
     fn unit_kinds(&self) -> &[UnitKind] {
-        &[UnitKind::Script]
+        Self::DESCRIPTOR.unit_kinds
     }
 
     fn availability(&self) -> Availability {
