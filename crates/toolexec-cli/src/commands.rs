@@ -99,7 +99,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::ScriptWorker | Command::RuntimeServer(_) => Ok(EXIT_USAGE),
         Command::Serve(_) => {
             let plan = serve_plan.expect("planned before connecting");
-            crate::serve::serve(exec, runtimes.clone(), plan)
+            crate::serve::serve(exec, runtimes.clone(), upstreams.clone(), plan)
                 .await
                 .map(|()| EXIT_OK)
                 .map_err(Failure::Error)
@@ -163,7 +163,7 @@ impl From<io::Error> for Failure {
 async fn build_exec(
     config: &Config,
     runtimes: &Arc<toolexec_runtime::Runtimes>,
-) -> Result<(Exec, Vec<Upstream>), Error> {
+) -> Result<(Exec, Vec<Arc<Upstream>>), Error> {
     let catalog = Arc::new(toolexec::Catalog::new());
     toolexec_builtins::register(&catalog, &config.builtins)?;
     for def in &config.commands {
@@ -171,7 +171,9 @@ async fn build_exec(
     }
     let mut upstreams = Vec::with_capacity(config.servers.len());
     for server in &config.servers {
-        upstreams.push(Upstream::connect(server.clone(), catalog.clone()).await?);
+        upstreams.push(Arc::new(
+            Upstream::connect(server.clone(), catalog.clone()).await?,
+        ));
     }
     let exec = Exec::builder()
         .catalog(catalog)

@@ -9,6 +9,7 @@ use toolexec::{Error, Exec, Secret};
 use toolexec_mcp::gateway::{
     self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions, RunLimits,
 };
+use toolexec_mcp::upstream::Upstream;
 use toolexec_runtime::{Profile, Runtimes};
 
 use crate::args::{CodeProfile, ExposeArg, ServeArgs};
@@ -75,8 +76,15 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
     })
 }
 
-pub(crate) async fn serve(exec: Exec, runtimes: Arc<Runtimes>, plan: Plan) -> Result<(), Error> {
-    let gateway = Gateway::new(
+/// Serves the gateway: the catalog's tools, and the resources, prompts and
+/// completion of `upstreams`.
+pub(crate) async fn serve(
+    exec: Exec,
+    runtimes: Arc<Runtimes>,
+    upstreams: Vec<Arc<Upstream>>,
+    plan: Plan,
+) -> Result<(), Error> {
+    let gateway = Gateway::with_upstreams(
         exec,
         GatewayOptions {
             expose: plan.expose,
@@ -89,6 +97,7 @@ pub(crate) async fn serve(exec: Exec, runtimes: Arc<Runtimes>, plan: Plan) -> Re
             runtimes: Some(runtimes),
             runs: plan.runs,
         },
+        upstreams,
     );
     let Some(options) = plan.http else {
         return gateway::serve_stdio(gateway).await;

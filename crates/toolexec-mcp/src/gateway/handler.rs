@@ -1,6 +1,7 @@
 //! The gateway as an rmcp [`ServerHandler`]: `initialize` (capabilities,
 //! server info, instructions), `tools/list`, `tools/call`,
-//! `logging/setLevel` and the `initialized` notification.
+//! `logging/setLevel`, the `initialized` notification, and the requests
+//! relayed to upstream servers (resources, prompts, completion).
 
 use std::borrow::Cow;
 
@@ -15,8 +16,42 @@ use rmcp::model::SetLevelRequestParams;
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 
+#[cfg(feature = "upstream")]
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, PromptsCapability,
+    ReadResourceRequestParams, ReadResourceResponse, ResourcesCapability, SubscribeRequestParams,
+    UnsubscribeRequestParams,
+};
+
 use super::meta::DEFAULT_INSTRUCTIONS;
 use super::server::Gateway;
+
+impl Gateway {
+    /// Resources (with subscriptions), prompts and completion, when an
+    /// upstream may offer them ([`super::passthrough`]).
+    #[cfg(feature = "upstream")]
+    fn relayed_capabilities(&self, capabilities: &mut ServerCapabilities) {
+        let relayed = &self.shared.passthrough;
+        if relayed.is_empty() {
+            return;
+        }
+        if relayed.offers(|c| c.resources.is_some()) {
+            let mut resources = ResourcesCapability::default();
+            resources.subscribe = Some(true);
+            resources.list_changed = Some(true);
+            capabilities.resources = Some(resources);
+        }
+        if relayed.offers(|c| c.prompts.is_some()) {
+            let mut prompts = PromptsCapability::default();
+            prompts.list_changed = Some(true);
+            capabilities.prompts = Some(prompts);
+        }
+        if relayed.offers(|c| c.completions.is_some()) {
+            capabilities.completions = Some(JsonObject::new());
+        }
+    }
+}
 
 #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
 impl ServerHandler for Gateway {
@@ -27,6 +62,8 @@ impl ServerHandler for Gateway {
         let mut capabilities = ServerCapabilities::default();
         capabilities.tools = Some(tools);
         capabilities.logging = Some(JsonObject::new());
+        #[cfg(feature = "upstream")]
+        self.relayed_capabilities(&mut capabilities);
         let mut config = ServerConfig::new(capabilities)
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
             .with_server_info(
@@ -77,6 +114,104 @@ impl ServerHandler for Gateway {
     ) -> Result<(), McpError> {
         self.session.set_level(request.level);
         Ok(())
+    }
+
+    #[cfg(feature = "upstream")]
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let cursor = request.and_then(|r| r.cursor);
+        self.shared
+            .passthrough
+            .list_resources(cursor, context.ct)
+            .await
+    }
+
+    #[cfg(feature = "upstream")]
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let cursor = request.and_then(|r| r.cursor);
+        self.shared
+            .passthrough
+            .list_resource_templates(cursor, context.ct)
+            .await
+    }
+
+    #[cfg(feature = "upstream")]
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        self.shared
+            .passthrough
+            .read_resource(request, context.ct)
+            .await
+            .map(ReadResourceResponse::Complete)
+    }
+
+    #[cfg(feature = "upstream")]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.shared
+            .passthrough
+            .subscribe(self.session.id, context.peer, request.uri, context.ct)
+            .await
+    }
+
+    #[cfg(feature = "upstream")]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.shared
+            .passthrough
+            .unsubscribe(self.session.id, request.uri, context.ct)
+            .await
+    }
+
+    #[cfg(feature = "upstream")]
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let cursor = request.and_then(|r| r.cursor);
+        self.shared
+            .passthrough
+            .list_prompts(cursor, context.ct)
+            .await
+    }
+
+    #[cfg(feature = "upstream")]
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        self.shared
+            .passthrough
+            .get_prompt(request, context.ct)
+            .await
+            .map(GetPromptResponse::Complete)
+    }
+
+    #[cfg(feature = "upstream")]
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        self.shared.passthrough.complete(request, context.ct).await
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -97,6 +97,8 @@ mod meta;
 mod names;
 mod notify;
 mod options;
+#[cfg(feature = "upstream")]
+mod passthrough;
 mod relay;
 mod result;
 mod run;

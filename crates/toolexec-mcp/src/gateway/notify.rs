@@ -1,5 +1,7 @@
 //! `notifications/tools/list_changed`: when the catalog changes, every
 //! initialized client of a gateway that publishes tools directly is told.
+//! The initialized clients also get the upstreams' resource and prompt
+//! notifications ([`super::passthrough`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,15 +15,18 @@ use super::server::Gateway;
 impl Gateway {
     /// Registers an initialized client for list-changed notifications.
     pub(super) fn register_peer(&self, peer: Peer<RoleServer>) {
-        if !self.shared.options.expose.direct() {
-            return;
-        }
         {
             let mut peers = self.shared.peers.lock();
             peers.retain(|p| !p.is_transport_closed());
             peers.push(peer);
         }
-        self.start_watcher();
+        if self.shared.options.expose.direct() {
+            self.start_watcher();
+        }
+        #[cfg(feature = "upstream")]
+        if !self.shared.passthrough.is_empty() {
+            self.shared.passthrough.start_notices(&self.shared.peers);
+        }
     }
 
     /// Starts the task that turns catalog events into list-changed

@@ -15,6 +15,8 @@ use toolexec_code::CodeRunner;
 
 use super::limits::RunSlots;
 use super::options::GatewayOptions;
+#[cfg(feature = "upstream")]
+use super::passthrough::Passthrough;
 use super::session::Session;
 
 /// An MCP server over an [`Exec`]. Implements [`rmcp::ServerHandler`], so it
@@ -39,6 +41,16 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
+/// What the gateway relays from upstream servers besides tools (nothing
+/// without the `upstream` feature).
+#[cfg(feature = "upstream")]
+type Relayed = Arc<Passthrough>;
+#[cfg(not(feature = "upstream"))]
+#[derive(Default)]
+struct Relayed {
+    _none: (),
+}
+
 /// State shared by every connection of one gateway.
 pub(super) struct Shared {
     pub(super) exec: Exec,
@@ -49,8 +61,12 @@ pub(super) struct Shared {
     pub(super) code: CodeRunner,
     /// Bounds tool runs over every connection.
     pub(super) runs: RunSlots,
-    /// Initialized clients to notify of catalog changes.
-    pub(super) peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Initialized clients, to notify of list changes.
+    pub(super) peers: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+    /// The upstream servers whose resources, prompts and completion are
+    /// relayed.
+    #[cfg(feature = "upstream")]
+    pub(super) passthrough: Arc<Passthrough>,
     /// Catalog changes since the gateway was created, until the watcher
     /// task takes the receiver.
     pub(super) changes: Mutex<Option<broadcast::Receiver<toolexec::CatalogEvent>>>,
@@ -68,6 +84,27 @@ impl Drop for Shared {
 impl Gateway {
     /// A gateway over `exec`.
     pub fn new(exec: Exec, options: GatewayOptions) -> Self {
+        Self::build(exec, options, Relayed::default())
+    }
+
+    /// A gateway over `exec` that also relays the resources, resource
+    /// templates, subscriptions, prompts and completion of `upstreams` (whose
+    /// tools are in `exec`'s catalog), as a client of those servers would
+    /// see them.
+    #[cfg(feature = "upstream")]
+    pub fn with_upstreams(
+        exec: Exec,
+        options: GatewayOptions,
+        upstreams: Vec<Arc<crate::upstream::Upstream>>,
+    ) -> Self {
+        Self::build(exec, options, Arc::new(Passthrough::new(upstreams)))
+    }
+
+    fn build(
+        exec: Exec,
+        options: GatewayOptions,
+        #[cfg_attr(not(feature = "upstream"), allow(unused_variables))] passthrough: Relayed,
+    ) -> Self {
         let changes = options.expose.direct().then(|| exec.catalog().subscribe());
         #[cfg(feature = "code")]
         let code = CodeRunner::new(
@@ -84,7 +121,9 @@ impl Gateway {
                 #[cfg(feature = "code")]
                 code,
                 runs,
-                peers: Mutex::new(Vec::new()),
+                peers: Arc::default(),
+                #[cfg(feature = "upstream")]
+                passthrough,
                 changes: Mutex::new(changes),
                 watcher_started: AtomicBool::new(false),
                 stop: CancellationToken::new(),

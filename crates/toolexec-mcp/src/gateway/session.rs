@@ -2,7 +2,7 @@
 //! (`logging/setLevel`), which decides whether streamed chunks are relayed.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 // MCP logging is deprecated by SEP-2577 (2026-07-28) but current in the
 // 2025-11-25 revision the gateway speaks; chunks are relayed as log messages.
@@ -11,6 +11,9 @@ use rmcp::model::LoggingLevel;
 
 /// Per-connection state.
 pub(super) struct Session {
+    /// Unique within the process: names the connection's subscriptions.
+    #[cfg_attr(not(feature = "upstream"), allow(dead_code))]
+    pub(super) id: u64,
     /// Lowest log level sent, as an index into [`LEVELS`].
     min_level: AtomicU8,
 }
@@ -19,7 +22,9 @@ pub(super) struct Session {
 impl Session {
     /// A new connection's state: log messages from `info` up.
     pub(super) fn new() -> Arc<Self> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
         Arc::new(Session {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
             min_level: AtomicU8::new(level_index(LoggingLevel::Info)),
         })
     }

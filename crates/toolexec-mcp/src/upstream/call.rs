@@ -1,4 +1,4 @@
-//! The backend of an upstream tool: relays calls as `tools/call`, with the
+//! Requests to an upstream (a tool's `tools/call`, and relayed requests), with the
 //! per-server deadline and concurrency limit, progress relay, cancellation,
 //! and one transparent retry after an HTTP session loss.
 
@@ -10,7 +10,7 @@ use rmcp::model::{
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpError;
-use rmcp::{Peer, RoleClient};
+use rmcp::{ErrorData, Peer, RoleClient};
 use serde_json::{Map, Value, json};
 use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolOutput};
 
@@ -48,24 +48,85 @@ impl Backend for ToolBackend {
 enum Failure {
     /// The HTTP session is gone; re-initialize and retry once.
     SessionLost(String),
-    Error(Error),
+    Error(RequestError),
+}
+
+/// Why a request to an upstream failed.
+#[derive(Debug)]
+pub(crate) enum RequestError {
+    /// The server answered with a JSON-RPC error.
+    Server(ErrorData),
+    /// toolexec's side: not connected, timed out, cancelled.
+    Local(Error),
 }
 
 impl Shared {
     async fn call_tool(&self, remote: &str, call: Call<'_>) -> Result<ToolOutput, Error> {
         let tool = call.tool.id.to_string();
-        let ctx = call.ctx;
         let args = match call.args {
             Value::Object(m) => m,
             Value::Null => Map::new(),
             _ => return Err(Error::invalid_request("args", "must be a JSON object")),
         };
+        let params = CallToolRequestParams::new(remote.to_owned()).with_arguments(args);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let result = self
+            .request(&tool, request, &call.ctx)
+            .await
+            .map_err(|e| match e {
+                RequestError::Server(data) => Error::ExecutionFailed {
+                    tool: tool.clone(),
+                    message: format!(
+                        "the server answered with JSON-RPC error {}: {}",
+                        data.code.0, data.message
+                    ),
+                    data: Some(json!({"code": data.code.0, "data": data.data})),
+                    panicked: false,
+                },
+                RequestError::Local(e) => e,
+            })?;
+        match result {
+            ServerResult::CallToolResult(r) => convert::output_from_mcp(&tool, r),
+            ServerResult::InputRequiredResult(r) => Err(Error::ExecutionFailed {
+                tool,
+                message: "the server asked for client input (elicitation or sampling), which \
+                          toolexec cannot provide"
+                    .to_owned(),
+                data: serde_json::to_value(r).ok(),
+                panicked: false,
+            }),
+            ServerResult::CreateTaskResult(r) => Err(Error::ExecutionFailed {
+                tool,
+                message: "the server answered with a task, which toolexec does not poll".to_owned(),
+                data: serde_json::to_value(r).ok(),
+                panicked: false,
+            }),
+            other => Err(Error::ExecutionFailed {
+                tool,
+                message: "the server answered tools/call with an unexpected result".to_owned(),
+                data: serde_json::to_value(other).ok(),
+                panicked: false,
+            }),
+        }
+    }
+
+    /// Sends `request` on the current session and waits for its result:
+    /// within a concurrency slot and the server's deadline, until `ctx` is
+    /// cancelled, retried once on a new session after an HTTP session loss.
+    /// Progress carrying the request's token reaches `ctx`. `label` names
+    /// the request in errors (a tool id, or the method and server).
+    pub(crate) async fn request(
+        &self,
+        label: &str,
+        request: ClientRequest,
+        ctx: &ToolContext,
+    ) -> Result<ServerResult, RequestError> {
         let work = async {
             let _slot = self
                 .slots
                 .acquire()
                 .await
-                .map_err(|_| self.unavailable("shut down"))?;
+                .map_err(|_| RequestError::Local(self.unavailable("shut down")))?;
             let mut retried = false;
             loop {
                 let (peer, generation) = match self.connected_peer() {
@@ -74,46 +135,47 @@ impl Shared {
                     // new one (once) instead of failing.
                     Err((_, Some(replaced))) if !retried => {
                         retried = true;
-                        self.wait_for_new_session(replaced).await?;
+                        self.wait_for_new_session(replaced)
+                            .await
+                            .map_err(RequestError::Local)?;
                         continue;
                     }
-                    Err((e, _)) => return Err(e),
+                    Err((e, _)) => return Err(RequestError::Local(e)),
                 };
-                match self
-                    .call_once(&peer, remote, &tool, args.clone(), &ctx)
-                    .await
-                {
+                match self.send_once(&peer, label, request.clone(), ctx).await {
                     Ok(out) => return Ok(out),
                     Err(Failure::Error(e)) => return Err(e),
                     Err(Failure::SessionLost(why)) if !retried => {
                         tracing::info!(server = %self.name, reason = %why, "HTTP session lost; re-initializing and retrying once");
                         retried = true;
                         let _ = self.reinit.send(generation);
-                        self.wait_for_new_session(generation).await?;
+                        self.wait_for_new_session(generation)
+                            .await
+                            .map_err(RequestError::Local)?;
                     }
                     Err(Failure::SessionLost(why)) => {
-                        return Err(self.unavailable(&format!(
+                        return Err(RequestError::Local(self.unavailable(&format!(
                             "the HTTP session was lost again after re-initializing: {why}"
-                        )));
+                        ))));
                     }
                 }
             }
         };
         tokio::select! {
             r = tokio::time::timeout(self.call_timeout, work) => r.unwrap_or_else(|_| {
-                Err(Error::Timeout { tool: tool.clone(), after: self.call_timeout })
+                Err(RequestError::Local(Error::Timeout { tool: label.to_owned(), after: self.call_timeout }))
             }),
-            _ = ctx.cancelled() => Err(Error::Cancelled { tool: tool.clone() }),
+            _ = ctx.cancelled() => Err(RequestError::Local(Error::Cancelled { tool: label.to_owned() })),
         }
     }
 
-    fn unavailable(&self, message: &str) -> Error {
+    pub(crate) fn unavailable(&self, message: &str) -> Error {
         Error::backend_unavailable(self.name.to_string(), message)
     }
 
     /// The peer of the current session; otherwise why there is none, and the
     /// generation being replaced when a lost HTTP session is re-initialized.
-    fn connected_peer(&self) -> Result<(Peer<RoleClient>, u64), (Error, Option<u64>)> {
+    pub(crate) fn connected_peer(&self) -> Result<(Peer<RoleClient>, u64), (Error, Option<u64>)> {
         let conn = self.conn.borrow();
         match (&conn.peer, &conn.status) {
             (Some(peer), UpstreamStatus::Connected { .. }) => Ok((peer.clone(), conn.generation)),
@@ -150,20 +212,17 @@ impl Shared {
         }
     }
 
-    async fn call_once(
+    async fn send_once(
         &self,
         peer: &Peer<RoleClient>,
-        remote: &str,
-        tool: &str,
-        args: Map<String, Value>,
+        label: &str,
+        request: ClientRequest,
         ctx: &ToolContext,
-    ) -> Result<ToolOutput, Failure> {
-        let params = CallToolRequestParams::new(remote.to_owned()).with_arguments(args);
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    ) -> Result<ServerResult, Failure> {
         let handle = peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
-            .map_err(|e| self.failure(tool, e))?;
+            .map_err(|e| self.failure(label, e))?;
         // No await between sending and arming the guard: dropping the call
         // from here on cancels the request on the server.
         let mut guard = InFlight {
@@ -176,68 +235,42 @@ impl Shared {
             .watch_progress(guard.progress.clone(), ctx.clone());
         let result = handle.await_response().await;
         guard.id = None;
-        match result.map_err(|e| self.failure(tool, e))? {
-            ServerResult::CallToolResult(r) => {
-                convert::output_from_mcp(tool, r).map_err(Failure::Error)
-            }
-            ServerResult::InputRequiredResult(r) => Err(Failure::Error(Error::ExecutionFailed {
-                tool: tool.to_owned(),
-                message: "the server asked for client input (elicitation or sampling), which \
-                          toolexec cannot provide"
-                    .to_owned(),
-                data: serde_json::to_value(r).ok(),
-                panicked: false,
-            })),
-            ServerResult::CreateTaskResult(r) => Err(Failure::Error(Error::ExecutionFailed {
-                tool: tool.to_owned(),
-                message: "the server answered with a task, which toolexec does not poll".to_owned(),
-                data: serde_json::to_value(r).ok(),
-                panicked: false,
-            })),
-            other => Err(Failure::Error(Error::ExecutionFailed {
-                tool: tool.to_owned(),
-                message: "the server answered tools/call with an unexpected result".to_owned(),
-                data: serde_json::to_value(other).ok(),
-                panicked: false,
-            })),
-        }
+        result.map_err(|e| self.failure(label, e))
     }
 
     /// Classifies an rmcp error.
-    fn failure(&self, tool: &str, e: ServiceError) -> Failure {
+    fn failure(&self, label: &str, e: ServiceError) -> Failure {
         let http = self.endpoint.is_http();
         match e {
             // A correlated error answers this request: the server processed
             // it, so it is never retried (a lost session is answered with
             // HTTP 404/401, or an uncorrelated error; see `http_client`).
-            ServiceError::McpError(data) => Failure::Error(Error::ExecutionFailed {
-                tool: tool.to_owned(),
-                message: format!(
-                    "the server answered with JSON-RPC error {}: {}",
-                    data.code.0, data.message
-                ),
-                data: Some(json!({"code": data.code.0, "data": data.data})),
-                panicked: false,
-            }),
+            ServiceError::McpError(data) => Failure::Error(RequestError::Server(data)),
             ServiceError::TransportSend(err) => {
                 let detail = error_chain(err.error.as_ref());
                 if http && session_lost_in_chain(err.error.as_ref()) {
                     return Failure::SessionLost(detail);
                 }
-                Failure::Error(self.unavailable(&format!("sending the call failed: {detail}")))
+                Failure::Error(RequestError::Local(
+                    self.unavailable(&format!("sending the request failed: {detail}")),
+                ))
             }
-            ServiceError::TransportClosed => Failure::Error(self.unavailable(
+            ServiceError::TransportClosed => Failure::Error(RequestError::Local(self.unavailable(
                 "the connection to the server closed before the result arrived \
                  (the server exited or the session ended)",
-            )),
-            ServiceError::Cancelled { .. } => Failure::Error(Error::Cancelled {
-                tool: tool.to_owned(),
-            }),
-            ServiceError::Timeout { timeout } => Failure::Error(Error::Timeout {
-                tool: tool.to_owned(),
-                after: timeout,
-            }),
-            other => Failure::Error(self.unavailable(&other.to_string())),
+            ))),
+            ServiceError::Cancelled { .. } => {
+                Failure::Error(RequestError::Local(Error::Cancelled {
+                    tool: label.to_owned(),
+                }))
+            }
+            ServiceError::Timeout { timeout } => {
+                Failure::Error(RequestError::Local(Error::Timeout {
+                    tool: label.to_owned(),
+                    after: timeout,
+                }))
+            }
+            other => Failure::Error(RequestError::Local(self.unavailable(&other.to_string()))),
         }
     }
 }

@@ -116,6 +116,7 @@ mod env;
 mod http_client;
 mod import;
 mod names;
+mod passthrough;
 mod routing;
 mod session;
 mod shared;
@@ -133,6 +134,7 @@ pub use self::config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONCURRENCY, UpstreamConfig, UpstreamTransport,
 };
 pub use self::env::INHERITED_ENV;
+pub use self::passthrough::{RelayError, UpstreamNotice};
 pub use self::supervisor::{CONNECT_TIMEOUT, HEALTHY_AFTER, INITIAL_BACKOFF, MAX_BACKOFF};
 
 use self::routing::Router;
@@ -190,7 +192,7 @@ impl UpstreamStatus {
 #[derive(Debug)]
 pub struct Upstream {
     shared: Arc<Shared>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Upstream {
@@ -255,7 +257,7 @@ impl Upstream {
         let task = tokio::spawn(supervisor::supervise(shared.clone(), reinit_rx, first));
         let upstream = Upstream {
             shared,
-            task: Some(task),
+            task: parking_lot::Mutex::new(Some(task)),
         };
         if !config.lazy {
             match first_rx.await {
@@ -312,10 +314,12 @@ impl Upstream {
     }
 
     /// Unregisters the tools and stops the child process or closes the HTTP
-    /// session, waiting for that to finish.
-    pub async fn shutdown(mut self) {
+    /// session, waiting for that to finish. Also through a shared handle
+    /// (the gateway holds one); later calls return at once.
+    pub async fn shutdown(&self) {
         self.shared.stop();
-        if let Some(task) = self.task.take() {
+        let task = self.task.lock().take();
+        if let Some(task) = task {
             let _ = task.await;
         }
     }

@@ -17,17 +17,34 @@ use rmcp::RoleClient;
 use rmcp::model::{JsonRpcMessage, ProgressNotificationParam, ProgressToken, ServerNotification};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, broadcast};
 use toolexec::ToolContext;
 
+use super::passthrough::UpstreamNotice;
+
 /// Routes server notifications of every session of one upstream.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Router {
     /// Progress token of each call in flight → its context.
     progress: Mutex<HashMap<ProgressToken, ToolContext>>,
     /// Signalled on `notifications/tools/list_changed`.
     pub(crate) tools_changed: Notify,
+    /// Resource and prompt notifications, for whoever relays them.
+    pub(crate) notices: broadcast::Sender<UpstreamNotice>,
 }
+
+impl Default for Router {
+    fn default() -> Self {
+        Router {
+            progress: Mutex::default(),
+            tools_changed: Notify::new(),
+            notices: broadcast::Sender::new(NOTICE_BUFFER),
+        }
+    }
+}
+
+/// Notices kept for a slow relay before it skips the oldest.
+const NOTICE_BUFFER: usize = 256;
 
 impl Router {
     /// Relays the progress notifications carrying `token` to `ctx`, until
@@ -40,6 +57,11 @@ impl Router {
 
     pub(crate) fn unwatch_progress(&self, token: &ProgressToken) {
         self.progress.lock().remove(token);
+    }
+
+    /// Publishes `notice` to the relays listening (none: dropped).
+    pub(crate) fn publish(&self, notice: UpstreamNotice) {
+        let _ = self.notices.send(notice);
     }
 
     /// Relays one progress notification to the call it belongs to (ignored

@@ -1,6 +1,6 @@
 //! One MCP client session with an upstream server: the transport (a spawned
 //! child over stdio, or streamable HTTP), the rmcp client handler
-//! (`tools/list_changed`), and tool listing.
+//! (list changes, resource updates), and tool listing.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListToolsRequest,
-    PaginatedRequestParams, ProtocolVersion, ServerResult,
+    PaginatedRequestParams, ProtocolVersion, ResourceUpdatedNotificationParam, ServerResult,
 };
 use rmcp::service::{ClientInitializeError, NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::{
@@ -21,6 +21,7 @@ use tokio::io::AsyncBufReadExt;
 use toolexec::Secret;
 
 use super::UpstreamTransport;
+use super::passthrough::UpstreamNotice;
 use super::routing::{InOrder, Router};
 
 /// Most `tools/list` pages followed before giving up on a server whose
@@ -146,6 +147,23 @@ impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         tracing::debug!(server = %self.server, "tools/list_changed");
         self.router.tools_changed.notify_one();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.router
+            .publish(UpstreamNotice::ResourceUpdated { uri: params.uri });
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.router.publish(UpstreamNotice::ResourcesChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.router.publish(UpstreamNotice::PromptsChanged);
     }
 
     fn get_info(&self) -> ClientConfig {

@@ -9,6 +9,7 @@ mod gateway_code;
 mod gateway_conformance;
 mod gateway_inspector;
 mod gateway_limits;
+mod gateway_passthrough;
 mod gateway_python;
 mod gateway_rmcp;
 #[path = "../support/mod.rs"]

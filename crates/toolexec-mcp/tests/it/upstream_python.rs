@@ -81,7 +81,7 @@ async fn python_stdio_server() {
         upstream.status(),
         UpstreamStatus::Connected { tools: ids.len() }
     );
-    assert_eq!(ids.len(), 12, "{ids:?}");
+    assert_eq!(ids.len(), 15, "{ids:?}");
 
     let exec = Exec::new(catalog.clone());
     // Calls use the original names.
@@ -207,7 +207,7 @@ async fn python_stdio_server() {
         ],
         "unchanged tools must not be churned"
     );
-    assert_eq!(upstream.status(), UpstreamStatus::Connected { tools: 12 });
+    assert_eq!(upstream.status(), UpstreamStatus::Connected { tools: 15 });
 
     upstream.shutdown().await;
     assert!(catalog.is_empty());

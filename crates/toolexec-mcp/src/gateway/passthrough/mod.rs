@@ -1,0 +1,270 @@
+//! What the gateway relays from its upstream servers besides tools:
+//! resources, resource templates and subscriptions ([`resources`]),
+//! prompts and completion ([`prompts`]), so that a client sees the servers
+//! behind the gateway as they are.
+//!
+//! Lists are merged in configuration order, one upstream page per gateway
+//! page; the gateway's cursor names the upstream and carries its cursor.
+//! Prompts are published as `server__name`, as tools are. Resource URIs stay
+//! as the server wrote them; a URI an earlier server already lists is
+//! published by the later one as `toolexec://<server>/<percent-encoded
+//! URI>`, which reads back from that server (the collision is logged once).
+
+mod prompts;
+mod resources;
+mod uri;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+use rmcp::ErrorData as McpError;
+use rmcp::model::{ClientRequest, ServerCapabilities, ServerResult};
+use rmcp::{Peer, RoleServer};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::upstream::{RelayError, Upstream, UpstreamNotice};
+
+/// Most pages read from one upstream when the gateway looks for a URI's
+/// owner (a server whose listing never ends is not read forever).
+const MAX_LOOKUP_PAGES: usize = 100;
+
+/// The upstreams a gateway relays, and what it learned about them.
+pub(crate) struct Passthrough {
+    upstreams: Vec<Arc<Upstream>>,
+    /// URI → the upstream that owns it: the first in configuration order
+    /// that listed it.
+    owners: Mutex<HashMap<String, usize>>,
+    /// URI templates of each upstream, as last listed.
+    templates: Mutex<HashMap<usize, Vec<String>>>,
+    /// Collisions already logged: (URI, upstream).
+    logged: Mutex<HashSet<(String, usize)>>,
+    /// Downstream subscriptions: (upstream, URI on the upstream) → the
+    /// sessions subscribed, each with the URI it used.
+    subscribers: Mutex<HashMap<(usize, String), Vec<Subscriber>>>,
+    /// Set once the notice relays run.
+    started: AtomicBool,
+    /// Stops the notice relays when the gateway goes.
+    stop: CancellationToken,
+}
+
+/// One downstream session subscribed to a resource.
+#[derive(Clone)]
+struct Subscriber {
+    session: u64,
+    peer: Peer<RoleServer>,
+    /// The URI the client subscribed with (rewritten on a collision).
+    uri: String,
+}
+
+impl Passthrough {
+    pub(crate) fn new(upstreams: Vec<Arc<Upstream>>) -> Self {
+        Passthrough {
+            upstreams,
+            owners: Mutex::default(),
+            templates: Mutex::default(),
+            logged: Mutex::default(),
+            subscribers: Mutex::default(),
+            started: AtomicBool::new(false),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// True when there is no upstream to relay.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.upstreams.is_empty()
+    }
+
+    /// Whether to advertise a capability: some upstream has it, or is not
+    /// connected yet (and may have it once it is).
+    pub(crate) fn offers(&self, has: impl Fn(&ServerCapabilities) -> bool) -> bool {
+        self.upstreams
+            .iter()
+            .any(|u| u.server_capabilities().is_none_or(|c| has(&c)))
+    }
+
+    /// Index of the upstream named `name`.
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.upstreams.iter().position(|u| u.name() == name)
+    }
+
+    /// Upstreams from `start` on that are connected and have a capability.
+    fn next_with(&self, start: usize, has: &impl Fn(&ServerCapabilities) -> bool) -> Option<usize> {
+        (start..self.upstreams.len()).find(|&i| {
+            self.upstreams[i]
+                .server_capabilities()
+                .is_some_and(|c| has(&c))
+        })
+    }
+
+    /// Sends `request` to upstream `index` and reads its result as `T`.
+    async fn relay<T: DeserializeOwned>(
+        &self,
+        index: usize,
+        request: ClientRequest,
+        cancel: CancellationToken,
+    ) -> Result<T, McpError> {
+        let upstream = &self.upstreams[index];
+        let method = request.method().to_owned();
+        let result = upstream
+            .relay(request, cancel)
+            .await
+            .map_err(|e| mcp_error(e, upstream.name()))?;
+        decode(result, &method, upstream.name())
+    }
+
+    /// Relays each upstream's resource and prompt notifications to the
+    /// downstream clients: `resources/updated` to the sessions subscribed,
+    /// list changes to every client in `peers`. Started once.
+    pub(crate) fn start_notices(self: &Arc<Self>, peers: &Arc<Mutex<Vec<Peer<RoleServer>>>>) {
+        if self.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for (index, upstream) in self.upstreams.iter().enumerate() {
+            let mut rx = upstream.notices();
+            let weak = Arc::downgrade(self);
+            let stop = self.stop.clone();
+            let peers = peers.clone();
+            tokio::spawn(async move {
+                loop {
+                    let notice = tokio::select! {
+                        _ = stop.cancelled() => break,
+                        n = rx.recv() => match n {
+                            Ok(n) => n,
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                        },
+                    };
+                    let Some(this) = weak.upgrade() else { break };
+                    this.deliver(index, notice, &peers);
+                }
+            });
+        }
+    }
+
+    fn deliver(&self, index: usize, notice: UpstreamNotice, peers: &Mutex<Vec<Peer<RoleServer>>>) {
+        match notice {
+            UpstreamNotice::ResourceUpdated { uri } => {
+                let subscribers = {
+                    let mut subs = self.subscribers.lock();
+                    let Some(list) = subs.get_mut(&(index, uri)) else {
+                        return;
+                    };
+                    list.retain(|s| !s.peer.is_transport_closed());
+                    list.clone()
+                };
+                for s in subscribers {
+                    tokio::spawn(async move {
+                        let param = rmcp::model::ResourceUpdatedNotificationParam::new(s.uri);
+                        if let Err(e) = s.peer.notify_resource_updated(param).await {
+                            tracing::debug!(error = %e, "could not send resources/updated");
+                        }
+                    });
+                }
+            }
+            UpstreamNotice::ResourcesChanged | UpstreamNotice::PromptsChanged => {
+                let peers: Vec<_> = {
+                    let mut peers = peers.lock();
+                    peers.retain(|p| !p.is_transport_closed());
+                    peers.clone()
+                };
+                let resources = notice == UpstreamNotice::ResourcesChanged;
+                for peer in peers {
+                    tokio::spawn(async move {
+                        let sent = if resources {
+                            peer.notify_resource_list_changed().await
+                        } else {
+                            peer.notify_prompt_list_changed().await
+                        };
+                        if let Err(e) = sent {
+                            tracing::debug!(error = %e, "could not send list_changed");
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl Default for Passthrough {
+    fn default() -> Self {
+        Passthrough::new(Vec::new())
+    }
+}
+
+impl Drop for Passthrough {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The gateway's cursor of a merged list: the upstream's index and its own
+/// cursor (empty: its first page).
+fn encode_cursor(index: usize, cursor: Option<&str>) -> String {
+    format!("{index}:{}", cursor.unwrap_or(""))
+}
+
+fn decode_cursor(cursor: Option<&str>) -> Result<(usize, Option<String>), McpError> {
+    let Some(cursor) = cursor else {
+        return Ok((0, None));
+    };
+    let bad = || McpError::invalid_params(format!("invalid cursor {cursor:?}"), None);
+    let (index, inner) = cursor.split_once(':').ok_or_else(bad)?;
+    let index = index.parse().map_err(|_| bad())?;
+    Ok((index, (!inner.is_empty()).then(|| inner.to_owned())))
+}
+
+/// An upstream's failure as the client sees it: the server's own JSON-RPC
+/// error unchanged; toolexec's (unavailable, timed out, cancelled) as an
+/// internal error whose data carries toolexec's code.
+fn mcp_error(e: RelayError, server: &str) -> McpError {
+    match e {
+        RelayError::Server(data) => data,
+        RelayError::Local(e) => McpError::internal_error(
+            e.to_string(),
+            Some(json!({"code": e.code().as_str(), "server": server})),
+        ),
+    }
+}
+
+/// Reads a result as the type its method answers with. rmcp decodes
+/// results without knowing the request, so an upstream's answer may sit in
+/// another variant of the same shape.
+fn decode<T: DeserializeOwned>(
+    result: ServerResult,
+    method: &str,
+    server: &str,
+) -> Result<T, McpError> {
+    serde_json::to_value(result)
+        .and_then(serde_json::from_value)
+        .map_err(|e| {
+            McpError::internal_error(
+                format!("server {server} answered {method} with an invalid result: {e}"),
+                Some(json!({"code": "backend_unavailable", "server": server})),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_bad_ones_are_invalid_params() {
+        assert_eq!(decode_cursor(None).unwrap(), (0, None));
+        let c = encode_cursor(2, Some("abc:def"));
+        assert_eq!(
+            decode_cursor(Some(&c)).unwrap(),
+            (2, Some("abc:def".into()))
+        );
+        let c = encode_cursor(1, None);
+        assert_eq!(decode_cursor(Some(&c)).unwrap(), (1, None));
+        for bad in ["", "x:1", "nocolon", "-1:"] {
+            let e = decode_cursor(Some(bad)).unwrap_err();
+            assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{bad}");
+        }
+    }
+}

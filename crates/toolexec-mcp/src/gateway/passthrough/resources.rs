@@ -1,0 +1,377 @@
+//! `resources/list`, `resources/templates/list`, `resources/read`,
+//! `resources/subscribe` and `resources/unsubscribe`, relayed to the
+//! upstream that owns each URI.
+
+use rmcp::ErrorData as McpError;
+// resources/subscribe and unsubscribe are deprecated by the 2026-07-28
+// revision (subscriptions/listen) but current in 2025-11-25, which the
+// gateway and the upstream client speak.
+use rmcp::model::{
+    ClientRequest, ListResourceTemplatesRequest, ListResourceTemplatesResult, ListResourcesRequest,
+    ListResourcesResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
+    ReadResourceResult, ResourceContents, ServerCapabilities, SubscribeRequestParams,
+    UnsubscribeRequestParams,
+};
+#[allow(deprecated)]
+use rmcp::model::{SubscribeRequest, UnsubscribeRequest};
+use rmcp::{Peer, RoleServer};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::uri::{matches_template, parse_rewritten, rewrite};
+use super::{MAX_LOOKUP_PAGES, Passthrough, Subscriber, decode_cursor, encode_cursor};
+
+/// MCP's code for a resource that does not exist.
+const RESOURCE_NOT_FOUND: i32 = -32002;
+
+fn has_resources(c: &ServerCapabilities) -> bool {
+    c.resources.is_some()
+}
+
+/// Where a URI the client used is read: the upstream, and the URI there.
+struct Target {
+    index: usize,
+    uri: String,
+}
+
+impl Passthrough {
+    /// One page of the merged `resources/list`.
+    pub(crate) async fn list_resources(
+        &self,
+        cursor: Option<String>,
+        cancel: CancellationToken,
+    ) -> Result<ListResourcesResult, McpError> {
+        let (mut index, mut inner) = decode_cursor(cursor.as_deref())?;
+        loop {
+            let Some(i) = self.next_with(index, &has_resources) else {
+                return Ok(ListResourcesResult::with_all_items(Vec::new()));
+            };
+            if i != index {
+                inner = None;
+            }
+            let page = match self.resources_page(i, inner.take(), cancel.clone()).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(server = self.upstreams[i].name(), error = %e.message, "resources/list failed; skipping the server");
+                    index = i + 1;
+                    continue;
+                }
+            };
+            let next = match &page.next_cursor {
+                Some(c) => Some(encode_cursor(i, Some(c))),
+                None => self
+                    .next_with(i + 1, &has_resources)
+                    .map(|j| encode_cursor(j, None)),
+            };
+            if page.resources.is_empty() && next.is_some() && page.next_cursor.is_none() {
+                index = i + 1;
+                continue;
+            }
+            let mut result = ListResourcesResult::with_all_items(page.resources);
+            result.next_cursor = next;
+            return Ok(result);
+        }
+    }
+
+    /// One page of upstream `index`'s resources, with URIs it shares with
+    /// an earlier upstream rewritten.
+    async fn resources_page(
+        &self,
+        index: usize,
+        cursor: Option<String>,
+        cancel: CancellationToken,
+    ) -> Result<ListResourcesResult, McpError> {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let request = ClientRequest::ListResourcesRequest(ListResourcesRequest::with_param(params));
+        let mut page: ListResourcesResult = self.relay(index, request, cancel).await?;
+        for resource in &mut page.resources {
+            if let Some(published) = self.claim(index, &resource.uri) {
+                resource.uri = published;
+            }
+        }
+        Ok(page)
+    }
+
+    /// Records that upstream `index` lists `uri`. Returns the rewritten URI
+    /// when an earlier upstream owns it.
+    fn claim(&self, index: usize, uri: &str) -> Option<String> {
+        let owner = {
+            let mut owners = self.owners.lock();
+            let owner = owners.entry(uri.to_owned()).or_insert(index);
+            if index < *owner {
+                *owner = index;
+            }
+            *owner
+        };
+        if owner == index {
+            return None;
+        }
+        let server = self.upstreams[index].name();
+        if self.logged.lock().insert((uri.to_owned(), index)) {
+            tracing::warn!(
+                uri,
+                server,
+                owner = self.upstreams[owner].name(),
+                "two servers list the same resource URI; the later one publishes it as {}",
+                rewrite(server, uri)
+            );
+        }
+        Some(rewrite(server, uri))
+    }
+
+    /// One page of the merged `resources/templates/list`.
+    pub(crate) async fn list_resource_templates(
+        &self,
+        cursor: Option<String>,
+        cancel: CancellationToken,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let (mut index, mut inner) = decode_cursor(cursor.as_deref())?;
+        loop {
+            let Some(i) = self.next_with(index, &has_resources) else {
+                return Ok(ListResourceTemplatesResult::with_all_items(Vec::new()));
+            };
+            if i != index {
+                inner = None;
+            }
+            let first = inner.is_none();
+            let page = match self.templates_page(i, inner.take(), cancel.clone()).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(server = self.upstreams[i].name(), error = %e.message, "resources/templates/list failed; skipping the server");
+                    index = i + 1;
+                    continue;
+                }
+            };
+            self.remember_templates(i, first, &page);
+            let next = match &page.next_cursor {
+                Some(c) => Some(encode_cursor(i, Some(c))),
+                None => self
+                    .next_with(i + 1, &has_resources)
+                    .map(|j| encode_cursor(j, None)),
+            };
+            if page.resource_templates.is_empty() && next.is_some() && page.next_cursor.is_none() {
+                index = i + 1;
+                continue;
+            }
+            let mut result = ListResourceTemplatesResult::with_all_items(page.resource_templates);
+            result.next_cursor = next;
+            return Ok(result);
+        }
+    }
+
+    async fn templates_page(
+        &self,
+        index: usize,
+        cursor: Option<String>,
+        cancel: CancellationToken,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let request = ClientRequest::ListResourceTemplatesRequest(
+            ListResourceTemplatesRequest::with_param(params),
+        );
+        self.relay(index, request, cancel).await
+    }
+
+    fn remember_templates(&self, index: usize, first: bool, page: &ListResourceTemplatesResult) {
+        let mut templates = self.templates.lock();
+        let known = templates.entry(index).or_default();
+        if first {
+            known.clear();
+        }
+        known.extend(
+            page.resource_templates
+                .iter()
+                .map(|t| t.uri_template.clone()),
+        );
+    }
+
+    /// `resources/read`: relayed to the URI's owner; contents keep the URI
+    /// the client asked for.
+    pub(crate) async fn read_resource(
+        &self,
+        params: ReadResourceRequestParams,
+        cancel: CancellationToken,
+    ) -> Result<ReadResourceResult, McpError> {
+        let asked = params.uri.clone();
+        let target = self.target(&asked, cancel.clone()).await?;
+        let mut params = params;
+        params.meta = None;
+        params.uri = target.uri.clone();
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+        let mut result: ReadResourceResult = self.relay(target.index, request, cancel).await?;
+        if asked != target.uri {
+            for contents in &mut result.contents {
+                if let ResourceContents::TextResourceContents { uri, .. }
+                | ResourceContents::BlobResourceContents { uri, .. } = contents
+                    && *uri == target.uri
+                {
+                    *uri = asked.clone();
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// `resources/subscribe`: the owner is subscribed once, however many
+    /// downstream sessions subscribe.
+    #[allow(deprecated)] // see the imports
+    pub(crate) async fn subscribe(
+        &self,
+        session: u64,
+        peer: Peer<RoleServer>,
+        uri: String,
+        cancel: CancellationToken,
+    ) -> Result<(), McpError> {
+        let target = self.target(&uri, cancel.clone()).await?;
+        let key = (target.index, target.uri.clone());
+        let first = {
+            let mut subs = self.subscribers.lock();
+            let list = subs.entry(key.clone()).or_default();
+            list.retain(|s| !s.peer.is_transport_closed() && s.session != session);
+            list.push(Subscriber { session, peer, uri });
+            list.len() == 1
+        };
+        if first {
+            let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
+                SubscribeRequestParams::new(target.uri),
+            ));
+            let answer: Result<serde_json::Value, McpError> =
+                self.relay(target.index, request, cancel).await;
+            if let Err(e) = answer {
+                self.drop_subscriber(&key, session);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// `resources/unsubscribe`: the owner is unsubscribed when no session
+    /// is left subscribed.
+    #[allow(deprecated)] // see the imports
+    pub(crate) async fn unsubscribe(
+        &self,
+        session: u64,
+        uri: String,
+        cancel: CancellationToken,
+    ) -> Result<(), McpError> {
+        let target = self.target(&uri, cancel.clone()).await?;
+        let key = (target.index, target.uri.clone());
+        if self.drop_subscriber(&key, session) {
+            let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+                UnsubscribeRequestParams::new(target.uri),
+            ));
+            let _: serde_json::Value = self.relay(target.index, request, cancel).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes `session`'s subscription to `key`; true when that was the
+    /// last one.
+    fn drop_subscriber(&self, key: &(usize, String), session: u64) -> bool {
+        let mut subs = self.subscribers.lock();
+        let Some(list) = subs.get_mut(key) else {
+            return false;
+        };
+        let before = list.len();
+        list.retain(|s| s.session != session && !s.peer.is_transport_closed());
+        let last = list.is_empty() && before > 0;
+        if list.is_empty() {
+            subs.remove(key);
+        }
+        last
+    }
+
+    /// The upstream a URI is read from: a rewritten URI names it; else the
+    /// server that listed the URI (the lists are read again once when it is
+    /// not known yet), else the one whose URI template matches, else the
+    /// only server with resources.
+    async fn target(&self, uri: &str, cancel: CancellationToken) -> Result<Target, McpError> {
+        if let Some((server, original)) = parse_rewritten(uri)
+            && let Some(index) = self.index_of(server)
+        {
+            return Ok(Target {
+                index,
+                uri: original,
+            });
+        }
+        let owned = || self.owners.lock().get(uri).copied();
+        let mut index = owned();
+        if index.is_none() {
+            self.learn_owners(cancel.clone()).await;
+            index = owned();
+        }
+        if index.is_none() {
+            index = self.template_owner(uri, cancel).await;
+        }
+        if index.is_none() {
+            let with: Vec<usize> = (0..self.upstreams.len())
+                .filter(|&i| self.next_with(i, &has_resources) == Some(i))
+                .collect();
+            if let [only] = with[..] {
+                index = Some(only);
+            }
+        }
+        match index {
+            Some(index) => Ok(Target {
+                index,
+                uri: uri.to_owned(),
+            }),
+            None => Err(McpError::new(
+                rmcp::model::ErrorCode(RESOURCE_NOT_FOUND),
+                format!("resource not found: {uri}"),
+                Some(json!({"uri": uri})),
+            )),
+        }
+    }
+
+    /// Reads every upstream's resource list (bounded) to learn who owns
+    /// which URI.
+    async fn learn_owners(&self, cancel: CancellationToken) {
+        for index in 0..self.upstreams.len() {
+            if self.next_with(index, &has_resources) != Some(index) {
+                continue;
+            }
+            let mut cursor = None;
+            for _ in 0..MAX_LOOKUP_PAGES {
+                match self.resources_page(index, cursor, cancel.clone()).await {
+                    Ok(page) if page.next_cursor.is_some() => cursor = page.next_cursor,
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    /// The first upstream one of whose URI templates matches `uri`.
+    async fn template_owner(&self, uri: &str, cancel: CancellationToken) -> Option<usize> {
+        let find = || {
+            let templates = self.templates.lock();
+            (0..self.upstreams.len()).find(|i| {
+                templates
+                    .get(i)
+                    .is_some_and(|ts| ts.iter().any(|t| matches_template(t, uri)))
+            })
+        };
+        if let Some(i) = find() {
+            return Some(i);
+        }
+        for index in 0..self.upstreams.len() {
+            if self.next_with(index, &has_resources) != Some(index) {
+                continue;
+            }
+            let mut cursor = None;
+            for page_no in 0..MAX_LOOKUP_PAGES {
+                match self.templates_page(index, cursor, cancel.clone()).await {
+                    Ok(page) => {
+                        self.remember_templates(index, page_no == 0, &page);
+                        match page.next_cursor {
+                            Some(c) => cursor = Some(c),
+                            None => break,
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        find()
+    }
+}

@@ -1,0 +1,76 @@
+//! What a proxy relays to an upstream besides tools: resources, resource
+//! templates, subscriptions, prompts and completion. Requests go out as the
+//! client wrote them and come back as the server answered, with the same
+//! deadline, concurrency limit and session recovery as tool calls; the
+//! server's notifications about them are published as [`UpstreamNotice`]s.
+
+use rmcp::ErrorData;
+use rmcp::model::{ClientRequest, ServerCapabilities, ServerResult};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use toolexec::ToolContext;
+
+use super::Upstream;
+use super::call::RequestError;
+
+/// Why a relayed request failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RelayError {
+    /// The server answered with this JSON-RPC error: relay it unchanged.
+    Server(ErrorData),
+    /// toolexec's side: not connected, timed out, cancelled.
+    Local(toolexec::Error),
+}
+
+impl From<RequestError> for RelayError {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::Server(data) => RelayError::Server(data),
+            RequestError::Local(e) => RelayError::Local(e),
+        }
+    }
+}
+
+/// A server notification about what it offers besides tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamNotice {
+    /// `notifications/resources/updated` for a subscribed resource.
+    ResourceUpdated {
+        /// The resource's URI, as the server wrote it.
+        uri: String,
+    },
+    /// `notifications/resources/list_changed`.
+    ResourcesChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsChanged,
+}
+
+impl Upstream {
+    /// The capabilities the server announced, while connected.
+    pub fn server_capabilities(&self) -> Option<ServerCapabilities> {
+        let (peer, _) = self.shared.connected_peer().ok()?;
+        peer.peer_info().map(|info| info.capabilities.clone())
+    }
+
+    /// Sends one request (`resources/*`, `prompts/*`,
+    /// `completion/complete`, ...) as it is and returns the server's
+    /// result. Cancelling `cancel` abandons it and tells the server.
+    pub async fn relay(
+        &self,
+        request: ClientRequest,
+        cancel: CancellationToken,
+    ) -> Result<ServerResult, RelayError> {
+        let label = format!("{} ({})", request.method(), self.shared.name);
+        let ctx = ToolContext::with_cancel(cancel);
+        Ok(self.shared.request(&label, request, &ctx).await?)
+    }
+
+    /// The server's notifications about resources and prompts, from now on.
+    /// A receiver that falls behind skips the oldest (see
+    /// [`broadcast::Receiver`]).
+    pub fn notices(&self) -> broadcast::Receiver<UpstreamNotice> {
+        self.shared.router.notices.subscribe()
+    }
+}

@@ -1,0 +1,302 @@
+//! The gateway as a proxy of its upstreams' resources, resource templates,
+//! subscriptions, prompts and completion: two instances of the Python SDK
+//! fixture (`one`, `two`) behind one gateway, driven by rmcp's client.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    ArgumentInfo, CallToolRequestParams, CompleteRequestParams, ErrorCode, GetPromptRequestParams,
+    PaginatedRequestParams, Reference, ResourceContents, ResourceUpdatedNotificationParam,
+    SubscribeRequestParams, UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+use toolexec::{Catalog, Exec, Secret};
+use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions};
+use toolexec_mcp::upstream::{Upstream, UpstreamConfig, UpstreamTransport};
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/py_upstream_server.py"
+);
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+enum Note {
+    Updated(String),
+    ResourcesChanged,
+}
+
+#[derive(Clone)]
+struct Recorder(mpsc::UnboundedSender<Note>);
+
+impl ClientHandler for Recorder {
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.0.send(Note::Updated(params.uri));
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.0.send(Note::ResourcesChanged);
+    }
+}
+
+type Client = RunningService<RoleClient, Recorder>;
+
+fn fixture(python: &str, label: &str) -> UpstreamConfig {
+    let mut env = BTreeMap::new();
+    env.insert("PY_UPSTREAM_LABEL".to_owned(), Secret::new(label));
+    let mut config = UpstreamConfig::new(
+        label,
+        UpstreamTransport::Stdio {
+            command: python.to_owned(),
+            args: vec![FIXTURE.to_owned(), "stdio".to_owned()],
+            env,
+            inherit_env: Vec::new(),
+            cwd: Some(std::env::temp_dir()),
+        },
+    );
+    config.call_timeout = Duration::from_secs(20);
+    config
+}
+
+/// A gateway in front of `one` and `two`, and a client connected to it.
+async fn setup(python: &str) -> (Client, mpsc::UnboundedReceiver<Note>, Vec<Arc<Upstream>>) {
+    let catalog = Arc::new(Catalog::new());
+    let mut upstreams = Vec::new();
+    for label in ["one", "two"] {
+        let upstream = Upstream::connect(fixture(python, label), catalog.clone())
+            .await
+            .unwrap();
+        upstreams.push(Arc::new(upstream));
+    }
+    let options = GatewayOptions {
+        expose: Expose::All,
+        ..GatewayOptions::default()
+    };
+    let gateway = Gateway::with_upstreams(Exec::new(catalog), options, upstreams.clone());
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let (tx, rx) = mpsc::unbounded_channel();
+    let client = Recorder(tx).serve(client_io).await.expect("initialize");
+    (client, rx, upstreams)
+}
+
+async fn next_note(notes: &mut mpsc::UnboundedReceiver<Note>) -> Note {
+    tokio::time::timeout(WAIT, notes.recv())
+        .await
+        .expect("a notification in time")
+        .expect("the client is running")
+}
+
+fn mcp_error(r: Result<impl std::fmt::Debug, ServiceError>) -> rmcp::ErrorData {
+    match r {
+        Err(ServiceError::McpError(e)) => e,
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    }
+}
+
+fn text(contents: &ResourceContents) -> (&str, &str) {
+    match contents {
+        ResourceContents::TextResourceContents { uri, text, .. } => (uri, text),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+async fn call(client: &Client, name: &str, args: serde_json::Value) -> serde_json::Value {
+    let mut params = CallToolRequestParams::new(name.to_owned());
+    params.arguments = args.as_object().cloned();
+    let r = client.call_tool(params).await.unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    serde_json::to_value(r.structured_content).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[allow(deprecated)] // resources/subscribe: legacy in 2026-07-28, current in 2025-11-25
+async fn resources_prompts_and_completion_of_two_upstreams() {
+    let Some(python) = toolexec_testkit::deps(
+        "resources_prompts_and_completion_of_two_upstreams",
+        &["TOOLEXEC_PYTHON"],
+    )
+    .map(|mut v| v.remove(0)) else {
+        return;
+    };
+    let (client, mut notes, upstreams) = setup(&python).await;
+
+    // Capabilities of the servers behind the gateway.
+    let info = client.peer_info().expect("server info");
+    let resources = info.capabilities.resources.as_ref().expect("resources");
+    assert_eq!(resources.subscribe, Some(true));
+    assert!(info.capabilities.prompts.is_some());
+    assert!(info.capabilities.completions.is_some());
+
+    // resources/list, merged page by page: the shared URIs stay as written
+    // for `one`, `two` publishes them rewritten.
+    let mut uris = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let page = client
+            .list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .unwrap();
+        pages += 1;
+        uris.extend(page.resources.into_iter().map(|r| r.uri));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 2, "one page per upstream: {uris:?}");
+    let rewritten = "toolexec://two/test%3A%2F%2Fstatic%2Ftext";
+    assert_eq!(
+        uris,
+        [
+            "test://static/text",
+            "test://static/blob",
+            "test://one/only",
+            rewritten,
+            "toolexec://two/test%3A%2F%2Fstatic%2Fblob",
+            "test://two/only",
+        ],
+    );
+    // The whole merged list in one call, as rmcp's helper reads it.
+    assert_eq!(client.list_all_resources().await.unwrap().len(), 6);
+
+    // resources/read goes to the owner; a rewritten URI reads back from
+    // the later server, under the URI the client asked for.
+    let read = |uri: &str| {
+        client.read_resource(rmcp::model::ReadResourceRequestParams::new(uri.to_owned()))
+    };
+    let r = read("test://static/text").await.unwrap();
+    assert_eq!(
+        text(&r.contents[0]),
+        ("test://static/text", "static text from one")
+    );
+    let r = read(rewritten).await.unwrap();
+    assert_eq!(text(&r.contents[0]), (rewritten, "static text from two"));
+    let r = read("test://two/only").await.unwrap();
+    assert_eq!(text(&r.contents[0]).1, "only in two");
+    let r = read("test://static/blob").await.unwrap();
+    match &r.contents[0] {
+        ResourceContents::BlobResourceContents { blob, .. } => assert_eq!(blob, "AAEC/w=="),
+        other => panic!("not a blob: {other:?}"),
+    }
+
+    // Templates: merged; a URI from a template reads from the first server
+    // that has it.
+    let templates = client.list_all_resource_templates().await.unwrap();
+    let names: Vec<_> = templates.iter().map(|t| t.uri_template.as_str()).collect();
+    assert_eq!(names, ["greeting://{name}", "greeting://{name}"]);
+    let r = read("greeting://ada").await.unwrap();
+    assert_eq!(text(&r.contents[0]).1, "Hello, ada from one");
+
+    // An unknown URI: a typed error naming it, and the session goes on.
+    let e = mcp_error(read("nothing://here").await);
+    assert_eq!(e.code, ErrorCode(-32002), "{e:?}");
+    assert_eq!(e.data, Some(json!({"uri": "nothing://here"})));
+
+    // Prompts: published as server__name, relayed under their own name.
+    let prompts = client.list_all_prompts().await.unwrap();
+    let names: Vec<_> = prompts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["one__review", "two__review"]);
+    let mut params = GetPromptRequestParams::new("two__review");
+    params.arguments = json!({"code": "x = 1"}).as_object().cloned();
+    let prompt = client.get_prompt(params).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&prompt.messages[0].content).unwrap(),
+        json!({"type": "text", "text": "Review this python code (two):\nx = 1"})
+    );
+    // A missing argument is the server's own error, relayed unchanged.
+    let e = mcp_error(
+        client
+            .get_prompt(GetPromptRequestParams::new("one__review"))
+            .await,
+    );
+    assert!(e.message.contains("code"), "{e:?}");
+    let e = mcp_error(
+        client
+            .get_prompt(GetPromptRequestParams::new("nobody__review"))
+            .await,
+    );
+    assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+
+    // Completion: a prompt argument, and a template variable.
+    let done = client
+        .complete(CompleteRequestParams::new(
+            Reference::for_prompt("one__review"),
+            ArgumentInfo::new("language", "p"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(done.completion.values, ["python", "pascal"]);
+    let done = client
+        .complete(CompleteRequestParams::new(
+            Reference::for_resource("greeting://{name}"),
+            ArgumentInfo::new("name", "a"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(done.completion.values, ["ada", "alan"]);
+
+    // Subscriptions: the owner is subscribed; its resources/updated reaches
+    // the client under the URI it subscribed with.
+    client
+        .subscribe(SubscribeRequestParams::new(rewritten))
+        .await
+        .unwrap();
+    assert_eq!(
+        call(&client, "two__subscriptions", json!({})).await,
+        json!({"result": ["test://static/text"]})
+    );
+    assert_eq!(
+        call(&client, "one__subscriptions", json!({})).await,
+        json!({"result": []})
+    );
+    // An update of a resource nobody subscribed to is not relayed; one of
+    // the subscribed resource is.
+    call(&client, "two__touch", json!({"uri": "test://two/only"})).await;
+    call(&client, "two__touch", json!({"uri": "test://static/text"})).await;
+    match next_note(&mut notes).await {
+        Note::Updated(uri) => assert_eq!(uri, rewritten),
+        other => panic!("unexpected {other:?}"),
+    }
+    client
+        .unsubscribe(UnsubscribeRequestParams::new(rewritten))
+        .await
+        .unwrap();
+    assert_eq!(
+        call(&client, "two__subscriptions", json!({})).await,
+        json!({"result": []})
+    );
+
+    // A server's resources/list_changed reaches the client, and the new
+    // resource is listed and read.
+    call(&client, "one__add_resource", json!({"name": "fresh"})).await;
+    assert!(matches!(
+        next_note(&mut notes).await,
+        Note::ResourcesChanged
+    ));
+    let r = read("test://one/fresh").await.unwrap();
+    assert_eq!(text(&r.contents[0]).1, "added fresh");
+
+    // Nothing else arrived (the unsubscribed update, for one).
+    let quiet = Instant::now() + Duration::from_millis(200);
+    if let Ok(Some(n)) = tokio::time::timeout_at(quiet.into(), notes.recv()).await {
+        panic!("unexpected notification {n:?}");
+    }
+    client.cancel().await.unwrap();
+    // Dropping the last handle stops each server.
+    drop(upstreams);
+}
