@@ -296,6 +296,24 @@ async fn resources_prompts_and_completion_of_two_upstreams() {
     if let Ok(Some(n)) = tokio::time::timeout_at(quiet.into(), notes.recv()).await {
         panic!("unexpected notification {n:?}");
     }
+    // A session holds at most 1,000 subscriptions; past that a typed
+    // error, and the session goes on.
+    for i in 0..1000 {
+        client
+            .subscribe(SubscribeRequestParams::new(format!("greeting://n{i}")))
+            .await
+            .unwrap();
+    }
+    let e = mcp_error(
+        client
+            .subscribe(SubscribeRequestParams::new("greeting://one-too-many"))
+            .await,
+    );
+    assert_eq!(e.code, ErrorCode::INVALID_REQUEST, "{e:?}");
+    assert!(e.message.contains("1000"), "{e:?}");
+    let r = read("greeting://ada").await.unwrap();
+    assert_eq!(text(&r.contents[0]).1, "Hello, ada from one");
+
     client.cancel().await.unwrap();
     // Dropping the last handle stops each server.
     drop(upstreams);

@@ -32,6 +32,20 @@ use crate::upstream::{RelayError, Upstream, UpstreamNotice};
 /// owner (a server whose listing never ends is not read forever).
 const MAX_LOOKUP_PAGES: usize = 100;
 
+/// Most URIs whose owner is remembered, and most URI templates kept per
+/// upstream: what servers list cannot grow the gateway's memory without
+/// bound. Past them, reads fall back to templates and the only server.
+const MAX_KNOWN_URIS: usize = 100_000;
+const MAX_TEMPLATES: usize = 10_000;
+
+/// Most resources one client session is subscribed to at once.
+const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1_000;
+
+/// An unknown URI makes the gateway read the upstreams' lists again at
+/// most this often, so clients asking for made-up URIs cannot make it
+/// list every server on every read.
+const RELEARN_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The upstreams a gateway relays, and what it learned about them.
 pub(crate) struct Passthrough {
     upstreams: Vec<Arc<Upstream>>,
@@ -45,6 +59,8 @@ pub(crate) struct Passthrough {
     /// Downstream subscriptions: (upstream, URI on the upstream) → the
     /// sessions subscribed, each with the URI it used.
     subscribers: Mutex<HashMap<(usize, String), Vec<Subscriber>>>,
+    /// When the lists were last read to find an unknown URI's owner.
+    learned: Mutex<Option<std::time::Instant>>,
     /// Set once the notice relays run.
     started: AtomicBool,
     /// Stops the notice relays when the gateway goes.
@@ -68,6 +84,7 @@ impl Passthrough {
             templates: Mutex::default(),
             logged: Mutex::default(),
             subscribers: Mutex::default(),
+            learned: Mutex::new(None),
             started: AtomicBool::new(false),
             stop: CancellationToken::new(),
         }
@@ -166,6 +183,11 @@ impl Passthrough {
                 }
             }
             UpstreamNotice::ResourcesChanged | UpstreamNotice::PromptsChanged => {
+                if notice == UpstreamNotice::ResourcesChanged {
+                    // New URIs may have appeared: the next unknown one may
+                    // read the lists again at once.
+                    *self.learned.lock() = None;
+                }
                 let peers: Vec<_> = {
                     let mut peers = peers.lock();
                     peers.retain(|p| !p.is_transport_closed());

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::names::SEPARATOR;
 use super::uri::parse_rewritten;
-use super::{MAX_LOOKUP_PAGES, Passthrough, decode_cursor, encode_cursor};
+use super::{Passthrough, decode_cursor, encode_cursor};
 
 fn has_prompts(c: &ServerCapabilities) -> bool {
     c.prompts.is_some()
@@ -146,19 +146,9 @@ impl Passthrough {
         if let Some(i) = find() {
             return Ok(i);
         }
-        // Not listed yet: read the lists once.
-        let mut cursor = None;
-        for _ in 0..MAX_LOOKUP_PAGES * self.upstreams.len() {
-            let Ok(page) = self.list_resource_templates(cursor, cancel.clone()).await else {
-                break;
-            };
-            match page.next_cursor {
-                Some(c) => cursor = Some(c),
-                None => break,
-            }
-            if find().is_some() {
-                break;
-            }
+        // Not listed yet: read the lists again (rate-limited).
+        if self.relearn_due() {
+            self.learn_templates(cancel).await;
         }
         find().ok_or_else(|| {
             McpError::invalid_params(format!("unknown resource template {template:?}"), None)

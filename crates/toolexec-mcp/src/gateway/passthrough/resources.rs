@@ -2,6 +2,8 @@
 //! `resources/subscribe` and `resources/unsubscribe`, relayed to the
 //! upstream that owns each URI.
 
+use std::time::Instant;
+
 use rmcp::ErrorData as McpError;
 // resources/subscribe and unsubscribe are deprecated by the 2026-07-28
 // revision (subscriptions/listen) but current in 2025-11-25, which the
@@ -19,7 +21,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::uri::{matches_template, parse_rewritten, rewrite};
-use super::{MAX_LOOKUP_PAGES, Passthrough, Subscriber, decode_cursor, encode_cursor};
+use super::{
+    MAX_KNOWN_URIS, MAX_LOOKUP_PAGES, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Passthrough,
+    RELEARN_AFTER, Subscriber, decode_cursor, encode_cursor,
+};
 
 /// MCP's code for a resource that does not exist.
 const RESOURCE_NOT_FOUND: i32 = -32002;
@@ -97,11 +102,20 @@ impl Passthrough {
     fn claim(&self, index: usize, uri: &str) -> Option<String> {
         let owner = {
             let mut owners = self.owners.lock();
-            let owner = owners.entry(uri.to_owned()).or_insert(index);
-            if index < *owner {
-                *owner = index;
+            let full = owners.len() >= MAX_KNOWN_URIS;
+            match owners.get_mut(uri) {
+                Some(owner) => {
+                    if index < *owner {
+                        *owner = index;
+                    }
+                    *owner
+                }
+                None if full => index,
+                None => {
+                    owners.insert(uri.to_owned(), index);
+                    index
+                }
             }
-            *owner
         };
         if owner == index {
             return None;
@@ -178,9 +192,11 @@ impl Passthrough {
         if first {
             known.clear();
         }
+        let room = MAX_TEMPLATES.saturating_sub(known.len());
         known.extend(
             page.resource_templates
                 .iter()
+                .take(room)
                 .map(|t| t.uri_template.clone()),
         );
     }
@@ -226,6 +242,18 @@ impl Passthrough {
         let key = (target.index, target.uri.clone());
         let first = {
             let mut subs = self.subscribers.lock();
+            let held = subs
+                .iter()
+                .filter(|(k, list)| **k != key && list.iter().any(|s| s.session == session))
+                .count();
+            if held >= MAX_SUBSCRIPTIONS_PER_SESSION {
+                return Err(McpError::invalid_request(
+                    format!(
+                        "at most {MAX_SUBSCRIPTIONS_PER_SESSION} resource subscriptions per session"
+                    ),
+                    None,
+                ));
+            }
             let list = subs.entry(key.clone()).or_default();
             list.retain(|s| !s.peer.is_transport_closed() && s.session != session);
             list.push(Subscriber { session, peer, uri });
@@ -295,13 +323,11 @@ impl Passthrough {
             });
         }
         let owned = || self.owners.lock().get(uri).copied();
-        let mut index = owned();
-        if index.is_none() {
+        let mut index = owned().or_else(|| self.template_owner(uri));
+        if index.is_none() && self.relearn_due() {
             self.learn_owners(cancel.clone()).await;
-            index = owned();
-        }
-        if index.is_none() {
-            index = self.template_owner(uri, cancel).await;
+            self.learn_templates(cancel).await;
+            index = owned().or_else(|| self.template_owner(uri));
         }
         if index.is_none() {
             let with: Vec<usize> = (0..self.upstreams.len())
@@ -341,37 +367,44 @@ impl Passthrough {
         }
     }
 
-    /// The first upstream one of whose URI templates matches `uri`.
-    async fn template_owner(&self, uri: &str, cancel: CancellationToken) -> Option<usize> {
-        let find = || {
-            let templates = self.templates.lock();
-            (0..self.upstreams.len()).find(|i| {
-                templates
-                    .get(i)
-                    .is_some_and(|ts| ts.iter().any(|t| matches_template(t, uri)))
-            })
-        };
-        if let Some(i) = find() {
-            return Some(i);
-        }
+    /// The first upstream one of whose known URI templates matches `uri`.
+    fn template_owner(&self, uri: &str) -> Option<usize> {
+        let templates = self.templates.lock();
+        (0..self.upstreams.len()).find(|i| {
+            templates
+                .get(i)
+                .is_some_and(|ts| ts.iter().any(|t| matches_template(t, uri)))
+        })
+    }
+
+    /// Reads every upstream's URI templates (bounded).
+    pub(super) async fn learn_templates(&self, cancel: CancellationToken) {
         for index in 0..self.upstreams.len() {
             if self.next_with(index, &has_resources) != Some(index) {
                 continue;
             }
             let mut cursor = None;
             for page_no in 0..MAX_LOOKUP_PAGES {
-                match self.templates_page(index, cursor, cancel.clone()).await {
-                    Ok(page) => {
-                        self.remember_templates(index, page_no == 0, &page);
-                        match page.next_cursor {
-                            Some(c) => cursor = Some(c),
-                            None => break,
-                        }
-                    }
-                    Err(_) => break,
+                let Ok(page) = self.templates_page(index, cursor, cancel.clone()).await else {
+                    break;
+                };
+                self.remember_templates(index, page_no == 0, &page);
+                match page.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => break,
                 }
             }
         }
-        find()
+    }
+
+    /// True, at most once per [`RELEARN_AFTER`], when an unknown URI or
+    /// template may read the upstreams' lists again.
+    pub(super) fn relearn_due(&self) -> bool {
+        let mut learned = self.learned.lock();
+        if learned.is_some_and(|at| at.elapsed() < RELEARN_AFTER) {
+            return false;
+        }
+        *learned = Some(Instant::now());
+        true
     }
 }
