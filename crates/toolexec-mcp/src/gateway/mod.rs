@@ -15,6 +15,16 @@
 //!   (see [`id_to_mcp_name`]), with its own schemas. When the catalog changes
 //!   connected clients get `notifications/tools/list_changed` (the `tools`
 //!   capability declares `listChanged`).
+//! - **Upstream resources, prompts and completion**
+//!   ([`Gateway::with_upstreams`], feature `upstream`): `resources/list`,
+//!   `resources/templates/list`, `resources/read`, `resources/subscribe`,
+//!   `prompts/list`, `prompts/get` and `completion/complete` reach the
+//!   upstream server that owns the URI, template or prompt, and come back as
+//!   it answered (its JSON-RPC errors too). Lists are merged in
+//!   configuration order; prompts are named `server__name`; a URI two
+//!   servers list is published by the later one as `toolexec://<server>/
+//!   <percent-encoded URI>`. `notifications/resources/updated` reaches only
+//!   the sessions subscribed, list changes every client.
 //!
 //! # Results
 //!
