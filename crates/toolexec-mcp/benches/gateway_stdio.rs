@@ -13,7 +13,9 @@
 //!    as the floor of any stdio proxy built on rmcp, through a bare rmcp
 //!    relay (this binary in relay mode) that forwards `tools/call` as is;
 //! 3. `import`: `toolexec serve` importing 10,000 tools from an upstream
-//!    server (this binary in server mode), then `search_tools` over them.
+//!    server (this binary in server mode), then `search_tools` over them;
+//! 4. `resources`: `resources/read` of a 1 MiB resource from a bare rmcp
+//!    server, directly and through `toolexec serve`, alternating.
 //!
 //! Reference rows, all served by this binary in a child mode
 //! (`TOOLEXEC_BENCH_UPSTREAM`): a bare rmcp server with `add` (the floor of
@@ -23,7 +25,7 @@
 //! would do with that transport).
 //!
 //! ```text
-//! cargo bench -p toolexec-mcp --bench gateway_stdio [-- throughput|proxy|import ...]
+//! cargo bench -p toolexec-mcp --bench gateway_stdio [-- throughput|proxy|import|resources ...]
 //! ```
 //!
 //! `bash scripts/bench-mcp.sh` builds the release binaries, sources the
@@ -80,6 +82,9 @@ const WARMUP: usize = 500;
 const SEARCH_CALLS: usize = 2000;
 /// Interleaved rounds of the proxy comparison.
 const PROXY_ROUNDS: usize = 10;
+/// The bare upstream's big resource, and its size.
+const BIG_RESOURCE: &str = "bench://one-mebibyte";
+const BIG_RESOURCE_BYTES: usize = 1 << 20;
 
 const SEARCH_QUERIES: &[&str] = &[
     "get the weather forecast for a city",
@@ -125,10 +130,11 @@ fn main() {
             settings.secs.as_secs_f64(),
             loadavg()
         );
-        let sections: [(&str, SectionFn); 3] = [
+        let sections: [(&str, SectionFn); 4] = [
             ("throughput", |d, s| Box::pin(throughput(d, s))),
             ("proxy", |d, s| Box::pin(proxy(d, s))),
             ("import", |d, s| Box::pin(import(d, s))),
+            ("resources", |d, s| Box::pin(resources(d, s))),
         ];
         for (name, section) in sections {
             if !wants(name) {
@@ -1042,6 +1048,76 @@ async fn proxy(deps: &Deps, s: &Settings) -> Result<String, String> {
 }
 
 // ---------------------------------------------------------------------------
+// 4. resources/read of 1 MiB, direct and through the gateway
+
+async fn read_big(peer: &Peer<RoleClient>) -> Result<Duration, String> {
+    let start = Instant::now();
+    let r = peer
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(BIG_RESOURCE))
+        .await
+        .map_err(|e| format!("resources/read: {e}"))?;
+    let elapsed = start.elapsed();
+    match r.contents.first() {
+        Some(rmcp::model::ResourceContents::TextResourceContents { text, .. })
+            if text.len() == BIG_RESOURCE_BYTES =>
+        {
+            Ok(elapsed)
+        }
+        other => Err(format!(
+            "unexpected contents: {:?}",
+            other.map(|c| format!("{c:?}").chars().take(80).collect::<String>())
+        )),
+    }
+}
+
+async fn resources(deps: &Deps, s: &Settings) -> Result<String, String> {
+    let proxy = deps.gateway("resources", &[], &[("rs", &deps.bare)])?;
+    let direct = connect(deps, "resources-direct", &deps.bare).await?;
+    let proxied = connect(deps, "resources-proxy", &proxy).await?;
+    let reads = (s.calls / 10).clamp(PROXY_ROUNDS, 1000);
+    for _ in 0..20 {
+        read_big(direct.peer()).await?;
+        read_big(proxied.peer()).await?;
+    }
+    let per_round = reads.div_ceil(PROXY_ROUNDS);
+    let (mut d, mut p) = (Vec::new(), Vec::new());
+    for _ in 0..PROXY_ROUNDS {
+        for _ in 0..per_round {
+            d.push(read_big(direct.peer()).await?);
+        }
+        for _ in 0..per_round {
+            p.push(read_big(proxied.peer()).await?);
+        }
+    }
+    let (d, p) = (Stats::of(d), Stats::of(p));
+    let overhead = p.p50.as_secs_f64() / d.p50.as_secs_f64() - 1.0;
+    eprintln!(
+        "   direct p50 {} proxied p50 {} overhead {:.1} %",
+        us(d.p50),
+        us(p.p50),
+        overhead * 100.0
+    );
+    let mut out = format!(
+        "\n### 4. `resources/read` of 1 MiB through the gateway\n\n{} reads each way of a 1 MiB text resource from a bare rmcp server, in {PROXY_ROUNDS} alternating rounds, directly and through `toolexec serve`.\n\n| path | p50 | p90 / p99 | mean |\n|---|---|---|---|\n",
+        per_round * PROXY_ROUNDS
+    );
+    for (label, st) in [("direct", &d), ("through `toolexec serve`", &p)] {
+        let _ = writeln!(
+            out,
+            "| {label} | {} | {} / {} | {} |",
+            us(st.p50),
+            us(st.p90),
+            us(st.p99),
+            us(st.mean)
+        );
+    }
+    let _ = writeln!(out, "\nOverhead at p50: **{:.1} %**.", overhead * 100.0);
+    direct.close().await;
+    proxied.close().await;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
 // 3. Importing 10,000 tools, and search_tools over them
 
 async fn import(deps: &Deps, s: &Settings) -> Result<String, String> {
@@ -1551,8 +1627,38 @@ mod upstream {
         fn get_info(&self) -> ServerConfig {
             let mut capabilities = ServerCapabilities::default();
             capabilities.tools = Some(ToolsCapability::default());
+            capabilities.resources = Some(rmcp::model::ResourcesCapability::default());
             ServerConfig::new(capabilities)
                 .with_server_info(Implementation::new("toolexec-bench-upstream", "0"))
+        }
+
+        async fn list_resources(
+            &self,
+            _request: Option<PaginatedRequestParams>,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+            let resource = rmcp::model::Resource::new(BIG_RESOURCE, "one-mebibyte");
+            Ok(rmcp::model::ListResourcesResult::with_all_items(vec![
+                resource,
+            ]))
+        }
+
+        async fn read_resource(
+            &self,
+            request: rmcp::model::ReadResourceRequestParams,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+            if request.uri != BIG_RESOURCE {
+                return Err(McpError::resource_not_found("no such resource", None));
+            }
+            static BIG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+            let text = BIG.get_or_init(|| "0123456789abcdef".repeat(BIG_RESOURCE_BYTES / 16));
+            Ok(rmcp::model::ReadResourceResponse::Complete(
+                rmcp::model::ReadResourceResult::new(vec![rmcp::model::ResourceContents::text(
+                    text.clone(),
+                    BIG_RESOURCE,
+                )]),
+            ))
         }
 
         async fn list_tools(
