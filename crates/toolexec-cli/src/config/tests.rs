@@ -203,3 +203,39 @@ fn inherit_env_is_for_command_servers() {
         .to_string();
     assert!(err.contains("inherit_env"), "{err}");
 }
+
+/// Checks that run after deserialization report the value they refuse; the
+/// runtimes' own types refuse keys they do not read from files.
+#[test]
+fn refusals_point_at_the_value_and_unread_keys_are_unknown() {
+    let err = parse("[limits]\nmax_chain_steps = 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.ends_with("toolexec.toml:2:19: key `limits.max_chain_steps`: must be greater than 0"),
+        "{err}"
+    );
+    // A docker table without an image: the runtime is unavailable, not an
+    // error; an empty image is refused.
+    let c = parse("[runtimes.docker]\nsocket = \"/run/d.sock\"\n").unwrap();
+    assert!(c.runtimes.docker.unwrap().image.is_empty());
+    let err = parse("[runtimes.docker]\nimage = \"\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("toolexec.toml:2:9: key `runtimes.docker.image`: must name an image"),
+        "{err}"
+    );
+    let err = parse("[runtimes.wasm]\ncache_entries = 1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("toolexec.toml:2:1: key `runtimes.wasm.cache_entries`: unknown field"),
+        "{err}"
+    );
+    let c =
+        parse("[runtimes.wasm]\nmax_memory = \"64MiB\"\n[runtimes.bubblewrap]\npool_size = 2\n")
+            .unwrap();
+    assert_eq!(c.runtimes.wasm.max_memory_bytes, 64 << 20);
+    assert_eq!(c.runtimes.bubblewrap.pool_size, 2);
+}
