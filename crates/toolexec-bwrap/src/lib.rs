@@ -42,6 +42,7 @@
 //! ```
 
 mod args;
+mod config;
 pub mod init;
 mod pool;
 mod users;
@@ -58,6 +59,7 @@ use serde_json::json;
 use toolexec::{Availability, BoxFuture, ErrorBody, ErrorCode};
 
 pub use args::{INIT_PATH, SANDBOX_PATH, WORKER_PATH};
+pub use config::{BubblewrapConfig, MAX_POOL_SIZE};
 pub use users::{Lease, UidRange};
 
 use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV};
@@ -85,52 +87,6 @@ const SPEC_FD: i32 = 6;
 /// Descriptor numbers of the init and script worker binaries (`O_PATH`).
 const INIT_FD: i32 = 7;
 const WORKER_FD: i32 = 8;
-
-/// Settings of [`BubblewrapRuntime`].
-#[derive(Debug, Clone)]
-pub struct BubblewrapConfig {
-    /// The `bwrap` binary; a bare name is looked up on the host's `PATH`.
-    pub bwrap: PathBuf,
-    /// The sandbox init on the host: the `toolexec` binary (run as
-    /// `toolexec __sandbox-init`) or this crate's `toolexec-sandbox-init`.
-    /// It applies Landlock inside the sandbox, waits for pool units and
-    /// measures the sandbox for the availability probe. Without it: no
-    /// Landlock, no pool, and profile standard at most.
-    pub init: Option<PathBuf>,
-    /// The script worker binary (`toolexec __script-worker`), for
-    /// [`Unit::Script`]; without it script units fail `backend_unavailable`.
-    pub script_worker: Option<PathBuf>,
-    /// Sandboxes kept started ahead (needs `init`); 0 disables the pool.
-    pub pool_size: usize,
-    /// The `/tmp` size of pool sandboxes; units asking another size start
-    /// cold. Default: the default limits' `disk_bytes`.
-    pub pool_disk_bytes: Option<u64>,
-    /// The cgroup mount (`/sys/fs/cgroup`).
-    pub cgroup_root: PathBuf,
-    /// `RLIMIT_NOFILE` of units.
-    pub max_open_files: u64,
-    /// The host uids sandboxes run as when toolexec is root, one of its own
-    /// per sandbox (bwrap is started as it, so the sandbox maps to it,
-    /// never to host root or a shared user). Ignored when toolexec already
-    /// runs unprivileged; a range holding 0 or 65534 makes the runtime
-    /// unavailable.
-    pub users: UidRange,
-}
-
-impl Default for BubblewrapConfig {
-    fn default() -> Self {
-        BubblewrapConfig {
-            bwrap: "bwrap".into(),
-            init: None,
-            script_worker: None,
-            pool_size: 0,
-            pool_disk_bytes: RuntimeLimits::default().disk_bytes,
-            cgroup_root: "/sys/fs/cgroup".into(),
-            max_open_files: 1024,
-            users: UidRange::default(),
-        }
-    }
-}
 
 /// Runs command and script units in bubblewrap sandboxes; see the module
 /// documentation. Fit for [`Profile::Hardened`].

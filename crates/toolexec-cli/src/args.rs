@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use toolexec::units::{parse_duration, parse_size};
 
 /// toolexec: run AI-agent tools from a catalog — search, describe, run, chain.
 #[derive(Debug, Parser)]
@@ -221,87 +222,9 @@ pub(crate) struct ExecFlags {
     pub stream: bool,
 }
 
-/// Parses `250ms`, `30s`, `2m`, `1h` (a bare number means seconds).
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("expected a duration like 500ms, 30s or 2m, got {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?}: use ms, s, m or h")),
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 7.0 {
-        return Err("duration must be positive and at most 7 days".into());
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// Parses a size: plain bytes (`1048576`, `512B`) or a whole number of
-/// KiB, MiB or GiB (`64MiB`, `8 mib`).
-pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let bad = || format!("expected a size like 65536, 512KiB, 64MiB or 1GiB, got {s:?}");
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "kib" => 10,
-        "mib" => 20,
-        "gib" => 30,
-        "k" | "kb" | "m" | "mb" | "g" | "gb" => {
-            return Err(format!(
-                "{s:?}: write sizes in KiB, MiB or GiB (powers of 1024) or plain bytes"
-            ));
-        }
-        _ => return Err(bad()),
-    };
-    if n == 0 {
-        return Err(format!("{s:?}: the size must be positive"));
-    }
-    n.checked_mul(1 << shift)
-        .and_then(|b| usize::try_from(b).ok())
-        .ok_or_else(|| format!("{s:?} is too large"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
-    }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
-        assert_eq!(parse_size("512B").unwrap(), 512);
-        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
-        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
-        assert_eq!(parse_size("8 mib").unwrap(), 8 << 20);
-        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
-        assert!(parse_size("64MB").unwrap_err().contains("KiB, MiB or GiB"));
-        assert!(parse_size("1.5MiB").is_err());
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("").is_err());
-        assert!(parse_size("-1").is_err());
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("99999999999999999999GiB").is_err());
-    }
 
     #[test]
     fn cli_definition_is_consistent() {

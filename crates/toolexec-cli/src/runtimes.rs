@@ -15,10 +15,10 @@ use toolexec_runtime::{Runtimes, UnavailableRuntime};
 use toolexec_sandbox::{HostRuntime, UnsandboxedOptIn};
 
 use toolexec_code::InProcessRuntime;
-use toolexec_docker::{DockerConfig, DockerRuntime};
+use toolexec_docker::DockerRuntime;
 use toolexec_oci::{OciConfig, OciFlavor, OciRuntime, RootfsSource};
 use toolexec_remote::{RemoteConfig, RemoteRuntime};
-use toolexec_wasm::{WasmConfig, WasmRuntime};
+use toolexec_wasm::WasmRuntime;
 
 use crate::config::RuntimesConfig;
 use crate::render;
@@ -42,14 +42,10 @@ const REGISTRARS: &[Registrar] = &[
 /// __sandbox-init` and scripts as `toolexec __script-worker` (both this
 /// executable) inside it.
 fn register_bubblewrap(config: &RuntimesConfig, runtimes: &mut Runtimes) {
-    let defaults = BubblewrapConfig::default();
-    let options = &config.bubblewrap;
     runtimes.register(BubblewrapRuntime::new(BubblewrapConfig {
-        bwrap: options.bwrap.clone().unwrap_or(defaults.bwrap.clone()),
         init: current_exe(),
         script_worker: current_exe(),
-        pool_size: options.pool_size.unwrap_or(defaults.pool_size),
-        ..defaults
+        ..config.bubblewrap.clone()
     }));
 }
 
@@ -92,17 +88,14 @@ fn register_oci(flavor: OciFlavor, config: &RuntimesConfig, runtimes: &mut Runti
 
 /// Docker containers from `[runtimes.docker]` (image required).
 fn register_docker(config: &RuntimesConfig, runtimes: &mut Runtimes) {
-    let options = &config.docker;
-    let Some(image) = &options.image else {
+    let Some(docker) = config.docker.as_ref().filter(|d| !d.image.is_empty()) else {
         runtimes.register(UnavailableRuntime::new(
             DockerRuntime::DESCRIPTOR,
             "no image: set image in [runtimes.docker]",
         ));
         return;
     };
-    let mut docker = DockerConfig::new(image.clone());
-    docker.socket = options.socket.clone();
-    match DockerRuntime::new(docker) {
+    match DockerRuntime::new(docker.clone()) {
         Ok(runtime) => {
             runtimes.register(runtime);
         }
@@ -118,14 +111,7 @@ fn register_docker(config: &RuntimesConfig, runtimes: &mut Runtimes) {
 
 /// wasmtime, in process.
 fn register_wasm(config: &RuntimesConfig, runtimes: &mut Runtimes) {
-    let mut wasm = WasmConfig::default();
-    if let Some(n) = config.wasm.pool_instances {
-        wasm.pool_instances = n;
-    }
-    if let Some(m) = config.wasm.max_memory {
-        wasm.max_memory_bytes = m;
-    }
-    runtimes.register(WasmRuntime::new(wasm));
+    runtimes.register(WasmRuntime::new(config.wasm.clone()));
 }
 
 /// QuickJS scripts in this process (profiles dev and standard at most).
@@ -147,7 +133,7 @@ fn register_remote(config: &RuntimesConfig, runtimes: &mut Runtimes) {
         ));
         return;
     };
-    let key = match options.key.as_ref().map(|k| k.load()).transpose() {
+    let key = match options.key().map(|k| k.load()).transpose() {
         Ok(key) => key,
         Err(e) => {
             runtimes.register(unconfigured(e.to_string()));
@@ -184,7 +170,7 @@ pub(crate) fn current_exe() -> Option<PathBuf> {
 
 /// The registry for `config`.
 pub(crate) fn build(config: &RuntimesConfig) -> Runtimes {
-    let mut runtimes = Runtimes::new(config.map.clone());
+    let mut runtimes = Runtimes::new(config.map());
     for register in REGISTRARS {
         register(config, &mut runtimes);
     }

@@ -6,13 +6,21 @@ use toolexec::Error;
 
 /// Where the daemon is and how units' containers look.
 ///
+/// It deserializes from a configuration table (`[runtimes.docker]` of
+/// `toolexec.toml`): `socket` and `image`; unknown keys are refused, and the
+/// other settings keep the defaults of [`DockerConfig::new`]. A table
+/// without `image` gives an empty image, which [`DockerConfig::validate`]
+/// refuses: a caller for whom the image is optional checks
+/// `image.is_empty()` first.
+///
 /// ```
 /// use toolexec_docker::DockerConfig;
 /// let config = DockerConfig::new("toolexec-test/busybox:1");
 /// assert_eq!(config.user, "65534:65534");
 /// assert!(config.socket.is_none()); // DOCKER_HOST, else /var/run/docker.sock
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(default = "DockerConfig::without_image", deny_unknown_fields)]
 pub struct DockerConfig {
     /// The daemon's Unix socket; `None`: `DOCKER_HOST` (`unix://...`), else
     /// `/var/run/docker.sock`.
@@ -23,22 +31,28 @@ pub struct DockerConfig {
     /// refused (the image's `/etc/passwd` could map any name to root), and
     /// so is a uid alone (Docker then picks the group, gid 0 for a uid the
     /// image does not list).
+    #[serde(skip)]
     pub user: String,
     /// CPUs the container may use (`NanoCpus`), e.g. `1.0`.
+    #[serde(skip)]
     pub cpus: f64,
     /// Open descriptors per process (`RLIMIT_NOFILE`).
+    #[serde(skip)]
     pub max_open_files: u64,
     /// Where per-run gateway socket directories are created on the host
     /// (default: the system temporary directory). Must be visible to the
     /// daemon at the same path.
+    #[serde(skip)]
     pub gateway_dir: Option<PathBuf>,
     /// The host uid whose connections the gateway socket serves (checked
     /// with `SO_PEERCRED`); `None`: the uid of [`DockerConfig::user`]. Set
     /// it when the daemon remaps user namespaces (`userns-remap`), where
     /// the unit's host uid is the remapped one.
+    #[serde(skip)]
     pub gateway_peer_uid: Option<u32>,
     /// Extra labels on every container (the runtime's own `toolexec.*`
     /// labels win on conflict).
+    #[serde(skip)]
     pub labels: BTreeMap<String, String>,
 }
 
@@ -56,6 +70,11 @@ impl DockerConfig {
             gateway_peer_uid: None,
             labels: BTreeMap::new(),
         }
+    }
+
+    /// The defaults of [`DockerConfig::new`] with no image yet.
+    fn without_image() -> Self {
+        DockerConfig::new(String::new())
     }
 
     /// Sets the daemon socket.
@@ -145,6 +164,27 @@ impl DockerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deserializes_its_file_keys_and_refuses_others() {
+        let config: DockerConfig =
+            serde_json::from_str(r#"{"image": "busybox:1", "socket": "/run/d.sock"}"#).unwrap();
+        assert_eq!(
+            config,
+            DockerConfig::new("busybox:1").with_socket("/run/d.sock")
+        );
+        let config: DockerConfig = serde_json::from_str(r#"{"socket": "/run/d.sock"}"#).unwrap();
+        assert!(config.image.is_empty());
+        assert_eq!(config.validate().unwrap_err().field(), Some("docker.image"));
+        for key in ["user", "labels", "images"] {
+            let err = serde_json::from_str::<DockerConfig>(&format!(r#"{{"{key}": "x"}}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("unknown field `{key}`")), "{err}");
+        }
+        let err = serde_json::from_str::<DockerConfig>(r#"{"image": 7}"#).unwrap_err();
+        assert!(err.to_string().contains("invalid type"), "{err}");
+    }
 
     /// Every spelling of root (and anything the image could resolve to
     /// root) is refused; plain numeric users pass.

@@ -101,15 +101,8 @@ impl OciError {
     /// [`CommandUnit::check`]: toolexec_runtime::CommandUnit::check
     /// [`RuntimeLimits::validate`]: toolexec_runtime::RuntimeLimits::validate
     pub(crate) fn refused(error: toolexec::Error) -> Self {
-        match error {
-            toolexec::Error::InvalidRequest { field, message } => {
-                OciError::Invalid { field, message }
-            }
-            other => OciError::Invalid {
-                field: other.field().unwrap_or("request").to_owned(),
-                message: other.to_body().message,
-            },
-        }
+        let (field, message) = error.into_field_message("request");
+        OciError::Invalid { field, message }
     }
 
     pub(crate) fn setup(message: impl Into<String>) -> Self {

@@ -2,24 +2,36 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 /// Settings of a [`crate::WasmRuntime`]: the engine, the instance pool,
 /// the module cache and the limit mechanisms. Per-run limits come from
 /// [`toolexec_runtime::RuntimeLimits`]; these are the runtime-wide bounds.
+///
+/// It deserializes from a configuration table (`[runtimes.wasm]` of
+/// `toolexec.toml`): `pool_instances`, and `max_memory` as bytes or text
+/// (`"256MiB"`); unset keys keep their defaults, unknown keys are refused,
+/// and the other settings are not read from files. Call
+/// [`WasmConfig::validate`] after.
 ///
 /// ```
 /// use toolexec_wasm::WasmConfig;
 /// let config = WasmConfig { pool_instances: 16, ..WasmConfig::default() };
 /// assert!(config.validate().is_ok());
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct WasmConfig {
     /// Instances that may run at once (pooling allocator slots). Runs past
     /// this wait for a free slot.
     pub pool_instances: u32,
     /// The largest linear memory of any instance, in bytes (the pool slot
-    /// size). A run's `limits.memory_bytes` is capped at this.
+    /// size). A run's `limits.memory_bytes` is capped at this. Read as
+    /// `max_memory`.
+    #[serde(rename = "max_memory", deserialize_with = "toolexec::units::size_u64")]
     pub max_memory_bytes: u64,
     /// Compiled modules and components kept (LRU, keyed by content hash).
+    #[serde(skip)]
     pub cache_entries: usize,
     /// Fuel units granted per second of `limits.cpu_time`. One unit is
     /// roughly one WebAssembly operator; a tight arithmetic loop burns
@@ -27,19 +39,25 @@ pub struct WasmConfig {
     /// default stops such code at about 0.7 s per CPU-second and lets code
     /// with costlier operators (memory, calls) run longer: fuel counts
     /// work, not measured CPU time, and `wall_time` stays the hard bound.
+    #[serde(skip)]
     pub fuel_per_cpu_second: u64,
     /// Period of the epoch ticker that interrupts running code to check
     /// the deadline and cancellation.
+    #[serde(skip)]
     pub epoch_tick: Duration,
     /// Largest accepted code (binary or text), in bytes.
+    #[serde(skip)]
     pub max_code_bytes: usize,
     /// Largest JSON message crossing the tool ABI (tool id and arguments,
     /// results, the unit's output value), in bytes.
+    #[serde(skip)]
     pub max_message_bytes: usize,
     /// WebAssembly stack per instance, in bytes (deeper recursion traps
     /// with "call stack exhausted").
+    #[serde(skip)]
     pub max_wasm_stack: usize,
     /// Table elements a store may hold in all its tables.
+    #[serde(skip)]
     pub max_table_elements: usize,
 }
 
@@ -96,5 +114,34 @@ impl WasmConfig {
             return bad("max_wasm_stack", "must be between 16 KiB and 64 MiB");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deserializes_its_file_keys_and_refuses_others() {
+        let config: WasmConfig =
+            serde_json::from_str(r#"{"pool_instances": 4, "max_memory": "64MiB"}"#).unwrap();
+        assert_eq!(config.pool_instances, 4);
+        assert_eq!(config.max_memory_bytes, 64 << 20);
+        assert_eq!(config.cache_entries, WasmConfig::default().cache_entries);
+        for key in ["pool_size", "cache_entries", "max_memory_bytes"] {
+            let err = serde_json::from_str::<WasmConfig>(&format!(r#"{{"{key}": 1}}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("unknown field `{key}`")), "{err}");
+        }
+        let err = serde_json::from_str::<WasmConfig>(r#"{"max_memory": "lots"}"#).unwrap_err();
+        assert!(err.to_string().contains("expected a size"), "{err}");
+    }
+
+    #[test]
+    fn validate_names_the_field_after_deserializing() {
+        let config: WasmConfig = serde_json::from_str(r#"{"max_memory": "1KiB"}"#).unwrap();
+        let err = config.validate().unwrap_err();
+        assert_eq!(err.field(), Some("wasm.max_memory_bytes"));
     }
 }

@@ -341,6 +341,29 @@ impl Error {
         }
     }
 
+    /// The field and the bare message of a refused value: for
+    /// `invalid_request` its own field and message (without the code
+    /// prefix); for any other error its field (else `fallback`) and its
+    /// whole message. For a caller that reports the refusal under its own
+    /// code or position, so a code never ends up inside another's message.
+    ///
+    /// ```
+    /// let e = toolexec::Error::invalid_request("wasm.pool_instances", "must be at least 1");
+    /// assert_eq!(
+    ///     e.into_field_message("request"),
+    ///     ("wasm.pool_instances".to_owned(), "must be at least 1".to_owned())
+    /// );
+    /// ```
+    pub fn into_field_message(self, fallback: &str) -> (String, String) {
+        match self {
+            Error::InvalidRequest { field, message } => (field, message),
+            other => (
+                other.field().unwrap_or(fallback).to_owned(),
+                other.to_body().message,
+            ),
+        }
+    }
+
     /// The failing field or path, for errors that name one
     /// (`invalid_request`, `invalid_definition`, and relayed bodies whose
     /// details carry a `field`).

@@ -51,6 +51,7 @@ pub mod search;
 pub mod secret;
 pub mod stream;
 pub mod tool;
+pub mod units;
 
 pub use allow::{AllowList, glob_match};
 pub use backend::{Availability, Backend, BoxFuture, Call};

@@ -2,15 +2,29 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Error, LimitKind};
 
 /// Limits applied to every call. Explicit data, in the spirit of wasmtime's
 /// `Config`: nothing is implied.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// It deserializes from a configuration table (unset keys keep their
+/// defaults, unknown keys are refused, `default_timeout` is text such as
+/// `"30s"`); [`Limits::validate`] then checks the values.
+///
+/// ```
+/// let limits: toolexec::Limits =
+///     serde_json::from_str(r#"{"default_timeout": "5s", "max_input_bytes": 4096}"#).unwrap();
+/// assert_eq!(limits.max_input_bytes, 4096);
+/// assert!(limits.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Deadline of a call when the caller gives none.
+    #[serde(deserialize_with = "crate::units::duration")]
     pub default_timeout: Duration,
     /// Largest accepted arguments, in bytes of compact JSON.
     pub max_input_bytes: usize,
@@ -36,6 +50,29 @@ impl Default for Limits {
             max_output_depth: 128,
             max_chain_steps: 100,
             max_violations: 20,
+        }
+    }
+}
+
+impl Limits {
+    /// `invalid_request` naming the first limit that is zero
+    /// (`limits.max_input_bytes`, ...).
+    pub fn validate(&self) -> Result<(), Error> {
+        let zero = [
+            ("default_timeout", self.default_timeout.is_zero()),
+            ("max_input_bytes", self.max_input_bytes == 0),
+            ("max_input_depth", self.max_input_depth == 0),
+            ("max_output_bytes", self.max_output_bytes == 0),
+            ("max_output_depth", self.max_output_depth == 0),
+            ("max_chain_steps", self.max_chain_steps == 0),
+            ("max_violations", self.max_violations == 0),
+        ];
+        match zero.iter().find(|(_, z)| *z) {
+            Some((field, _)) => Err(Error::invalid_request(
+                format!("limits.{field}"),
+                "must be greater than 0",
+            )),
+            None => Ok(()),
         }
     }
 }
@@ -152,6 +189,28 @@ fn number_len(n: &serde_json::Number) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn limits_deserialize_with_defaults_and_refuse_unknown_keys() {
+        let limits: Limits =
+            serde_json::from_value(json!({"default_timeout": "2m", "max_chain_steps": 3})).unwrap();
+        assert_eq!(limits.default_timeout, Duration::from_secs(120));
+        assert_eq!(limits.max_chain_steps, 3);
+        assert_eq!(limits.max_input_bytes, Limits::default().max_input_bytes);
+        let unknown = serde_json::from_value::<Limits>(json!({"max_input_byte": 1})).unwrap_err();
+        assert!(unknown.to_string().contains("max_input_byte"), "{unknown}");
+        let bad = serde_json::from_value::<Limits>(json!({"default_timeout": "soon"})).unwrap_err();
+        assert!(bad.to_string().contains("expected a duration"), "{bad}");
+    }
+
+    #[test]
+    fn validate_names_the_zero_limit() {
+        let limits: Limits = serde_json::from_value(json!({"max_output_depth": 0})).unwrap();
+        let err = limits.validate().unwrap_err();
+        assert_eq!(err.field(), Some("limits.max_output_depth"));
+        assert!(err.to_string().starts_with("invalid_request: "), "{err}");
+        assert!(Limits::default().validate().is_ok());
+    }
 
     fn nested(depth: usize) -> Value {
         let mut v = json!(1);

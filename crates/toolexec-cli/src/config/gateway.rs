@@ -1,5 +1,6 @@
 //! `[gateway]`: what `toolexec serve` publishes, its HTTP auth, and the
-//! bounds on connections, sessions and tool runs.
+//! bounds on connections, sessions and tool runs (`toolexec-mcp`'s
+//! [`HttpLimits`] and [`RunLimits`], whose keys the table writes flat).
 
 use std::path::Path;
 
@@ -8,7 +9,8 @@ use toolexec::Secret;
 use toolexec_mcp::gateway::{Expose, HttpLimits, RunLimits};
 use toolexec_runtime::Profile;
 
-use super::{DurationText, ResolveError, SecretSource, resolve_secret};
+use super::error::Fault;
+use super::values::{DurationText, SecretSource};
 
 /// `[gateway]`.
 #[derive(Debug, Default)]
@@ -29,104 +31,111 @@ pub(crate) struct GatewayConfig {
     pub runs: RunLimits,
 }
 
+/// The `[gateway]` table as written.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawGateway {
-    expose: Option<toml::Spanned<String>>,
-    token: Option<toml::Spanned<SecretSource>>,
+pub(super) struct GatewayTable {
+    expose: Option<ExposeText>,
+    token: Option<SecretSource>,
     #[serde(default)]
     allowed_origins: Vec<String>,
-    code_profile: Option<toml::Spanned<String>>,
-    max_connections: Option<toml::Spanned<usize>>,
+    code_profile: Option<CodeProfile>,
+    max_connections: Option<usize>,
     header_timeout: Option<DurationText>,
     body_timeout: Option<DurationText>,
-    max_sessions: Option<toml::Spanned<usize>>,
+    max_sessions: Option<usize>,
     session_idle_timeout: Option<DurationText>,
-    max_concurrent_runs: Option<toml::Spanned<usize>>,
+    max_concurrent_runs: Option<usize>,
     max_queued_runs: Option<usize>,
 }
 
-/// A count that must be at least 1.
-fn positive(
-    v: Option<toml::Spanned<usize>>,
-    key: &str,
-    default: usize,
-) -> Result<usize, ResolveError> {
-    match v {
-        None => Ok(default),
-        Some(n) if *n.get_ref() == 0 => Err((
-            format!("gateway.{key}"),
-            "must be greater than 0".into(),
-            Some(n.span()),
-        )),
-        Some(n) => Ok(n.into_inner()),
+/// `meta`, `all` or `both`.
+struct ExposeText(Expose);
+
+impl<'de> Deserialize<'de> for ExposeText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map(ExposeText)
+            .map_err(|_| serde::de::Error::custom(format!("expected meta, all or both, got {s:?}")))
     }
 }
 
-impl RawGateway {
-    pub(super) fn resolve(self, base: &Path) -> Result<GatewayConfig, ResolveError> {
-        let expose = match &self.expose {
-            None => None,
-            Some(e) => Some(e.get_ref().parse::<Expose>().map_err(|_| {
-                (
-                    "gateway.expose".to_owned(),
-                    format!("expected meta, all or both, got {:?}", e.get_ref()),
-                    Some(e.span()),
-                )
-            })?),
-        };
+/// `standard` or `hardened`.
+struct CodeProfile(Profile);
+
+impl<'de> Deserialize<'de> for CodeProfile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "standard" => Ok(CodeProfile(Profile::Standard)),
+            "hardened" => Ok(CodeProfile(Profile::Hardened)),
+            other => Err(serde::de::Error::custom(format!(
+                "expected \"standard\" (in process) or \"hardened\" (in a sandbox runtime), got {other:?}"
+            ))),
+        }
+    }
+}
+
+impl GatewayTable {
+    /// The settings, the token read relative to `base`.
+    pub(super) fn resolve(self, base: &Path) -> Result<GatewayConfig, Fault> {
         let token = match &self.token {
-            Some(src) => Some(resolve_secret(src, "gateway.token", base)?),
-            None => None,
-        };
-        let code_profile = match self.code_profile {
-            Some(p) => match p.get_ref().as_str() {
-                "standard" => Some(Profile::Standard),
-                "hardened" => Some(Profile::Hardened),
-                other => {
-                    return Err((
-                        "gateway.code_profile".into(),
-                        format!(
-                            "expected \"standard\" (in process) or \"hardened\" (in a sandbox runtime), got {other:?}"
-                        ),
-                        Some(p.span()),
-                    ));
-                }
-            },
+            Some(src) => Some(src.resolve("gateway.token", base)?),
             None => None,
         };
         // Durations are never zero (`DurationText` refuses "0s").
         let mut http_limits = HttpLimits::default();
-        http_limits.max_connections = positive(
-            self.max_connections,
-            "max_connections",
-            http_limits.max_connections,
-        )?;
-        http_limits.max_sessions =
-            positive(self.max_sessions, "max_sessions", http_limits.max_sessions)?;
-        if let Some(d) = self.header_timeout {
-            http_limits.header_timeout = d.0;
-        }
-        if let Some(d) = self.body_timeout {
-            http_limits.body_timeout = d.0;
-        }
-        if let Some(d) = self.session_idle_timeout {
-            http_limits.session_idle_timeout = d.0;
-        }
         let mut runs = RunLimits::default();
-        runs.max_concurrent = positive(
-            self.max_concurrent_runs,
-            "max_concurrent_runs",
-            runs.max_concurrent,
-        )?;
+        let counts = [
+            (
+                "max_connections",
+                self.max_connections,
+                &mut http_limits.max_connections,
+            ),
+            (
+                "max_sessions",
+                self.max_sessions,
+                &mut http_limits.max_sessions,
+            ),
+            (
+                "max_concurrent_runs",
+                self.max_concurrent_runs,
+                &mut runs.max_concurrent,
+            ),
+        ];
+        for (key, value, target) in counts {
+            match value {
+                Some(0) => {
+                    return Err(Fault::new(
+                        format!("gateway.{key}"),
+                        "must be greater than 0",
+                    ));
+                }
+                Some(n) => *target = n,
+                None => {}
+            }
+        }
+        let durations = [
+            (self.header_timeout, &mut http_limits.header_timeout),
+            (self.body_timeout, &mut http_limits.body_timeout),
+            (
+                self.session_idle_timeout,
+                &mut http_limits.session_idle_timeout,
+            ),
+        ];
+        for (value, target) in durations {
+            if let Some(d) = value {
+                *target = d.0;
+            }
+        }
         if let Some(q) = self.max_queued_runs {
             runs.max_queued = q;
         }
         Ok(GatewayConfig {
-            expose,
+            expose: self.expose.map(|e| e.0),
             token,
             allowed_origins: self.allowed_origins,
-            code_profile,
+            code_profile: self.code_profile.map(|p| p.0),
             http_limits,
             runs,
         })

@@ -395,16 +395,18 @@ fn command_tools_without_a_runtime_are_unavailable() {
 
 #[test]
 fn runtime_and_command_config_errors_name_file_line_and_key() {
+    // The position is the value the key names (a list element, not the
+    // list), or the table lacking the key.
     let cases: &[(&str, &str, &str)] = &[
-        ("[runtimes]\ndev = [\"host\"]\n", ":2:7", "runtimes.dev[0]"),
+        ("[runtimes]\ndev = [\"host\"]\n", ":2:8", "runtimes.dev[0]"),
         (
             "[runtimes]\nallow_unsandboxed_host = true\nhardened = [\"host\"]\n",
-            ":3:12",
+            ":3:13",
             "runtimes.hardened[0]",
         ),
         (
             "[runtimes]\nstandard = [\"Bad Name\"]\n",
-            ":2:12",
+            ":2:13",
             "runtimes.standard[0]",
         ),
         ("[runtimes]\nbogus = 1\n", ":2:1", "runtimes"),
@@ -461,7 +463,7 @@ fn runtime_and_command_config_errors_name_file_line_and_key() {
         ),
         (
             "[[commands]]\nid = \"nonamespace\"\ndescription = \"d\"\ninput_schema = {}\nargv = [\"x\"]\n",
-            ":1:1",
+            ":2:6",
             "commands[0].id",
         ),
         (
@@ -471,12 +473,12 @@ fn runtime_and_command_config_errors_name_file_line_and_key() {
         ),
         (
             "[[commands]]\nid = \"a:b\"\ndescription = \"d\"\ninput_schema = {}\nargv = [\"{a}\"]\n",
-            ":5:8",
+            ":5:9",
             "commands[0].argv[0]",
         ),
         (
             "[[commands]]\nid = \"a:b\"\ndescription = \"d\"\ninput_schema = { properties = { a = {} } }\nargv = [\"x\", \"--a={a}\"]\n",
-            ":5:8",
+            ":5:14",
             "commands[0].argv[1]",
         ),
         (
@@ -496,7 +498,7 @@ fn runtime_and_command_config_errors_name_file_line_and_key() {
         ),
         (
             "[[commands]]\nid = \"a:b\"\ndescription = \"d\"\ninput_schema = {}\nargv = [\"x\"]\n\n[[commands]]\nid = \"a:b\"\ndescription = \"d\"\ninput_schema = {}\nargv = [\"x\"]\n",
-            ":7:1",
+            ":8:6",
             "commands[1].id",
         ),
     ];

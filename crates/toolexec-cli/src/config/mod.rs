@@ -1,0 +1,139 @@
+//! `toolexec.toml`: upstream MCP servers, built-ins, limits, gateway
+//! settings, sandbox runtimes and command tools.
+//!
+//! Composition: each table is read by the type that uses it where one fits
+//! it (`toolexec::Limits`, the runtimes' configs), else by one table type
+//! here ([`servers`], [`commands`], [`gateway`], [`runtimes`]). Every error
+//! is a [`ConfigError`] naming the file, line, column and key: serde's for
+//! what does not deserialize, and for what is refused after, the position
+//! of the key it names ([`error::Document`]). Secrets (`{ env = "..." }`,
+//! `{ file = "..." }` or a literal string) are resolved at load time and
+//! kept in [`toolexec::Secret`]s, which never print.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use toolexec::Limits;
+use toolexec_builtins::Group;
+use toolexec_mcp::upstream::UpstreamConfig;
+use toolexec_runtime::CommandToolDef;
+
+mod commands;
+mod error;
+mod gateway;
+mod runtimes;
+mod servers;
+#[cfg(test)]
+mod tests;
+mod values;
+
+pub(crate) use error::ConfigError;
+pub(crate) use gateway::GatewayConfig;
+pub(crate) use runtimes::RuntimesConfig;
+
+use error::{Document, Fault};
+
+/// The file read when `--config` is not given, if it exists.
+pub(crate) const DEFAULT_FILE: &str = "toolexec.toml";
+
+/// A loaded, validated configuration.
+#[derive(Debug)]
+pub(crate) struct Config {
+    /// Built-in groups to register.
+    pub builtins: Vec<Group>,
+    /// Pipeline limits.
+    pub limits: Limits,
+    /// Upstream MCP servers.
+    pub servers: Vec<UpstreamConfig>,
+    /// `toolexec serve` settings.
+    pub gateway: GatewayConfig,
+    /// `[runtimes]`: sandbox runtimes and the profile mapping.
+    pub runtimes: RuntimesConfig,
+    /// `[[commands]]`: command tools.
+    pub commands: Vec<CommandToolDef>,
+}
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    builtins: values::Builtins,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    servers: Vec<servers::ServerTable>,
+    #[serde(default)]
+    gateway: gateway::GatewayTable,
+    #[serde(default)]
+    runtimes: RuntimesConfig,
+    #[serde(default)]
+    commands: Vec<commands::CommandTable>,
+}
+
+impl Config {
+    /// Built-in catalog only, default limits.
+    pub(crate) fn builtin() -> Self {
+        Config {
+            builtins: Group::ALL.to_vec(),
+            limits: Limits::default(),
+            servers: Vec::new(),
+            gateway: GatewayConfig::default(),
+            runtimes: RuntimesConfig::default(),
+            commands: Vec::new(),
+        }
+    }
+
+    /// Loads `explicit`, else `./toolexec.toml` if present, else built-ins.
+    pub(crate) fn discover(explicit: Option<&Path>) -> Result<Self, ConfigError> {
+        match explicit {
+            Some(p) => Config::load(p),
+            None if Path::new(DEFAULT_FILE).is_file() => Config::load(Path::new(DEFAULT_FILE)),
+            None => Ok(Config::builtin()),
+        }
+    }
+
+    /// Loads and validates one file.
+    pub(crate) fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::unreadable(path, e))?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses `text` as the contents of `path`.
+    pub(crate) fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let syntax = |e| ConfigError::toml(path, text, String::new(), e);
+        let document = Document::parse(text).map_err(syntax)?;
+        let de = toml::Deserializer::parse(text).map_err(syntax)?;
+        let file: File = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            ConfigError::toml(path, text, key, e.into_inner())
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        file.resolve(base, &document)
+            .map_err(|fault| ConfigError::at(path, &document, fault))
+    }
+}
+
+impl File {
+    /// Checks what serde cannot: values against each other and the
+    /// runtimes' own checks; resolves secrets and relative paths.
+    fn resolve(self, base: &Path, document: &Document<'_>) -> Result<Config, Fault> {
+        let builtins = self.builtins.groups();
+        self.limits
+            .validate()
+            .map_err(|e| Fault::refused("limits", e, &[]))?;
+        let servers = servers::resolve(self.servers, base, &builtins, &self.limits)?;
+        let gateway = self.gateway.resolve(base)?;
+        let mut runtimes = self.runtimes;
+        runtimes.resolve(base, document)?;
+        let commands = commands::resolve(self.commands)?;
+        Ok(Config {
+            builtins,
+            limits: self.limits,
+            servers,
+            gateway,
+            runtimes,
+            commands,
+        })
+    }
+}

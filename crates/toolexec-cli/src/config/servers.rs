@@ -1,0 +1,157 @@
+//! `[[servers]]`: upstream MCP servers, as `toolexec-mcp`'s
+//! [`UpstreamConfig`]. Their secrets (`env`, `headers`, `bearer_token`) are
+//! read when the file is, relative to its directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toolexec::{Limits, Secret};
+use toolexec_builtins::Group;
+use toolexec_mcp::upstream::{DEFAULT_MAX_CONCURRENCY, UpstreamConfig, UpstreamTransport};
+
+use super::error::Fault;
+use super::values::{DurationText, SecretSource, relative_to};
+
+/// One `[[servers]]` table as written: a stdio server (`command`) or an
+/// HTTP one (`url`), each with its own keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ServerTable {
+    name: String,
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, SecretSource>,
+    #[serde(default)]
+    inherit_env: Vec<String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, SecretSource>,
+    bearer_token: Option<SecretSource>,
+    timeout: Option<DurationText>,
+    max_concurrency: Option<usize>,
+    #[serde(default)]
+    lazy: bool,
+}
+
+/// The servers of the file; their names are namespaces, unique and apart
+/// from the enabled built-in groups.
+pub(super) fn resolve(
+    tables: Vec<ServerTable>,
+    base: &Path,
+    builtins: &[Group],
+    limits: &Limits,
+) -> Result<Vec<UpstreamConfig>, Fault> {
+    let mut servers: Vec<UpstreamConfig> = Vec::with_capacity(tables.len());
+    for (i, table) in tables.into_iter().enumerate() {
+        let server = table.resolve(i, base, builtins, limits)?;
+        if servers.iter().any(|s| s.name == server.name) {
+            return Err(Fault::new(
+                format!("servers[{i}].name"),
+                format!("duplicate server name {:?}", server.name),
+            ));
+        }
+        servers.push(server);
+    }
+    Ok(servers)
+}
+
+/// The secrets of `map`, each read at `key.<name>`.
+fn secrets(
+    map: &BTreeMap<String, SecretSource>,
+    key: impl Fn(&str) -> String,
+    base: &Path,
+) -> Result<BTreeMap<String, Secret>, Fault> {
+    map.iter()
+        .map(|(name, src)| Ok((name.clone(), src.resolve(&key(name), base)?)))
+        .collect()
+}
+
+impl ServerTable {
+    /// Validates the table (index `i`) into an upstream config.
+    fn resolve(
+        self,
+        i: usize,
+        base: &Path,
+        builtins: &[Group],
+        limits: &Limits,
+    ) -> Result<UpstreamConfig, Fault> {
+        let key = |k: &str| format!("servers[{i}].{k}");
+        let fail = |k: &str, message: String| Err(Fault::new(key(k), message));
+        if let Err(reason) = toolexec::ToolIdRef::parse(&format!("{}:x", self.name)) {
+            return fail("name", format!("not a valid namespace: {reason}"));
+        }
+        if builtins.iter().any(|g| g.as_str() == self.name) {
+            return fail("name", format!("{:?} is a built-in namespace", self.name));
+        }
+        let transport = match (self.command, self.url) {
+            (Some(command), None) => {
+                if !self.headers.is_empty() || self.bearer_token.is_some() {
+                    return fail(
+                        "headers",
+                        "headers and bearer_token are for url servers".into(),
+                    );
+                }
+                UpstreamTransport::Stdio {
+                    command,
+                    args: self.args,
+                    env: secrets(&self.env, |n| key(&format!("env.{n}")), base)?,
+                    inherit_env: self.inherit_env,
+                    cwd: self.cwd.map(|c| relative_to(base, &c)),
+                }
+            }
+            (None, Some(url)) => {
+                if !self.args.is_empty()
+                    || !self.env.is_empty()
+                    || !self.inherit_env.is_empty()
+                    || self.cwd.is_some()
+                {
+                    return fail(
+                        "args",
+                        "args, env, inherit_env and cwd are for command servers".into(),
+                    );
+                }
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return fail(
+                        "url",
+                        format!("expected an http:// or https:// URL, got {url:?}"),
+                    );
+                }
+                UpstreamTransport::Http {
+                    url,
+                    headers: secrets(&self.headers, |n| key(&format!("headers.{n}")), base)?,
+                    bearer_token: match &self.bearer_token {
+                        Some(src) => Some(src.resolve(&key("bearer_token"), base)?),
+                        None => None,
+                    },
+                }
+            }
+            (Some(_), Some(_)) => {
+                return fail(
+                    "url",
+                    "give either command (stdio) or url (HTTP), not both".into(),
+                );
+            }
+            (None, None) => {
+                return fail(
+                    "command",
+                    "missing: give command (stdio) or url (HTTP)".into(),
+                );
+            }
+        };
+        let max_concurrency = self.max_concurrency.unwrap_or(DEFAULT_MAX_CONCURRENCY);
+        if max_concurrency == 0 {
+            return fail("max_concurrency", "must be greater than 0".into());
+        }
+        Ok(UpstreamConfig {
+            name: self.name,
+            transport,
+            call_timeout: self.timeout.map_or(limits.default_timeout, |d| d.0),
+            max_concurrency,
+            lazy: self.lazy,
+        })
+    }
+}
