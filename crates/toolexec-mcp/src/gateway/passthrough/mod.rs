@@ -118,7 +118,7 @@ impl Passthrough {
     }
 
     /// Sends `request` to upstream `index` and reads its result as `T`.
-    async fn relay<T: DeserializeOwned>(
+    async fn relay<T: Answer>(
         &self,
         index: usize,
         request: ClientRequest,
@@ -130,7 +130,7 @@ impl Passthrough {
             .relay(request, cancel)
             .await
             .map_err(|e| mcp_error(e, upstream.name()))?;
-        decode(result, &method, upstream.name())
+        T::from_result(result).or_else(|other| decode(*other, &method, upstream.name()))
     }
 
     /// Relays each upstream's resource and prompt notifications to the
@@ -252,9 +252,44 @@ fn mcp_error(e: RelayError, server: &str) -> McpError {
     }
 }
 
-/// Reads a result as the type its method answers with. rmcp decodes
-/// results without knowing the request, so an upstream's answer may sit in
-/// another variant of the same shape.
+/// A result type of a relayed request.
+trait Answer: DeserializeOwned {
+    /// The result, when rmcp decoded it as this type; else the result back.
+    fn from_result(result: ServerResult) -> Result<Self, Box<ServerResult>>;
+}
+
+macro_rules! answer {
+    ($($t:ident),* $(,)?) => {$(
+        impl Answer for rmcp::model::$t {
+            fn from_result(result: ServerResult) -> Result<Self, Box<ServerResult>> {
+                match result {
+                    ServerResult::$t(r) => Ok(r),
+                    other => Err(Box::new(other)),
+                }
+            }
+        }
+    )*};
+}
+
+answer!(
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ReadResourceResult,
+    ListPromptsResult,
+    GetPromptResult,
+    CompleteResult,
+);
+
+/// Answers whose content does not matter (`resources/subscribe`).
+impl Answer for serde_json::Value {
+    fn from_result(result: ServerResult) -> Result<Self, Box<ServerResult>> {
+        Err(Box::new(result))
+    }
+}
+
+/// Reads a result as the type its method answers with, when rmcp decoded
+/// it as another variant of the same shape (rmcp decodes results without
+/// knowing the request).
 fn decode<T: DeserializeOwned>(
     result: ServerResult,
     method: &str,
