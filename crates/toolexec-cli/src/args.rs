@@ -32,7 +32,7 @@ pub(crate) enum Command {
     Chain(ChainArgs),
     /// Run a JavaScript file (or `-` for stdin) in code mode: one sandboxed
     /// script that calls many tools (`await tools.math.add({a: 1, b: 2})`).
-    Exec(CodeArgs),
+    Code(CodeArgs),
     /// Serve the catalog to agents as an MCP server (stdio, or streamable HTTP with --http).
     Serve(ServeArgs),
     /// List the sandbox runtimes: isolation, strongest profile, unit kinds,
@@ -176,7 +176,7 @@ pub(crate) struct RunArgs {
     /// Arguments as a JSON object, or `-` to read them from stdin. Default `{}`.
     pub args: Option<String>,
     #[command(flatten)]
-    pub exec: ExecFlags,
+    pub flags: RunFlags,
 }
 
 #[derive(Debug, Args)]
@@ -184,7 +184,7 @@ pub(crate) struct ChainArgs {
     /// JSON file holding an array of steps (or `{"steps": [...]}`); `-` for stdin.
     pub file: PathBuf,
     #[command(flatten)]
-    pub exec: ExecFlags,
+    pub flags: RunFlags,
 }
 
 #[derive(Debug, Args)]
@@ -213,7 +213,7 @@ pub(crate) struct CodeArgs {
 }
 
 #[derive(Debug, Args)]
-pub(crate) struct ExecFlags {
+pub(crate) struct RunFlags {
     /// Deadline per tool call, e.g. `500ms`, `30s`, `2m`.
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<Duration>,

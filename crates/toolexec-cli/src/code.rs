@@ -1,4 +1,4 @@
-//! `toolexec exec`: code mode from the command line, and the TypeScript
+//! `toolexec code`: code mode from the command line, and the TypeScript
 //! declarations shown by `tools types` and `tools describe`.
 
 use std::io::{self, Write};
@@ -20,8 +20,8 @@ use crate::render;
 /// Largest script read from a file or stdin.
 pub(crate) const MAX_SCRIPT_BYTES: u64 = 1 << 20;
 
-/// `toolexec exec FILE|-`.
-pub(crate) async fn exec(
+/// `toolexec code FILE|-`.
+pub(crate) async fn run(
     exec: &Exec,
     runtimes: &Arc<Runtimes>,
     args: CodeArgs,
@@ -139,7 +139,7 @@ pub(crate) struct Described<'a> {
 pub(crate) fn describe_markdown(d: &Described<'_>) -> String {
     let mut s = d.description.to_markdown();
     if let Some(ts) = &d.typescript {
-        s.push_str("\n## TypeScript (code mode: `toolexec exec`)\n```ts\n");
+        s.push_str("\n## TypeScript (code mode: `toolexec code`)\n```ts\n");
         s.push_str(ts);
         if !ts.ends_with('\n') {
             s.push('\n');

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use toolexec_mcp::upstream::Upstream;
 
 use crate::args::{
-    ChainArgs, Cli, Command, Detail, ExecFlags, RunArgs, RuntimeServerArgs, ToolsCommand,
+    ChainArgs, Cli, Command, Detail, RunArgs, RunFlags, RuntimeServerArgs, ToolsCommand,
 };
 use crate::config::Config;
 use crate::render;
@@ -91,7 +91,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Tools(cmd) => tools(&exec, cmd, json),
         Command::Run(args) => run(&exec, args, json).await,
         Command::Chain(args) => chain(&exec, args, json).await,
-        Command::Exec(args) => crate::code::exec(&exec, &runtimes, args, json).await,
+        Command::Code(args) => crate::code::run(&exec, &runtimes, args, json).await,
         Command::Runtimes => crate::runtimes::list(&runtimes, json)
             .map(|()| EXIT_OK)
             .map_err(Failure::Io),
@@ -316,8 +316,8 @@ async fn run(exec: &Exec, args: RunArgs, json: bool) -> Result<u8, Failure> {
     if !input.is_object() {
         return Err(Error::invalid_request("args", "ARGS_JSON must be a JSON object").into());
     }
-    let opts = options(&args.exec);
-    if args.exec.stream {
+    let opts = options(&args.flags);
+    if args.flags.stream {
         let request = StreamRequest::Tool {
             id: args.id,
             args: input,
@@ -341,8 +341,8 @@ async fn chain(exec: &Exec, args: ChainArgs, json: bool) -> Result<u8, Failure> 
         read_file(&args.file)?
     };
     let steps = parse_chain(&parse_json("chain", &text)?)?;
-    let opts = options(&args.exec);
-    if args.exec.stream {
+    let opts = options(&args.flags);
+    if args.flags.stream {
         return stream(exec, StreamRequest::Chain(steps), opts, json).await;
     }
     let result = exec.run_chain_with(&steps, &opts).await?;
@@ -426,7 +426,7 @@ async fn stream(
     Ok(code)
 }
 
-fn options(flags: &ExecFlags) -> RunOptions {
+fn options(flags: &RunFlags) -> RunOptions {
     RunOptions {
         timeout: flags.timeout,
         cancel: None,

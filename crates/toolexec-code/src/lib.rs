@@ -105,7 +105,7 @@
 //!
 //! ## Where scripts run
 //!
-//! Front ends (the MCP gateway's `execute_code`, `toolexec exec`) go
+//! Front ends (the MCP gateway's `execute_code`, `toolexec code`) go
 //! through one [`CodeRunner`]: it takes the profile and runs `dev` and
 //! `standard` scripts in process on a [`CodeEngine`], and `hardened` ones
 //! as a script unit in the sandbox runtime a

@@ -1,5 +1,5 @@
 //! [`CodeRunner`]: the one entry to code mode for a front end (the MCP
-//! gateway's `execute_code`, the CLI's `toolexec exec`). It takes the
+//! gateway's `execute_code`, the CLI's `toolexec code`). It takes the
 //! profile, decides where scripts run ([`Placement`]), and returns one
 //! [`CodeOutcome`] shape wherever they ran.
 

@@ -1,4 +1,4 @@
-//! Code mode from the command line: `toolexec exec FILE|-`, `tools types`
+//! Code mode from the command line: `toolexec code FILE|-`, `tools types`
 //! and the TypeScript in `tools describe`, over the built-in catalog.
 
 use crate::support;
@@ -14,12 +14,12 @@ fn exec(args: &[&str], stdin: Option<&str>) -> Out {
     run_with_input(&mut toolexec(dir.path(), args), stdin)
 }
 
-/// `toolexec exec FILE ARGS` with `code` written to `FILE`.
+/// `toolexec code FILE ARGS` with `code` written to `FILE`.
 fn exec_file(code: &str, args: &[&str]) -> (Out, String) {
     let dir = TempDir::new("code");
     let path = dir.write("script.js", code);
     let path = path.to_str().unwrap().to_owned();
-    let mut all = vec!["exec", path.as_str()];
+    let mut all = vec!["code", path.as_str()];
     all.extend_from_slice(args);
     (run(&mut toolexec(dir.path(), &all)), path)
 }
@@ -64,12 +64,12 @@ fn exec_runs_a_file_calling_several_builtins() {
 
 #[test]
 fn exec_reads_the_script_from_stdin() {
-    let out = exec(&["exec", "-"], Some(MULTI_TOOL));
+    let out = exec(&["code", "-"], Some(MULTI_TOOL));
     out.expect_code(0);
     assert!(out.stdout.starts_with("partial 5 20\n"), "{out}");
     assert!(out.stdout.contains("\"product\": 20"), "{out}");
     // --json works on stdin scripts too, and `--json` may come last.
-    let out = exec(&["exec", "-", "--json"], Some("return [1, 'two']"));
+    let out = exec(&["code", "-", "--json"], Some("return [1, 'two']"));
     out.expect_code(0);
     assert_eq!(out.json()["value"], json!([1, "two"]));
 }
@@ -84,7 +84,7 @@ fn syntax_errors_exit_two_with_line_and_column() {
         "{out}"
     );
     assert_eq!(out.stdout, "", "nothing ran: {out}");
-    let out = exec(&["exec", "-"], Some("let x = ;"));
+    let out = exec(&["code", "-"], Some("let x = ;"));
     out.expect_code(2);
     assert!(
         out.stderr.contains("error: syntax_error: <stdin>:1:9: "),
@@ -212,7 +212,7 @@ fn json_prints_the_whole_outcome() {
 
 #[test]
 fn bad_input_and_flags_exit_two() {
-    let out = exec(&["exec", "/no/such/script.js"], None);
+    let out = exec(&["code", "/no/such/script.js"], None);
     out.expect_code(2);
     assert!(
         out.stderr.contains("cannot open /no/such/script.js"),

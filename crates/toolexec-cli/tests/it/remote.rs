@@ -169,7 +169,7 @@ return {sum: sum.result, marker: marker.stdout.trim()};
 "#;
     let out = cli(
         &dir,
-        &["--json", "exec", "-", "--profile", "hardened"],
+        &["--json", "code", "-", "--profile", "hardened"],
         Some(script),
     );
     out.expect_code(0);
@@ -191,7 +191,7 @@ return {sum: sum.result, marker: marker.stdout.trim()};
         &dir,
         &[
             "--json",
-            "exec",
+            "code",
             "-",
             "--profile",
             "hardened",

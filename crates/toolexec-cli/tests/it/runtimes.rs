@@ -195,11 +195,11 @@ fn hardened_exec_has_the_standard_shape() {
         return;
     }
     let dir = TempDir::new("rt");
-    let standard = cli(&dir, &["--json", "exec", "-"], Some(SCRIPT));
+    let standard = cli(&dir, &["--json", "code", "-"], Some(SCRIPT));
     standard.expect_code(0);
     let hardened = cli(
         &dir,
-        &["--json", "exec", "-", "--profile", "hardened"],
+        &["--json", "code", "-", "--profile", "hardened"],
         Some(SCRIPT),
     );
     hardened.expect_code(0);
@@ -221,7 +221,7 @@ fn hardened_exec_has_the_standard_shape() {
     assert_eq!(h["tool_calls"].as_array().unwrap().len(), 2);
 
     // For people: the same text.
-    let plain = cli(&dir, &["exec", "-", "--profile", "hardened"], Some(SCRIPT));
+    let plain = cli(&dir, &["code", "-", "--profile", "hardened"], Some(SCRIPT));
     plain.expect_code(0);
     assert!(plain.stdout.starts_with("sum 5\n"), "{plain}");
 }
@@ -233,7 +233,7 @@ fn hostile_hardened_scripts_are_contained() {
     }
     let dir = TempDir::new("rt");
     let hardened = |code: &str, flags: &[&str]| {
-        let mut args = vec!["--json", "exec", "-", "--profile", "hardened"];
+        let mut args = vec!["--json", "code", "-", "--profile", "hardened"];
         args.extend_from_slice(flags);
         let out = cli(&dir, &args, Some(code));
         out.expect_code(1);
@@ -259,7 +259,7 @@ fn hostile_hardened_scripts_are_contained() {
     // The script sees no host file system and no network.
     let escape = cli(
         &dir,
-        &["--json", "exec", "-", "--profile", "hardened"],
+        &["--json", "code", "-", "--profile", "hardened"],
         Some("return typeof require + typeof process + typeof fetch"),
     );
     escape.expect_code(0);
