@@ -9,9 +9,9 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use toolexec::Exec;
 
-use crate::access::ToolAccess;
 use crate::quickjs::{self, Abort, AbortFlag, JobSpec, Msg, SharedProgress};
 use crate::{CodeLimit, CodeOutcome, CodeRequest, CodeStatus};
+use toolexec::ToolAccess;
 
 /// How long past its deadline the caller waits for a worker to stop before
 /// abandoning it. QuickJS checks for interrupts every 10,000 bytecode

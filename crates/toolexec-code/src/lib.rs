@@ -123,7 +123,6 @@ use std::sync::OnceLock;
 
 use toolexec::Exec;
 
-mod access;
 mod allow;
 mod engine;
 mod outcome;
@@ -133,7 +132,6 @@ mod runner;
 mod ts;
 mod unit;
 
-pub use access::ToolAccess;
 pub use allow::glob_match;
 pub use engine::{CodeEngine, DEFAULT_MAX_CONCURRENT, MAX_QUEUED_PER_WORKER, PoolStats};
 pub use outcome::{CodeLimit, CodeOutcome, CodeStatus, ToolCallRecord};

@@ -413,11 +413,12 @@ async fn relay(
 }
 
 async fn serve_tool(host: &ToolHost, request: ToolRequest) -> Result<serde_json::Value, ErrorBody> {
-    match request {
+    let answer = match request {
         ToolRequest::Call { tool, args } => host.call(&tool, args).await,
         ToolRequest::Search { query, limit } => Ok(host.search(&query, limit).await),
         ToolRequest::Describe { tool, detail } => host.describe(&tool, detail).await,
-    }
+    };
+    answer.map_err(|e| e.to_body())
 }
 
 fn cancelled(started: Instant, host: &ToolHost) -> RunOutcome {

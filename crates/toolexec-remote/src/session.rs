@@ -12,10 +12,12 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
-use toolexec::{BoxFuture, CancellationToken, DetailLevel, ErrorBody, ErrorCode};
+use toolexec::{
+    BoxFuture, CancellationToken, DetailLevel, Error, ErrorBody, ErrorCode, ToolAccess,
+};
 use toolexec_runtime::{
     OutputChunk, OutputSink, OutputStream, RunContext, RunRequest, Runtime, ToolCallRecord,
-    ToolCaller, ToolHost,
+    ToolHost,
 };
 
 use crate::server::ServerState;
@@ -32,8 +34,11 @@ fn call_key(record: ToolCallRecord) -> CallKey {
 }
 
 /// Forwards the unit's allowed tool requests to the caller over the
-/// connection. The server's [`ToolHost`] has already checked the budget
-/// and allowlist before a call gets here.
+/// connection: the tools of the server's [`ToolHost`], which has already
+/// checked the budget and allowlist before a call gets here. The caller's
+/// answers keep their codes (`Error::from` the body). The run's
+/// cancellation reaches forwarded calls through the connection: a caller
+/// that goes away fails them with `cancelled`.
 struct ForwardingCaller {
     frames: mpsc::UnboundedSender<ServerFrame>,
     pending: Pending,
@@ -53,7 +58,7 @@ fn gone() -> ErrorBody {
 }
 
 impl ForwardingCaller {
-    fn ask(&self, request: ToolRequest) -> BoxFuture<'static, Result<Value, ErrorBody>> {
+    fn ask(&self, request: ToolRequest) -> BoxFuture<'static, Result<Value, Error>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
@@ -62,35 +67,46 @@ impl ForwardingCaller {
         Box::pin(async move {
             if sent.is_err() {
                 pending.lock().remove(&id);
-                return Err(gone());
+                return Err(Error::from(gone()));
             }
-            rx.await.unwrap_or_else(|_| Err(gone()))
+            rx.await
+                .unwrap_or_else(|_| Err(gone()))
+                .map_err(Error::from)
         })
     }
 }
 
-impl ToolCaller for ForwardingCaller {
-    fn call(&self, tool_id: String, args: Value) -> BoxFuture<'static, Result<Value, ErrorBody>> {
-        let key = call_key(ToolCallRecord::started(&tool_id, &args));
+impl ToolAccess for ForwardingCaller {
+    fn call(
+        &self,
+        tool_id: &str,
+        args: Value,
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        let key = call_key(ToolCallRecord::started(tool_id, &args));
         self.forwarded.lock().push(key);
         self.ask(ToolRequest::Call {
-            tool: tool_id,
+            tool: tool_id.to_owned(),
             args,
         })
     }
 
-    fn search(&self, query: String, limit: usize) -> BoxFuture<'static, Value> {
-        let answer = self.ask(ToolRequest::Search { query, limit });
-        Box::pin(async move { answer.await.unwrap_or_else(|_| Value::Array(Vec::new())) })
+    /// The caller's hits; a failed search finds nothing.
+    fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Result<Value, Error>> {
+        let answer = self.ask(ToolRequest::Search {
+            query: query.to_owned(),
+            limit,
+        });
+        Box::pin(async move { Ok(answer.await.unwrap_or_else(|_| Value::Array(Vec::new()))) })
     }
 
     fn describe(
         &self,
-        tool_id: String,
+        tool_id: &str,
         level: DetailLevel,
-    ) -> BoxFuture<'static, Result<Value, ErrorBody>> {
+    ) -> BoxFuture<'static, Result<Value, Error>> {
         self.ask(ToolRequest::Describe {
-            tool: tool_id,
+            tool: tool_id.to_owned(),
             detail: level,
         })
     }
@@ -159,7 +175,7 @@ pub(crate) async fn serve<IO>(
         next_id: AtomicU64::new(1),
         forwarded: Mutex::new(Vec::new()),
     });
-    let host = ToolHost::with_caller(caller.clone(), &request.limits, cancel.clone());
+    let host = ToolHost::with_tools(caller.clone(), &request.limits, cancel.clone());
     let _ = frames.send(ServerFrame::Started {
         runtime: runtime.name().to_owned(),
     });

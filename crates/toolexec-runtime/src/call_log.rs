@@ -160,6 +160,11 @@ impl ToolCallRecord {
 
     /// Records how the call ended, after `elapsed`.
     pub fn finish(&mut self, result: &Result<Value, ErrorBody>, elapsed: Duration) {
+        self.finish_with(result.as_ref(), elapsed);
+    }
+
+    /// [`ToolCallRecord::finish`] from borrowed parts.
+    pub(crate) fn finish_with(&mut self, result: Result<&Value, &ErrorBody>, elapsed: Duration) {
         self.duration_ms = elapsed.as_secs_f64() * 1000.0;
         match result {
             Ok(value) => {

@@ -1,22 +1,26 @@
-//! The host side of sandboxed tool calls: budget, allowlist and log.
+//! The host side of sandboxed tool calls: [`ToolHost`], the run's tools
+//! behind its budget, call log and allowlist ([`crate::access`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
 
-use parking_lot::Mutex;
 use serde_json::Value;
 use toolexec::{
-    AllowList, BoxFuture, CancellationToken, DetailLevel, Error, ErrorBody, ErrorCode, Exec,
-    RunOptions,
+    AllowList, BoxFuture, CancellationToken, DetailLevel, Error, Exec, ToolAccess, until_cancelled,
 };
 
-use crate::{RuntimeLimits, ToolCallLog, ToolCallRecord};
+use crate::access::{Allow, Budget, BudgetState, CallLog, SharedLog};
+use crate::{RuntimeLimits, ToolCallRecord};
 
 /// What sandboxed code reaches tools through. Every call is checked here,
 /// on the host, against the run's budget and allowlist (the sandbox's own
-/// accounting is never trusted), runs through the normal toolexec pipeline
-/// (validation, deadlines) and is logged.
+/// accounting is never trusted), runs through the run's tools (for
+/// [`Exec`], the normal toolexec pipeline: validation, deadlines) and is
+/// logged.
+///
+/// It is the composition of three layers over the tools, each a
+/// [`ToolAccess`] around the next: the budget, the call log and the
+/// allowlist. A [`ToolHost`] is itself a [`ToolAccess`] (what the
+/// in-process code engine calls).
 ///
 /// Cheap to clone; clones share the budget and the log.
 #[derive(Clone)]
@@ -24,49 +28,22 @@ pub struct ToolHost {
     inner: Arc<HostInner>,
 }
 
-/// Where a [`ToolHost`] sends allowed calls when it has no local catalog:
-/// e.g. a remote runtime server forwarding to its caller. The host still
-/// enforces its own budget and allowlist before forwarding.
-pub trait ToolCaller: Send + Sync + 'static {
-    /// Runs a tool.
-    fn call(&self, tool_id: String, args: Value) -> BoxFuture<'static, Result<Value, ErrorBody>>;
-    /// Ranks tools (`[{id, summary, score}]`).
-    fn search(&self, query: String, limit: usize) -> BoxFuture<'static, Value>;
-    /// Documents a tool.
-    fn describe(
-        &self,
-        tool_id: String,
-        level: DetailLevel,
-    ) -> BoxFuture<'static, Result<Value, ErrorBody>>;
-}
-
-enum Tools {
-    None,
-    Local(Exec),
-    Caller(Arc<dyn ToolCaller>),
-}
+type Layers = Budget<CallLog<Allow<Arc<dyn ToolAccess>>>>;
 
 struct HostInner {
-    tools: Tools,
-    allow: AllowList,
-    max_calls: usize,
-    used: AtomicUsize,
-    max_lookups: usize,
-    lookups: AtomicUsize,
-    log: Mutex<ToolCallLog>,
+    tools: Layers,
+    has_tools: bool,
+    budget: Arc<BudgetState>,
+    log: SharedLog,
     cancel: CancellationToken,
-    exceeded: tokio::sync::Notify,
-    /// Set with `exceeded`: a runtime that saw the unit exit in the same
-    /// poll as the notification still learns the budget was overrun.
-    overrun: AtomicBool,
 }
 
 impl std::fmt::Debug for ToolHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolHost")
-            .field("has_tools", &!matches!(self.inner.tools, Tools::None))
-            .field("max_calls", &self.inner.max_calls)
-            .field("used", &self.inner.used.load(Ordering::Relaxed))
+            .field("has_tools", &self.inner.has_tools)
+            .field("max_calls", &self.inner.budget.max_calls())
+            .field("used", &self.inner.budget.used())
             .finish()
     }
 }
@@ -75,46 +52,47 @@ impl ToolHost {
     /// A host serving `exec`'s catalog under `limits`' tool budget and
     /// allowlist. Calls are cancelled with `cancel`.
     pub fn new(exec: Exec, limits: &RuntimeLimits, cancel: CancellationToken) -> Self {
-        Self::build(Tools::Local(exec), limits, cancel)
+        Self::with_tools(Arc::new(exec), limits, cancel)
     }
 
-    /// A host forwarding allowed calls to `caller`, under `limits`' budget
-    /// and allowlist.
-    pub fn with_caller(
-        caller: Arc<dyn ToolCaller>,
+    /// A host sending allowed calls to `tools` (e.g. a remote runtime
+    /// server forwarding them to its caller), under `limits`' budget and
+    /// allowlist. Each call gets a child of `cancel`.
+    pub fn with_tools(
+        tools: Arc<dyn ToolAccess>,
         limits: &RuntimeLimits,
         cancel: CancellationToken,
     ) -> Self {
-        Self::build(Tools::Caller(caller), limits, cancel)
+        Self::build(tools, true, limits, cancel)
     }
 
     /// A host with no tools: every call fails with `tool_not_found`.
     pub fn without_tools(limits: &RuntimeLimits) -> Self {
-        Self::build(Tools::None, limits, CancellationToken::new())
+        Self::build(Arc::new(NoTools), false, limits, CancellationToken::new())
     }
 
-    fn build(tools: Tools, limits: &RuntimeLimits, cancel: CancellationToken) -> Self {
+    fn build(
+        tools: Arc<dyn ToolAccess>,
+        has_tools: bool,
+        limits: &RuntimeLimits,
+        cancel: CancellationToken,
+    ) -> Self {
+        let budget = Arc::new(BudgetState::new(limits.max_tool_calls));
+        let log = SharedLog::default();
+        let allowed = Allow::new(tools, AllowList::new(&limits.allowed_tools));
+        let tools = Budget::new(
+            CallLog::new(allowed, log.clone()),
+            budget.clone(),
+            log.clone(),
+        );
         ToolHost {
             inner: Arc::new(HostInner {
                 tools,
-                allow: AllowList::new(&limits.allowed_tools),
-                max_calls: limits.max_tool_calls,
-                used: AtomicUsize::new(0),
-                max_lookups: lookup_budget(limits.max_tool_calls),
-                lookups: AtomicUsize::new(0),
-                log: Mutex::new(ToolCallLog::default()),
+                has_tools,
+                budget,
+                log,
                 cancel,
-                exceeded: tokio::sync::Notify::new(),
-                overrun: AtomicBool::new(false),
             }),
-        }
-    }
-
-    /// The local catalog behind this host, if it has one.
-    pub fn exec(&self) -> Option<&Exec> {
-        match &self.inner.tools {
-            Tools::Local(exec) => Some(exec),
-            _ => None,
         }
     }
 
@@ -132,78 +110,17 @@ impl ToolHost {
     ///
     /// The log keeps a bounded [`ToolCallRecord`] per call (sizes, digests
     /// and previews, never the arguments or the result), within the log's
-    /// byte budget ([`ToolCallLog`]).
-    pub async fn call(&self, tool_id: &str, args: Value) -> Result<Value, ErrorBody> {
-        let n = self.inner.used.fetch_add(1, Ordering::Relaxed);
-        let mut record = ToolCallRecord::started(tool_id, &args);
-        // Calls past the one that spends the budget are logged truncated: a
-        // flood past it cannot grow the log by more than a small record per
-        // call until the run is stopped.
-        if n > self.inner.max_calls {
-            record.truncate();
-        }
-        let mut pending = PendingCall {
-            host: &self.inner,
-            record: Some(record),
-            started: Instant::now(),
-        };
-        let result = self.call_unlogged(tool_id, args, n).await;
-        pending.finish(&result);
-        if n >= self.inner.max_calls {
-            // Signalled only once the refusal is in the log, so whoever
-            // ends the run on it finds the call recorded.
-            self.inner.signal_exceeded();
-        }
-        result
-    }
-
-    async fn call_unlogged(
-        &self,
-        tool_id: &str,
-        args: Value,
-        n: usize,
-    ) -> Result<Value, ErrorBody> {
-        if n >= self.inner.max_calls {
-            return Err(budget_error(self.inner.max_calls));
-        }
-        if !self.inner.allow.permits(tool_id) {
-            return Err(not_allowed(tool_id));
-        }
-        match &self.inner.tools {
-            Tools::None => Err(Error::ToolNotFound {
-                id: tool_id.to_owned(),
-            }
-            .to_body()),
-            Tools::Caller(caller) => caller.call(tool_id.to_owned(), args).await,
-            Tools::Local(exec) => {
-                let opts = RunOptions {
-                    cancel: Some(self.inner.cancel.child_token()),
-                    ..RunOptions::default()
-                };
-                exec.run_tool_with(tool_id, args, &opts)
-                    .await
-                    .map(|out| out.value)
-                    .map_err(|e| e.to_body())
-            }
-        }
-    }
-
-    /// Counts a `search` or `describe` against the lookup budget
-    /// ([`ToolHost::max_lookups`]); past it, fails with `limit_exceeded`
-    /// and ends the run like the call budget does.
-    fn lookup(&self) -> Result<(), ErrorBody> {
-        let n = self.inner.lookups.fetch_add(1, Ordering::Relaxed);
-        if n >= self.inner.max_lookups {
-            self.inner.signal_exceeded();
-            return Err(lookup_error(self.inner.max_lookups));
-        }
-        Ok(())
+    /// byte budget ([`ToolCallLog`](crate::ToolCallLog)); calls past the
+    /// one that spends the budget are logged truncated.
+    pub async fn call(&self, tool_id: &str, args: Value) -> Result<Value, Error> {
+        let cancel = self.inner.cancel.child_token();
+        self.inner.tools.call(tool_id, args, cancel).await
     }
 
     /// How many `search` and `describe` requests a run may make:
     /// 10 × `max_tool_calls`, at least 10.
     pub fn max_lookups(&self) -> usize {
-        self.inner.max_lookups
+        self.inner.budget.max_lookups()
     }
 
     /// Ranks the allowed tools for `query`: `[{id, summary, score}]`;
@@ -215,160 +132,201 @@ impl ToolHost {
     }
 
     /// [`ToolHost::search`], failing with `limit_exceeded` past the lookup
-    /// budget (which also ends the run).
-    pub async fn try_search(&self, query: &str, limit: usize) -> Result<Value, ErrorBody> {
-        self.lookup()?;
-        let limit = limit.clamp(1, 50);
-        let hits: Vec<Value> = match &self.inner.tools {
-            Tools::None => Vec::new(),
-            Tools::Local(exec) => exec
-                .search_tools(query, limit * 2)
-                .into_iter()
-                .map(|m| serde_json::json!({"id": m.id, "summary": m.summary, "score": m.score}))
-                .collect(),
-            Tools::Caller(caller) => match caller.search(query.to_owned(), limit * 2).await {
-                Value::Array(hits) => hits,
-                _ => Vec::new(),
-            },
+    /// budget (which also ends the run). `limit` is held to 1–50; the hits
+    /// have the gateway protocol's shape, `{id, summary, score}`.
+    pub async fn try_search(&self, query: &str, limit: usize) -> Result<Value, Error> {
+        let hits = self.inner.tools.search(query, limit.clamp(1, 50)).await?;
+        let Value::Array(hits) = hits else {
+            return Ok(Value::Array(Vec::new()));
         };
-        Ok(Value::Array(
-            hits.into_iter()
-                .filter(|m| {
-                    m["id"]
-                        .as_str()
-                        .is_some_and(|id| self.inner.allow.permits(id))
-                })
-                .take(limit)
-                .collect(),
-        ))
+        Ok(hits
+            .into_iter()
+            .map(|m| serde_json::json!({"id": m["id"], "summary": m["summary"], "score": m["score"]}))
+            .collect())
     }
 
     /// The documentation of an allowed tool. Counts against the lookup
     /// budget, refused requests too.
-    pub async fn describe(&self, tool_id: &str, level: DetailLevel) -> Result<Value, ErrorBody> {
-        self.lookup()?;
-        if !self.inner.allow.permits(tool_id) {
-            return Err(not_allowed(tool_id));
-        }
-        match &self.inner.tools {
-            Tools::None => Err(Error::ToolNotFound {
-                id: tool_id.to_owned(),
-            }
-            .to_body()),
-            Tools::Local(exec) => {
-                let doc = exec
-                    .describe_tool(tool_id, level)
-                    .map_err(|e| e.to_body())?;
-                Ok(serde_json::to_value(doc).unwrap_or(Value::Null))
-            }
-            Tools::Caller(caller) => caller.describe(tool_id.to_owned(), level).await,
-        }
+    pub async fn describe(&self, tool_id: &str, level: DetailLevel) -> Result<Value, Error> {
+        self.inner.tools.describe(tool_id, level).await
     }
 
     /// Whether the budget is spent.
     pub fn budget_exhausted(&self) -> bool {
-        self.inner.used.load(Ordering::Relaxed) >= self.inner.max_calls
+        self.inner.budget.exhausted()
     }
 
     /// Resolves once the unit has asked for a call (or a lookup) past the
-    /// budget; runtimes
-    /// end the run then, with `limit_exceeded` (`tool_calls`).
+    /// budget; runtimes end the run then, with `limit_exceeded`
+    /// (`tool_calls`). A refused call is in the log by then.
     pub async fn budget_exceeded(&self) {
-        self.inner.exceeded.notified().await
+        self.inner.budget.exceeded().await
     }
 
     /// Whether the unit asked for a call (or lookup) past the budget: what
     /// [`ToolHost::budget_exceeded`] waits for, readable after the fact.
     pub fn budget_overrun(&self) -> bool {
-        self.inner.overrun.load(Ordering::SeqCst)
+        self.inner.budget.overrun()
     }
 
     /// The calls made so far.
     pub fn tool_calls(&self) -> Vec<ToolCallRecord> {
-        self.inner.log.lock().records().to_vec()
+        self.inner.log.records()
     }
 
     /// The bytes the log holds so far (its records, serialized).
     pub fn tool_log_bytes(&self) -> usize {
-        self.inner.log.lock().retained_bytes()
+        self.inner.log.retained_bytes()
     }
 
     /// Takes the log (leaves it empty).
     pub fn take_tool_calls(&self) -> Vec<ToolCallRecord> {
-        std::mem::take(&mut *self.inner.log.lock()).into_records()
+        self.inner.log.take()
     }
 }
 
-impl HostInner {
-    fn signal_exceeded(&self) {
-        self.overrun.store(true, Ordering::SeqCst);
-        self.exceeded.notify_waiters();
-        self.exceeded.notify_one();
+/// The host's tools for code that takes a [`ToolAccess`] (the in-process
+/// code engine): [`ToolHost::call`], dropped with `cancelled` when `cancel`
+/// fires (and logged so), [`ToolHost::try_search`] and
+/// [`ToolHost::describe`].
+impl ToolAccess for ToolHost {
+    fn call(
+        &self,
+        tool_id: &str,
+        args: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        let host = self.clone();
+        let id = tool_id.to_owned();
+        Box::pin(async move { until_cancelled(&id, host.call(&id, args), &cancel).await })
+    }
+
+    fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Result<Value, Error>> {
+        let host = self.clone();
+        let query = query.to_owned();
+        Box::pin(async move { host.try_search(&query, limit).await })
+    }
+
+    fn describe(
+        &self,
+        tool_id: &str,
+        level: DetailLevel,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        let host = self.clone();
+        let id = tool_id.to_owned();
+        Box::pin(async move { host.describe(&id, level).await })
     }
 }
 
-/// A call in progress: logged when it completes, or, if its future is
-/// dropped first (deadline, kill, gateway shutdown), as failed with
-/// `cancelled`.
-struct PendingCall<'a> {
-    host: &'a HostInner,
-    record: Option<ToolCallRecord>,
-    started: Instant,
-}
+/// The tools of a host without any: nothing is found.
+struct NoTools;
 
-impl PendingCall<'_> {
-    fn finish(&mut self, result: &Result<Value, ErrorBody>) {
-        let Some(mut record) = self.record.take() else {
-            return;
-        };
-        record.finish(result, self.started.elapsed());
-        self.host.log.lock().push(record);
+impl ToolAccess for NoTools {
+    fn call(
+        &self,
+        tool_id: &str,
+        _: Value,
+        _: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        Box::pin(std::future::ready(Err(not_found(tool_id))))
+    }
+
+    fn search(&self, _: &str, _: usize) -> BoxFuture<'static, Result<Value, Error>> {
+        Box::pin(std::future::ready(Ok(Value::Array(Vec::new()))))
+    }
+
+    fn describe(&self, tool_id: &str, _: DetailLevel) -> BoxFuture<'static, Result<Value, Error>> {
+        Box::pin(std::future::ready(Err(not_found(tool_id))))
     }
 }
 
-impl Drop for PendingCall<'_> {
-    fn drop(&mut self) {
-        if self.record.is_none() {
-            return;
+fn not_found(tool_id: &str) -> Error {
+    Error::ToolNotFound {
+        id: tool_id.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use toolexec::ErrorCode;
+
+    /// A tool that never answers.
+    struct Stuck;
+
+    impl ToolAccess for Stuck {
+        fn call(
+            &self,
+            _: &str,
+            _: Value,
+            _: CancellationToken,
+        ) -> BoxFuture<'static, Result<Value, Error>> {
+            Box::pin(std::future::pending())
         }
-        self.finish(&Err(ErrorBody {
-            code: ErrorCode::Cancelled,
-            message: "cancelled: the run ended before the call completed; it may have had effects"
-                .into(),
-            details: None,
-        }));
+        fn search(&self, _: &str, _: usize) -> BoxFuture<'static, Result<Value, Error>> {
+            Box::pin(std::future::ready(Ok(json!([
+                {"id": "a:one", "summary": "One", "score": 2.0, "tags": ["x"]},
+                {"id": "b:two", "summary": "Two", "score": 1.0},
+            ]))))
+        }
+        fn describe(&self, id: &str, _: DetailLevel) -> BoxFuture<'static, Result<Value, Error>> {
+            Box::pin(std::future::ready(Ok(json!({"id": id}))))
+        }
     }
-}
 
-/// The lookup budget for a call budget of `max_calls`.
-fn lookup_budget(max_calls: usize) -> usize {
-    max_calls.saturating_mul(10).max(10)
-}
-
-fn not_allowed(tool_id: &str) -> ErrorBody {
-    Error::NotAllowed {
-        tool: tool_id.to_owned(),
-        reason: "not in this run's allowed_tools".into(),
+    fn limits(allowed: &[&str]) -> RuntimeLimits {
+        RuntimeLimits {
+            allowed_tools: allowed.iter().map(|p| p.to_string()).collect(),
+            max_tool_calls: 2,
+            ..RuntimeLimits::default()
+        }
     }
-    .to_body()
-}
 
-/// The error of a call past the budget: `limit_exceeded` with
-/// `details.limit = "tool_calls"`.
-pub(crate) fn budget_error(max: usize) -> ErrorBody {
-    ErrorBody {
-        code: ErrorCode::LimitExceeded,
-        message: format!("limit_exceeded: the tool-call budget of {max} calls is spent"),
-        details: Some(serde_json::json!({"limit": "tool_calls", "max": max})),
+    /// Through its [`ToolAccess`] face, a call whose token fires is
+    /// answered `cancelled` and logged so; it still spent the budget.
+    #[tokio::test]
+    async fn a_cancelled_call_is_answered_and_logged_cancelled() {
+        let host = ToolHost::with_tools(Arc::new(Stuck), &limits(&[]), CancellationToken::new());
+        let cancel = CancellationToken::new();
+        let call = ToolAccess::call(&host, "a:one", json!({}), cancel.clone());
+        let task = tokio::spawn(call);
+        tokio::task::yield_now().await;
+        cancel.cancel();
+        let err = task.await.unwrap().unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Cancelled);
+        let log = host.take_tool_calls();
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0].error.as_ref().unwrap().code, ErrorCode::Cancelled);
+        assert!(host.tool_calls().is_empty());
+        assert!(!host.budget_exhausted());
     }
-}
 
-/// The error of a `search`/`describe` past the lookup budget:
-/// `limit_exceeded` with `details.limit = "tool_calls"`.
-fn lookup_error(max: usize) -> ErrorBody {
-    ErrorBody {
-        code: ErrorCode::LimitExceeded,
-        message: format!("limit_exceeded: the budget of {max} search/describe requests is spent"),
-        details: Some(serde_json::json!({"limit": "tool_calls", "lookups": max})),
+    /// Search answers the gateway protocol's shape, allowed tools only;
+    /// describe refuses the others; a host without tools finds nothing.
+    #[tokio::test]
+    async fn lookups_are_filtered_and_shaped() {
+        let host =
+            ToolHost::with_tools(Arc::new(Stuck), &limits(&["a:*"]), CancellationToken::new());
+        let hits = host.try_search("anything", 10).await.unwrap();
+        assert_eq!(
+            hits,
+            json!([{"id": "a:one", "summary": "One", "score": 2.0}])
+        );
+        let err = host
+            .describe("b:two", DetailLevel::Summary)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::NotAllowed);
+        assert_eq!(
+            host.describe("a:one", DetailLevel::Summary).await.unwrap()["id"],
+            "a:one"
+        );
+
+        let empty = ToolHost::without_tools(&limits(&[]));
+        assert_eq!(empty.search("anything", 10).await, json!([]));
+        let err = empty.call("a:one", json!({})).await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ToolNotFound);
+        assert_eq!(empty.tool_calls().len(), 1);
     }
 }

@@ -36,6 +36,7 @@
 //! # }
 //! ```
 
+mod access;
 mod call_log;
 mod command_tool;
 mod descriptor;
@@ -51,7 +52,7 @@ mod unit;
 pub use call_log::{ToolCallLog, ToolCallRecord, ValueSummary};
 pub use command_tool::{CommandTool, CommandToolDef, OutputMapping, StdinMapping};
 pub use descriptor::{RuntimeDescriptor, UnavailableRuntime};
-pub use host::{ToolCaller, ToolHost};
+pub use host::ToolHost;
 pub use limits::{LimitKind, NetworkPolicy, RuntimeLimits};
 pub use outcome::{Enforcement, RunOutcome, RunStatus};
 pub use profile::{Profile, ProfileMap, UnknownProfile};

@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use toolexec::{BoxFuture, CancellationToken, DetailLevel, ErrorBody, Exec};
+use toolexec::{BoxFuture, CancellationToken, DetailLevel, Error, Exec, ToolAccess};
 use toolexec_runtime::{
     CommandUnit, LimitKind, Profile, RunContext, RunOutcome, RunRequest, RunStatus, Runtime,
-    RuntimeLimits, ToolCaller, ToolHost, Unit,
+    RuntimeLimits, ToolHost, Unit,
 };
 use toolexec_sandbox::process::{ProcessSpec, run_process};
 use toolexec_sandbox::rlimits::{Rlimit, RlimitResource};
@@ -29,25 +29,30 @@ async fn run(unit: Unit, limits: RuntimeLimits) -> RunOutcome {
 /// wall time ends.
 struct SlowTools;
 
-impl ToolCaller for SlowTools {
+impl ToolAccess for SlowTools {
     fn call(
         &self,
-        _tool_id: String,
+        _tool_id: &str,
         _args: serde_json::Value,
-    ) -> BoxFuture<'static, Result<serde_json::Value, ErrorBody>> {
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<serde_json::Value, Error>> {
         Box::pin(async {
             tokio::time::sleep(Duration::from_secs(60)).await;
             Ok(serde_json::json!("too late"))
         })
     }
-    fn search(&self, _query: String, _limit: usize) -> BoxFuture<'static, serde_json::Value> {
-        Box::pin(async { serde_json::json!([]) })
+    fn search(
+        &self,
+        _query: &str,
+        _limit: usize,
+    ) -> BoxFuture<'static, Result<serde_json::Value, Error>> {
+        Box::pin(async { Ok(serde_json::json!([])) })
     }
     fn describe(
         &self,
-        _tool_id: String,
+        _tool_id: &str,
         _level: DetailLevel,
-    ) -> BoxFuture<'static, Result<serde_json::Value, ErrorBody>> {
+    ) -> BoxFuture<'static, Result<serde_json::Value, Error>> {
         Box::pin(async { Ok(serde_json::Value::Null) })
     }
 }
@@ -209,7 +214,7 @@ time.sleep(60)
         ..RuntimeLimits::default()
     };
     let cancel = CancellationToken::new();
-    let host = ToolHost::with_caller(Arc::new(SlowTools), &limits, cancel.clone());
+    let host = ToolHost::with_tools(Arc::new(SlowTools), &limits, cancel.clone());
     let request =
         RunRequest::new(Unit::command(["python3", "-c", source]), Profile::Dev).with_limits(limits);
     let out = runtime.run(request, RunContext::new(host, cancel)).await;

@@ -117,7 +117,7 @@ async fn call<W: Send + 'static>(
         )),
         (Ok(id), Ok(args)) => {
             let host = caller.data().host.clone();
-            let result = host.call(&id, args).await;
+            let result = host.call(&id, args).await.map_err(|e| e.to_body());
             if let Err(e) = &result
                 && e.code == ErrorCode::LimitExceeded
                 && e.details.as_ref().and_then(|d| d.get("limit")) == Some(&"tool_calls".into())

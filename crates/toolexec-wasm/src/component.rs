@@ -137,7 +137,7 @@ async fn call(
         }
     };
     let host = store.data().host.clone();
-    match host.call(&id, args).await {
+    match host.call(&id, args).await.map_err(|e| e.to_body()) {
         Ok(value) => Ok(Ok(value.to_string())),
         Err(e) => {
             if e.code == ErrorCode::LimitExceeded

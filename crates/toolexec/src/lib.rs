@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod access;
 pub mod allow;
 pub mod backend;
 pub mod catalog;
@@ -53,6 +54,7 @@ pub mod stream;
 pub mod tool;
 pub mod units;
 
+pub use access::{ToolAccess, until_cancelled};
 pub use allow::{AllowList, glob_match};
 pub use backend::{Availability, Backend, BoxFuture, Call};
 pub use catalog::{

@@ -171,7 +171,7 @@ pub(super) fn host_call<'js>(
                 shared,
                 js,
                 index,
-                result,
+                result.map_err(|e| e.to_body()),
                 Instant::now(),
                 &resolve,
                 &reject,
@@ -182,7 +182,7 @@ pub(super) fn host_call<'js>(
             shared.in_flight.set(shared.in_flight.get() + 1);
             let tx = shared.tx.clone();
             shared.handle.spawn(async move {
-                let result = fut.await;
+                let result = fut.await.map_err(|e| e.to_body());
                 let _ = tx.send(Msg::Done {
                     index,
                     result,
@@ -266,8 +266,10 @@ pub(super) fn host_search<'js>(
     } else {
         limit * 4
     };
+    // A failed search (the host's lookup budget spent, a broken gateway)
+    // finds nothing.
     let hits = match resolve(shared, shared.tools.search(&query, wanted)) {
-        Some(Json::Array(hits)) => hits,
+        Some(Ok(Json::Array(hits))) => hits,
         Some(_) => Vec::new(),
         None => return Err(Exception::throw_internal(ctx, "the execution is stopping")),
     };
@@ -310,7 +312,7 @@ pub(super) fn host_describe<'js>(
     };
     let result = if shared.allow.permits(&id) {
         match resolve(shared, shared.tools.describe(&id, level)) {
-            Some(r) => r,
+            Some(r) => r.map_err(|e| e.to_body()),
             None => return Err(Exception::throw_internal(ctx, "the execution is stopping")),
         }
     } else {

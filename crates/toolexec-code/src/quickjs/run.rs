@@ -21,9 +21,9 @@ use super::convert::{finish_value, host_failure, thrown};
 use super::host::{host_call, host_describe, host_print, host_search, settle};
 use super::memory::{LimitedAllocator, MemoryMeter};
 use super::state::{JsState, MAX_STACK, Msg, Shared, SharedProgress, ms};
-use crate::access::ToolAccess;
 use crate::allow::AllowList;
 use crate::{CodeLimit, CodeLimits, CodeOutcome, CodeStatus};
+use toolexec::ToolAccess;
 
 /// Source of the prelude that installs `tools` and `console`.
 const PRELUDE: &str = include_str!("prelude.js");

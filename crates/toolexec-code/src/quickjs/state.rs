@@ -15,9 +15,9 @@ use toolexec::{Error, ErrorBody};
 use toolexec_runtime::ToolCallLog;
 
 use super::abort::{Abort, AbortFlag};
-use crate::access::ToolAccess;
 use crate::allow::AllowList;
 use crate::{CodeLimit, CodeLimits, CodeStatus, ToolCallRecord};
+use toolexec::ToolAccess;
 
 /// Largest interpreter stack a request may ask for; worker threads have
 /// [`crate::engine::WORKER_STACK`] bytes, leaving room for host frames.

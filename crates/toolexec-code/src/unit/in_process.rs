@@ -3,24 +3,22 @@
 //! The engine has no file system, network, environment or module loader,
 //! and enforces wall time, memory, output and the tool budget itself; it is
 //! not a kernel sandbox, so the runtime is fit for [`Profile::Standard`] at
-//! most. Tool calls go through the run's [`ToolHost`], which enforces the
+//! most. Tool calls go through the run's [`ToolHost`](toolexec_runtime::ToolHost), which enforces the
 //! allowlist and the budget and keeps the call log, exactly as for the
 //! sandboxed worker ([`crate::worker`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value as Json, json};
-use tokio_util::sync::CancellationToken;
-use toolexec::{Availability, DetailLevel, ErrorBody, ErrorCode};
+use serde_json::json;
+use toolexec::{Availability, ErrorBody, ErrorCode};
 use toolexec_runtime::{
     Enforcement, LimitKind, NetworkPolicy, OutputStream, Profile, RunContext, RunOutcome,
-    RunRequest, RunStatus, Runtime, RuntimeDescriptor, RuntimeLimits, ToolHost, Unit, UnitKind,
+    RunRequest, RunStatus, Runtime, RuntimeDescriptor, RuntimeLimits, Unit, UnitKind,
 };
 
 use super::worker::MAX_INPUT_BYTES;
 use super::{engine_limits, report};
-use crate::access::{ToolAccess, until_cancelled};
 use crate::engine::{CodeEngine, Pool};
 use crate::{CodeLimit, CodeLimits, CodeOutcome, CodeRequest, CodeStatus};
 
@@ -32,7 +30,7 @@ use crate::{CodeLimit, CodeLimits, CodeOutcome, CodeRequest, CodeStatus};
 ///   minus the 192 MiB worker-process overhead), so a
 ///   script sent with [`crate::runtime_limits_from_code`] gets exactly its
 ///   own limits; a host timer bounds the whole run by `wall_time`;
-/// - tools: the run's [`ToolHost`] (allowlist, budget, log); the engine
+/// - tools: the run's [`ToolHost`](toolexec_runtime::ToolHost) (allowlist, budget, log); the engine
 ///   stops the script, uncatchably, at the same budget;
 /// - result: [`RunOutcome::value`] is the [`CodeOutcome`] JSON without its
 ///   tool calls (those are [`RunOutcome::tool_calls`], the host's log), the
@@ -119,9 +117,9 @@ impl InProcessRuntime {
             Err(e) => return error(e),
         };
         let limits = &request.limits;
-        let tools = Arc::new(HostTools {
-            host: ctx.host.clone(),
-        });
+        // The run's host: allowlist, budget and log; it raises the budget
+        // stop awaited below.
+        let tools = Arc::new(ctx.host.clone());
         let engine = CodeEngine::with_tools_in(tools, self.pool.clone());
         let execution = engine.execute(CodeRequest::new(source).with_limits(code_limits.clone()));
         let deadline = tokio::time::Instant::from_std(started + limits.wall_time);
@@ -341,39 +339,4 @@ fn enforcement(limits: &RuntimeLimits, code: &CodeLimits) -> Vec<Enforcement> {
             ),
         ),
     ]
-}
-
-/// The engine's tools: the run's [`ToolHost`], which also signals the
-/// budget stop ([`ToolHost::budget_exceeded`]).
-struct HostTools {
-    host: ToolHost,
-}
-
-impl ToolAccess for HostTools {
-    fn call(
-        &self,
-        tool_id: &str,
-        args: Json,
-        cancel: CancellationToken,
-    ) -> toolexec::BoxFuture<'static, Result<Json, ErrorBody>> {
-        let host = self.host.clone();
-        let id = tool_id.to_owned();
-        Box::pin(async move { until_cancelled(&id, host.call(&id, args), &cancel).await })
-    }
-
-    fn search(&self, query: &str, limit: usize) -> toolexec::BoxFuture<'static, Json> {
-        let host = self.host.clone();
-        let query = query.to_owned();
-        Box::pin(async move { host.search(&query, limit).await })
-    }
-
-    fn describe(
-        &self,
-        tool_id: &str,
-        level: DetailLevel,
-    ) -> toolexec::BoxFuture<'static, Result<Json, ErrorBody>> {
-        let host = self.host.clone();
-        let id = tool_id.to_owned();
-        Box::pin(async move { host.describe(&id, level).await })
-    }
 }

@@ -14,12 +14,11 @@ use serde::Deserialize;
 use serde_json::Value as Json;
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
-use toolexec::{DetailLevel, ErrorBody, ErrorCode};
+use toolexec::{DetailLevel, Error, ErrorBody, ErrorCode, ToolAccess, until_cancelled};
 use toolexec_runtime::RuntimeLimits;
 use toolexec_runtime::protocol::{ClientError, DEFAULT_MAX_FRAME_BYTES, GatewayClient};
 
 use super::{engine_limits, report};
-use crate::access::{ToolAccess, until_cancelled};
 use crate::{CodeEngine, CodeLimit, CodeOutcome, CodeRequest, CodeStatus};
 
 /// Largest input accepted on stdin (a 1 MiB script, JSON-escaped, and limits).
@@ -148,17 +147,18 @@ pub fn result_value(mut outcome: CodeOutcome) -> Json {
     report(&mut outcome)
 }
 
-/// Tool access through the gateway.
+/// Tool access through the gateway: the host's answers, their codes kept
+/// (`Error::from` the body); a broken gateway is `backend_unavailable`.
 struct GatewayTools(Arc<GatewayClient<UnixStream>>);
 
-fn client_error(e: ClientError) -> ErrorBody {
+fn client_error(e: ClientError) -> Error {
     match e {
-        ClientError::Tool(body) => body,
-        other => ErrorBody {
+        ClientError::Tool(body) => Error::from(body),
+        other => Error::from(ErrorBody {
             code: ErrorCode::BackendUnavailable,
             message: format!("backend_unavailable: {other}"),
             details: None,
-        },
+        }),
     }
 }
 
@@ -168,7 +168,7 @@ impl ToolAccess for GatewayTools {
         tool_id: &str,
         args: Json,
         cancel: CancellationToken,
-    ) -> toolexec::BoxFuture<'static, Result<Json, ErrorBody>> {
+    ) -> toolexec::BoxFuture<'static, Result<Json, Error>> {
         let client = self.0.clone();
         let id = tool_id.to_owned();
         Box::pin(async move {
@@ -177,14 +177,18 @@ impl ToolAccess for GatewayTools {
         })
     }
 
-    fn search(&self, query: &str, limit: usize) -> toolexec::BoxFuture<'static, Json> {
+    fn search(
+        &self,
+        query: &str,
+        limit: usize,
+    ) -> toolexec::BoxFuture<'static, Result<Json, Error>> {
         let client = self.0.clone();
         let query = query.to_owned();
         Box::pin(async move {
             client
                 .search(&query, limit.clamp(1, 50))
                 .await
-                .unwrap_or(Json::Array(Vec::new()))
+                .map_err(client_error)
         })
     }
 
@@ -192,7 +196,7 @@ impl ToolAccess for GatewayTools {
         &self,
         tool_id: &str,
         level: DetailLevel,
-    ) -> toolexec::BoxFuture<'static, Result<Json, ErrorBody>> {
+    ) -> toolexec::BoxFuture<'static, Result<Json, Error>> {
         let client = self.0.clone();
         let id = tool_id.to_owned();
         let detail = match level {

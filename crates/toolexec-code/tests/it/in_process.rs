@@ -431,33 +431,35 @@ async fn large_tool_results_do_not_count_as_output() {
 /// its budget.
 struct QuotaTool;
 
-impl toolexec_runtime::ToolCaller for QuotaTool {
+impl toolexec::ToolAccess for QuotaTool {
     fn call(
         &self,
-        _tool_id: String,
+        _tool_id: &str,
         _args: serde_json::Value,
-    ) -> toolexec::BoxFuture<'static, Result<serde_json::Value, toolexec::ErrorBody>> {
+        _cancel: CancellationToken,
+    ) -> toolexec::BoxFuture<'static, Result<serde_json::Value, toolexec::Error>> {
         Box::pin(async {
-            Err(toolexec::ErrorBody {
+            Err(toolexec::Error::from(toolexec::ErrorBody {
                 code: ErrorCode::LimitExceeded,
                 message: "limit_exceeded: the upstream's own budget of 1 call is spent".into(),
                 details: Some(json!({"limit": "tool_calls", "max": 1})),
-            })
+            }))
         })
     }
     fn search(
         &self,
-        _query: String,
+        _query: &str,
         _limit: usize,
-    ) -> toolexec::BoxFuture<'static, serde_json::Value> {
-        Box::pin(async { json!([]) })
+    ) -> toolexec::BoxFuture<'static, Result<serde_json::Value, toolexec::Error>> {
+        Box::pin(async { Ok(json!([])) })
     }
     fn describe(
         &self,
-        tool_id: String,
+        tool_id: &str,
         _level: toolexec::DetailLevel,
-    ) -> toolexec::BoxFuture<'static, Result<serde_json::Value, toolexec::ErrorBody>> {
-        Box::pin(async move { Ok(json!({"id": tool_id})) })
+    ) -> toolexec::BoxFuture<'static, Result<serde_json::Value, toolexec::Error>> {
+        let id = tool_id.to_owned();
+        Box::pin(async move { Ok(json!({"id": id})) })
     }
 }
 
@@ -470,7 +472,7 @@ async fn a_tools_own_tool_calls_error_is_not_the_runs_budget() {
         ..RuntimeLimits::default()
     };
     let cancel = CancellationToken::new();
-    let host = ToolHost::with_caller(std::sync::Arc::new(QuotaTool), &limits, cancel.clone());
+    let host = ToolHost::with_tools(std::sync::Arc::new(QuotaTool), &limits, cancel.clone());
     let script = r#"
         try { await tools.run("up:quota", {}); } catch (e) { console.log(e.code, e.details.limit); }
         return "carried on";

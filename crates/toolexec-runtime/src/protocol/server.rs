@@ -180,7 +180,7 @@ impl GatewayServer {
                 Some(Box::pin(async move {
                     let body = match host.call(&tool, args).await {
                         Ok(value) => ResponseBody::Result(value),
-                        Err(error) => ResponseBody::Error(error),
+                        Err(error) => ResponseBody::Error(error.to_body()),
                     };
                     Response { id, body }
                 }))
@@ -190,7 +190,7 @@ impl GatewayServer {
                 Some(Box::pin(async move {
                     let body = match host.try_search(&query, limit.unwrap_or(10)).await {
                         Ok(hits) => ResponseBody::Result(hits),
-                        Err(error) => ResponseBody::Error(error),
+                        Err(error) => ResponseBody::Error(error.to_body()),
                     };
                     Response { id, body }
                 }))
@@ -201,7 +201,7 @@ impl GatewayServer {
                     let body = match parse_detail(detail.as_deref()) {
                         Ok(level) => match host.describe(&tool, level).await {
                             Ok(doc) => ResponseBody::Result(doc),
-                            Err(error) => ResponseBody::Error(error),
+                            Err(error) => ResponseBody::Error(error.to_body()),
                         },
                         Err(error) => ResponseBody::Error(error),
                     };
