@@ -28,6 +28,16 @@ use super::meta::DEFAULT_INSTRUCTIONS;
 use super::server::Gateway;
 
 impl Gateway {
+    /// Without upstreams to relay, `M` is not a method of this server
+    /// (`-32601`), as for a gateway built without them.
+    #[cfg(feature = "upstream")]
+    fn relaying<M: rmcp::model::ConstString>(&self) -> Result<(), McpError> {
+        if self.shared.passthrough.is_empty() {
+            return Err(McpError::method_not_found::<M>());
+        }
+        Ok(())
+    }
+
     /// Resources (with subscriptions), prompts and completion, when an
     /// upstream may offer them ([`super::passthrough`]).
     #[cfg(feature = "upstream")]
@@ -148,6 +158,7 @@ impl ServerHandler for Gateway {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        self.relaying::<rmcp::model::ReadResourceRequestMethod>()?;
         self.shared
             .passthrough
             .read_resource(request, context.ct)
@@ -161,6 +172,7 @@ impl ServerHandler for Gateway {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        self.relaying::<rmcp::model::SubscribeRequestMethod>()?;
         self.shared
             .passthrough
             .subscribe(self.session.id, context.peer, request.uri, context.ct)
@@ -173,6 +185,7 @@ impl ServerHandler for Gateway {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        self.relaying::<rmcp::model::UnsubscribeRequestMethod>()?;
         self.shared
             .passthrough
             .unsubscribe(self.session.id, request.uri, context.ct)
@@ -198,6 +211,7 @@ impl ServerHandler for Gateway {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        self.relaying::<rmcp::model::GetPromptRequestMethod>()?;
         self.shared
             .passthrough
             .get_prompt(request, context.ct)
@@ -211,6 +225,10 @@ impl ServerHandler for Gateway {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
+        if self.shared.passthrough.is_empty() {
+            // Nothing to complete: an empty answer, as rmcp's default.
+            return Ok(CompleteResult::default());
+        }
         self.shared.passthrough.complete(request, context.ct).await
     }
 
