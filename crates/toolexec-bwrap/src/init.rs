@@ -342,7 +342,7 @@ pub fn apply_spec(spec: &InitSpec) -> Result<(), InitError> {
     Ok(())
 }
 
-/// Closes descriptors above the gateway's and execs `argv` (looked up on
+/// Closes descriptors above the channel's and execs `argv` (looked up on
 /// `PATH`). Returns only on failure.
 pub fn exec(argv: &[String]) -> InitError {
     let program = argv.first().cloned().unwrap_or_default();

@@ -62,7 +62,7 @@ pub use args::{INIT_PATH, SANDBOX_PATH, WORKER_PATH};
 pub use config::{BubblewrapConfig, MAX_POOL_SIZE};
 pub use users::{Lease, UidRange};
 
-use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV};
+use toolexec_runtime::protocol::{CHANNEL_FD, CHANNEL_FD_ENV};
 use toolexec_runtime::{
     Enforcement, LimitKind, Mechanism, NetworkPolicy, Profile, RunContext, RunOutcome, RunStatus,
     RuntimeDescriptor, RuntimeLimits, ToolHost, Unit, UnitKind,
@@ -582,7 +582,7 @@ impl Shared {
                 "host user",
                 format!(
                     "toolexec's own unprivileged uid {}",
-                    toolexec_sandbox::gateway_socket::euid()
+                    toolexec_sandbox::channel_socket::euid()
                 ),
             ),
             Err(why) => Mechanism::missing("host user", why.clone()),
@@ -676,7 +676,7 @@ impl Shared {
         let mut env = vec![
             ("PATH".to_owned(), SANDBOX_PATH.to_owned()),
             ("HOME".to_owned(), "/tmp".to_owned()),
-            (GATEWAY_FD_ENV.to_owned(), GATEWAY_FD.to_string()),
+            (CHANNEL_FD_ENV.to_owned(), CHANNEL_FD.to_string()),
         ];
         match unit {
             Unit::Command(command) => {
@@ -798,7 +798,7 @@ impl Shared {
             cwd: Some("/".into()),
             stdin,
             rlimits,
-            gateway: true,
+            channel: true,
             inherit,
             join_cgroups,
             user,
@@ -1058,7 +1058,7 @@ impl Shared {
             LimitKind::Network,
             "empty network namespace (bwrap --unshare-net)",
         ));
-        out.push(Enforcement::by(LimitKind::ToolCalls, "host gateway budget"));
+        out.push(Enforcement::by(LimitKind::ToolCalls, "host channel budget"));
         out
     }
 }

@@ -14,7 +14,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use toolexec_sandbox::SandboxUser;
-use toolexec_sandbox::gateway_socket::private_dir;
+use toolexec_sandbox::channel_socket::private_dir;
 
 /// A range of host uids (and gids, the same numbers) reserved for
 /// sandboxes. No account or service on the host may use them.

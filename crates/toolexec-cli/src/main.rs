@@ -49,7 +49,7 @@ fn main() -> ExitCode {
 }
 
 /// `toolexec __script-worker`: no configuration, a single-threaded
-/// runtime, the outcome over the gateway; exit 0 once it is sent.
+/// runtime, the outcome over the tool channel; exit 0 once it is sent.
 fn script_worker() -> ExitCode {
     toolexec_code::worker::worker_main()
 }

@@ -6,7 +6,7 @@
 //! - `trivial/in_process`: `CodeEngine::execute` on the worker-thread pool.
 //! - `trivial/bubblewrap_cold`: a `hardened` `CodeRunner` through the bubblewrap
 //!   runtime with no pool: a new sandbox (namespaces, cgroups, seccomp), the
-//!   `toolexec-code-worker` process, the gateway handshake, the script, the
+//!   `toolexec-code-worker` process, the tool-channel handshake, the script, the
 //!   outcome frame, teardown.
 //! - `trivial/bubblewrap_pool`: the same with a pool of 2 pre-started
 //!   sandboxes (the worker binary is the sandbox init too).

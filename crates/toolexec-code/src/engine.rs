@@ -128,7 +128,7 @@ impl CodeEngine {
     }
 
     /// An engine whose scripts reach tools through `tools` (e.g. a sandbox
-    /// gateway) instead of an [`Exec`].
+    /// tool channel) instead of an [`Exec`].
     pub fn with_tools(tools: Arc<dyn ToolAccess>, max_concurrent: usize) -> Self {
         CodeEngine {
             exec: None,

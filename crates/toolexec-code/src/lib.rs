@@ -110,7 +110,7 @@
 //! `standard` scripts in process on a [`CodeEngine`], and `hardened` ones
 //! as a script unit in the sandbox runtime a
 //! [`Runtimes`](toolexec_runtime::Runtimes) registry selects, where the
-//! [`worker`] process runs the same engine behind the gateway protocol.
+//! [`worker`] process runs the same engine behind the tool channel.
 //! Either way the result is a [`CodeOutcome`] of the same shape. Inside the
 //! crate: `quickjs` is the interpreter glue (one execution on one thread),
 //! `engine` the bounded pool around it, `unit` both ends of a script run as

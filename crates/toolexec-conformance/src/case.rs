@@ -59,7 +59,7 @@ pub struct Case {
     pub unit: UnitFn,
     /// Limits over the corpus's base ([`Case::base_limits`]).
     pub limits: LimitsFn,
-    /// Whether the built-in tools are reachable through the gateway.
+    /// Whether the built-in tools are reachable through the channel.
     pub tools: bool,
     /// How the run is driven.
     pub drive: Drive,
@@ -90,7 +90,7 @@ impl Case {
         self
     }
 
-    /// With the built-in tools behind the gateway.
+    /// With the built-in tools behind the channel.
     pub fn tools(mut self) -> Case {
         self.tools = true;
         self

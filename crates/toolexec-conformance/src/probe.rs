@@ -1,5 +1,5 @@
 //! The probe units run for what a shell cannot do (system calls by
-//! number, threads, raw gateway frames), in two builds with one command
+//! number, threads, raw channel frames), in two builds with one command
 //! line: Python for roots with it, a static binary for busybox images.
 
 /// `fixtures/probe.py`, run as `python3 -c PROBE_PY ACTION ARGS...`.
@@ -9,7 +9,7 @@ pub const PROBE_PY: &str = include_str!("../fixtures/probe.py");
 /// only; build it with `rustc -C target-feature=+crt-static`).
 pub const PROBE_RS: &str = include_str!("../fixtures/probe.rs");
 
-/// One gateway frame: the 4-byte big-endian length and the JSON.
+/// One channel frame: the 4-byte big-endian length and the JSON.
 pub fn frame(json: &serde_json::Value) -> Vec<u8> {
     let body = json.to_string().into_bytes();
     let mut out = (body.len() as u32).to_be_bytes().to_vec();
@@ -17,7 +17,7 @@ pub fn frame(json: &serde_json::Value) -> Vec<u8> {
     out
 }
 
-/// Lower-case hex of `bytes` (the probe's `gateway` argument).
+/// Lower-case hex of `bytes` (the probe's `channel` argument).
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -39,17 +39,17 @@ pub struct DockerConfig {
     /// Open descriptors per process (`RLIMIT_NOFILE`).
     #[serde(skip)]
     pub max_open_files: u64,
-    /// Where per-run gateway socket directories are created on the host
+    /// Where per-run channel socket directories are created on the host
     /// (default: the system temporary directory). Must be visible to the
     /// daemon at the same path.
     #[serde(skip)]
-    pub gateway_dir: Option<PathBuf>,
-    /// The host uid whose connections the gateway socket serves (checked
+    pub channel_dir: Option<PathBuf>,
+    /// The host uid whose connections the channel socket serves (checked
     /// with `SO_PEERCRED`); `None`: the uid of [`DockerConfig::user`]. Set
     /// it when the daemon remaps user namespaces (`userns-remap`), where
     /// the unit's host uid is the remapped one.
     #[serde(skip)]
-    pub gateway_peer_uid: Option<u32>,
+    pub channel_peer_uid: Option<u32>,
     /// Extra labels on every container (the runtime's own `toolexec.*`
     /// labels win on conflict).
     #[serde(skip)]
@@ -66,8 +66,8 @@ impl DockerConfig {
             user: "65534:65534".into(),
             cpus: 1.0,
             max_open_files: 1024,
-            gateway_dir: None,
-            gateway_peer_uid: None,
+            channel_dir: None,
+            channel_peer_uid: None,
             labels: BTreeMap::new(),
         }
     }
@@ -111,10 +111,10 @@ impl DockerConfig {
         if let Err((field, message)) = self.unit_user() {
             return bad(field, message);
         }
-        if self.gateway_peer_uid == Some(0) {
+        if self.channel_peer_uid == Some(0) {
             return bad(
-                "gateway_peer_uid",
-                "units never run as host uid 0; the gateway does not serve it".into(),
+                "channel_peer_uid",
+                "units never run as host uid 0; the channel does not serve it".into(),
             );
         }
         if !(self.cpus.is_finite() && self.cpus > 0.0 && self.cpus <= 1024.0) {
@@ -154,9 +154,9 @@ impl DockerConfig {
         }
     }
 
-    /// The host uid the gateway socket serves.
-    pub(crate) fn gateway_uid(&self) -> Option<u32> {
-        self.gateway_peer_uid
+    /// The host uid the channel socket serves.
+    pub(crate) fn channel_uid(&self) -> Option<u32> {
+        self.channel_peer_uid
             .or_else(|| self.unit_user().ok().map(|(uid, _)| uid))
     }
 }
@@ -224,11 +224,11 @@ mod tests {
             assert!(with(user).validate().is_ok());
         }
         let mut remapped = with("1000:1000");
-        assert_eq!(remapped.gateway_uid(), Some(1000));
-        remapped.gateway_peer_uid = Some(166536);
-        assert_eq!(remapped.gateway_uid(), Some(166536));
-        remapped.gateway_peer_uid = Some(0);
+        assert_eq!(remapped.channel_uid(), Some(1000));
+        remapped.channel_peer_uid = Some(166536);
+        assert_eq!(remapped.channel_uid(), Some(166536));
+        remapped.channel_peer_uid = Some(0);
         let err = remapped.validate().unwrap_err();
-        assert_eq!(err.field(), Some("docker.gateway_peer_uid"));
+        assert_eq!(err.field(), Some("docker.channel_peer_uid"));
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! The Docker runtime for toolexec: command units run in locked-down
 //! containers through the Docker Engine API ([bollard]), with the tool
-//! gateway on a bind-mounted Unix socket. See [`DockerRuntime`].
+//! channel on a bind-mounted Unix socket. See [`DockerRuntime`].
 //!
 //! Place in the workspace: one runtime of the contract (`toolexec-runtime`),
 //! built on the shared plumbing (`toolexec-sandbox`); step 5 of
@@ -23,14 +23,14 @@
 #![warn(missing_docs)]
 
 mod cgroup;
+mod channel;
 mod cleanup;
 mod config;
-mod gateway;
 mod runtime;
 mod spec;
 mod sweep;
 
 pub use config::DockerConfig;
 pub use runtime::{DockerRuntime, MIN_API_VERSION};
-pub use spec::{CONTAINER_GATEWAY_SOCKET, RUN_LABEL};
+pub use spec::{CONTAINER_CHANNEL_SOCKET, RUN_LABEL};
 pub use sweep::{OWNER_LABEL, RUNTIME_LABEL, owner_id};

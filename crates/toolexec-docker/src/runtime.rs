@@ -14,19 +14,19 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use toolexec::{Availability, BoxFuture, CancellationToken, ErrorBody, ErrorCode};
-use toolexec_runtime::protocol::{GatewayConfig, GatewayServer, ProtocolError};
+use toolexec_runtime::protocol::{ChannelConfig, ChannelServer, ProtocolError};
 use toolexec_runtime::{
     CommandUnit, Enforcement, LimitKind, NetworkPolicy, OutputStream, Profile, RunContext,
     RunOutcome, RunRequest, RunStatus, Runtime, RuntimeDescriptor, RuntimeLimits, Unit, UnitKind,
 };
 use toolexec_sandbox::Capture;
-use toolexec_sandbox::gateway_socket::PeerPolicy;
+use toolexec_sandbox::channel_socket::PeerPolicy;
 use toolexec_sandbox::verdict::{self, CgroupEvents};
 
 use crate::DockerConfig;
 use crate::cgroup::Observer;
+use crate::channel::{self, ChannelSocket};
 use crate::cleanup::{self, Lease, Target, is_not_found};
-use crate::gateway::{self, GatewaySocket};
 use crate::spec::container_body;
 
 /// The oldest Engine API this runtime speaks (Docker 19.03).
@@ -39,7 +39,7 @@ const CGROUP_SAMPLE: Duration = Duration::from_millis(50);
 /// no network, read-only root, a size-limited `/tmp` tmpfs, cgroup memory
 /// (no swap) and pids limits, all capabilities dropped,
 /// `no-new-privileges`, a non-root user, rlimits (core, nofile, cpu), a
-/// host deadline, and the tool gateway on a bind-mounted Unix socket. The
+/// host deadline, and the tool channel on a bind-mounted Unix socket. The
 /// container is removed whatever happens, including when the run's future
 /// is dropped (by a cleanup worker of its own, see [`DockerRuntime::settle`])
 /// or the process dies (see [`DockerRuntime::sweep`]).
@@ -122,21 +122,21 @@ impl DockerRuntime {
 
     /// Removes the containers of this runtime (label `toolexec.runtime=docker`)
     /// whose owner process (label [`crate::OWNER_LABEL`]) is dead: left by
-    /// a process killed mid-run, and the per-run gateway directories of
+    /// a process killed mid-run, and the per-run channel directories of
     /// processes that no longer exist. Runs once by itself on the first
     /// run; returns how many containers were removed.
     pub async fn sweep(&self) -> Result<usize, String> {
         let docker = self.connect(Duration::from_secs(60)).await?;
-        crate::sweep::sweep_gateway_dirs(&self.gateway_base());
+        crate::sweep::sweep_channel_dirs(&self.channel_base());
         crate::sweep::sweep(&docker)
             .await
             .map_err(|e| format!("docker sweep: {e}"))
     }
 
-    /// Where per-run gateway directories are created.
-    fn gateway_base(&self) -> PathBuf {
+    /// Where per-run channel directories are created.
+    fn channel_base(&self) -> PathBuf {
         self.config
-            .gateway_dir
+            .channel_dir
             .clone()
             .unwrap_or_else(std::env::temp_dir)
     }
@@ -180,9 +180,9 @@ impl DockerRuntime {
         };
         if !self.swept.swap(true, Ordering::SeqCst) {
             let target = target.clone();
-            let base = self.gateway_base();
+            let base = self.channel_base();
             cleanup::spawn(async move {
-                crate::sweep::sweep_gateway_dirs(&base);
+                crate::sweep::sweep_channel_dirs(&base);
                 if let Ok(docker) = target.client()
                     && let Err(e) = crate::sweep::sweep(&docker).await
                 {
@@ -192,12 +192,12 @@ impl DockerRuntime {
         }
         let run_id = new_run_id();
         let name = format!("toolexec-{run_id}");
-        let base = self.gateway_base();
-        let mut socket = match GatewaySocket::bind(&base, &run_id) {
+        let base = self.channel_base();
+        let mut socket = match ChannelSocket::bind(&base, &run_id) {
             Ok(socket) => socket,
             Err(e) => {
                 let why = format!(
-                    "cannot create the gateway socket in {}: {e}",
+                    "cannot create the channel socket in {}: {e}",
                     base.display()
                 );
                 return error(ErrorCode::BackendUnavailable, "runtime", &why);
@@ -235,7 +235,7 @@ impl DockerRuntime {
             limits,
             ctx,
             // Validated in `new`; (uid_t)-1 is no process's uid.
-            peers: PeerPolicy::uid(self.config.gateway_uid().unwrap_or(u32::MAX)),
+            peers: PeerPolicy::uid(self.config.channel_uid().unwrap_or(u32::MAX)),
         }
         .execute(command, socket.take_listener(), observer)
         .await;
@@ -256,7 +256,7 @@ impl DockerRuntime {
                 LimitKind::Output,
                 "host capture of the attach stream (log driver none), container killed past the limit",
             ),
-            Enforcement::by(LimitKind::ToolCalls, "host gateway budget"),
+            Enforcement::by(LimitKind::ToolCalls, "host channel budget"),
         ]);
         run.enforcement = enforcement;
         run.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -270,7 +270,7 @@ struct Run<'a> {
     name: &'a str,
     limits: &'a RuntimeLimits,
     ctx: &'a RunContext,
-    /// Who the gateway socket serves: the unit's host uid.
+    /// Who the channel socket serves: the unit's host uid.
     peers: PeerPolicy,
 }
 
@@ -328,18 +328,18 @@ impl Run<'_> {
             return outcome;
         }
 
-        let server = GatewayServer::new(self.ctx.host.clone(), GatewayConfig::default());
-        let stop_gateway = CancellationToken::new();
-        let gateway = async {
+        let server = ChannelServer::new(self.ctx.host.clone(), ChannelConfig::default());
+        let stop_channel = CancellationToken::new();
+        let channel = async {
             match listener {
                 Some(listener) => {
-                    gateway::serve(listener, server.clone(), stop_gateway.clone(), self.peers).await
+                    channel::serve(listener, server.clone(), stop_channel.clone(), self.peers).await
                 }
                 None => None,
             }
         };
-        tokio::pin!(gateway);
-        let mut gateway_done = false;
+        tokio::pin!(channel);
+        let mut channel_done = false;
         let mut wait = docker.wait_container(name, None);
         let deadline = tokio::time::sleep(self.limits.wall_time);
         tokio::pin!(deadline);
@@ -368,8 +368,8 @@ impl Run<'_> {
                         break;
                     }
                 }
-                failure = &mut gateway, if !gateway_done => {
-                    gateway_done = true;
+                failure = &mut channel, if !channel_done => {
+                    channel_done = true;
                     if let Some(e) = failure {
                         stop = Some(Stop::Protocol(e));
                         break;
@@ -396,10 +396,10 @@ impl Run<'_> {
             .await
             .ok()
             .and_then(|i| i.state);
-        stop_gateway.cancel();
-        if !gateway_done
+        stop_channel.cancel();
+        if !channel_done
             && let Ok(Some(e)) =
-                tokio::time::timeout(Duration::from_millis(200), &mut gateway).await
+                tokio::time::timeout(Duration::from_millis(200), &mut channel).await
             && stop.is_none()
         {
             stop = Some(Stop::Protocol(e));

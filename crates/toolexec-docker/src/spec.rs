@@ -15,8 +15,8 @@ use crate::sweep::{OWNER_LABEL, RUNTIME_LABEL, owner_id};
 /// The label every container of this runtime carries, with the run id.
 pub const RUN_LABEL: &str = "toolexec.run";
 
-/// Where the gateway socket appears inside the container.
-pub const CONTAINER_GATEWAY_SOCKET: &str = "/run/toolexec/gateway.sock";
+/// Where the channel socket appears inside the container.
+pub const CONTAINER_CHANNEL_SOCKET: &str = "/run/toolexec/channel.sock";
 
 /// The `PATH` units get.
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -29,7 +29,7 @@ pub(crate) fn container_body(
     command: &CommandUnit,
     limits: &RuntimeLimits,
     run_id: &str,
-    gateway_socket: Option<&str>,
+    channel_socket: Option<&str>,
 ) -> (ContainerCreateBody, Vec<Enforcement>) {
     let mut enforcement = Vec::new();
     let mut env = Vec::new();
@@ -38,12 +38,12 @@ pub(crate) fn container_body(
     }
     env.extend(command.env.iter().map(|(k, v)| format!("{k}={v}")));
     let mut binds = Vec::new();
-    if let Some(socket) = gateway_socket {
+    if let Some(socket) = channel_socket {
         env.push(format!(
-            "{}={CONTAINER_GATEWAY_SOCKET}",
-            toolexec_runtime::protocol::GATEWAY_SOCKET_ENV
+            "{}={CONTAINER_CHANNEL_SOCKET}",
+            toolexec_runtime::protocol::CHANNEL_SOCKET_ENV
         ));
-        binds.push(format!("{socket}:{CONTAINER_GATEWAY_SOCKET}:rw"));
+        binds.push(format!("{socket}:{CONTAINER_CHANNEL_SOCKET}:rw"));
     }
 
     let ulimits = rlimits::for_container(limits, config.max_open_files)
@@ -222,11 +222,11 @@ mod tests {
             body.env
                 .unwrap()
                 .iter()
-                .any(|e| e.starts_with("TOOLEXEC_GATEWAY_SOCKET="))
+                .any(|e| e.starts_with("TOOLEXEC_CHANNEL_SOCKET="))
         );
         assert_eq!(
             host.binds.unwrap(),
-            vec![format!("/h/g.sock:{CONTAINER_GATEWAY_SOCKET}:rw")]
+            vec![format!("/h/g.sock:{CONTAINER_CHANNEL_SOCKET}:rw")]
         );
         for limit in [
             LimitKind::CpuTime,

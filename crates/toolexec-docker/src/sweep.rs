@@ -109,9 +109,9 @@ pub(crate) async fn sweep(docker: &Docker) -> Result<usize, bollard::errors::Err
     Ok(removed)
 }
 
-/// Removes per-run gateway directories (`<base>/toolexec-docker-<pid>-<time>-<n>`,
+/// Removes per-run channel directories (`<base>/toolexec-docker-<pid>-<time>-<n>`,
 /// hex) whose process no longer exists; the number removed.
-pub(crate) fn sweep_gateway_dirs(base: &std::path::Path) -> usize {
+pub(crate) fn sweep_channel_dirs(base: &std::path::Path) -> usize {
     let Ok(entries) = std::fs::read_dir(base) else {
         return 0;
     };

@@ -335,11 +335,11 @@ async fn dropping_the_run_removes_the_container() {
     let Some(rt) = runtime(test, &[("toolexec.test", test)], IMAGE).await else {
         return;
     };
-    let gateway_dir =
+    let channel_dir =
         std::env::temp_dir().join(format!("toolexec-docker-drop-{}", std::process::id()));
-    std::fs::create_dir_all(&gateway_dir).unwrap();
+    std::fs::create_dir_all(&channel_dir).unwrap();
     let mut config = rt.config().clone();
-    config.gateway_dir = Some(gateway_dir.clone());
+    config.channel_dir = Some(channel_dir.clone());
     let rt = DockerRuntime::new(config).unwrap();
     for after in [Duration::from_millis(1500), Duration::from_millis(5)] {
         let run = run(&rt, Unit::command(["sleep", "60"]), limits(|_| {}));
@@ -353,10 +353,10 @@ async fn dropping_the_run_removes_the_container() {
         let left = containers("toolexec.test", test).await;
         assert!(left.is_empty(), "{after:?}: containers left: {left:?}");
     }
-    // No gateway socket directory is left behind either.
-    let leftovers: Vec<_> = std::fs::read_dir(&gateway_dir).unwrap().collect();
+    // No channel socket directory is left behind either.
+    let leftovers: Vec<_> = std::fs::read_dir(&channel_dir).unwrap().collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-    let _ = std::fs::remove_dir(&gateway_dir);
+    let _ = std::fs::remove_dir(&channel_dir);
 }
 
 /// Drops runs on a runtime of their own that is shut down right after: the
@@ -373,11 +373,11 @@ fn dropping_the_run_with_its_runtime_removes_the_container() {
     let Some(runtime) = rt.block_on(runtime(test, &[("toolexec.test", test)], IMAGE)) else {
         return;
     };
-    let gateway_dir =
+    let channel_dir =
         std::env::temp_dir().join(format!("toolexec-docker-drop-rt-{}", std::process::id()));
-    std::fs::create_dir_all(&gateway_dir).unwrap();
+    std::fs::create_dir_all(&channel_dir).unwrap();
     let mut config = runtime.config().clone();
-    config.gateway_dir = Some(gateway_dir.clone());
+    config.channel_dir = Some(channel_dir.clone());
     let runtime = DockerRuntime::new(config).unwrap();
     for after in [1u64, 5, 20, 50, 200] {
         let caller = tokio::runtime::Builder::new_current_thread()
@@ -398,11 +398,11 @@ fn dropping_the_run_with_its_runtime_removes_the_container() {
         let left = containers("toolexec.test", test).await;
         assert!(left.is_empty(), "containers left: {left:?}");
     });
-    // No gateway directory either (a start in flight recreates a missing
+    // No channel directory either (a start in flight recreates a missing
     // bind source: the worker removes it after the container).
-    let leftovers: Vec<_> = std::fs::read_dir(&gateway_dir).unwrap().collect();
+    let leftovers: Vec<_> = std::fs::read_dir(&channel_dir).unwrap().collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-    let _ = std::fs::remove_dir(&gateway_dir);
+    let _ = std::fs::remove_dir(&channel_dir);
 }
 
 /// A container whose owner process is dead is swept; one whose owner is

@@ -8,7 +8,7 @@
 //!
 //! The raw bundle lacks what toolexec adds per run: writing the bundle,
 //! the seccomp profile, toolexec's own cgroups (created, read, removed),
-//! the gateway (descriptor or socket) and the forced delete.
+//! the channel (descriptor or socket) and the forced delete.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -103,10 +103,10 @@ pub struct OciConfig {
     /// The runtime's state directory (`--root`), private to toolexec (see
     /// [`OciConfig::work_dir`]).
     pub state_dir: PathBuf,
-    /// The private parent of runsc's per-run gateway socket directories
+    /// The private parent of runsc's per-run channel socket directories
     /// (see [`OciConfig::work_dir`]). Unix socket paths are at most 108
     /// bytes: keep it short.
-    pub gateway_dir: PathBuf,
+    pub channel_dir: PathBuf,
     /// The cgroup v1 hierarchy root (normally `/sys/fs/cgroup`).
     pub cgroup_root: PathBuf,
     /// Parent cgroup of every run, below each controller.
@@ -129,7 +129,7 @@ pub struct OciConfig {
 
 impl OciConfig {
     /// Defaults for `flavor` with `rootfs`: the binary from `PATH`, work,
-    /// state and gateway directories under [`default_run_dir`], the rootfs
+    /// state and channel directories under [`default_run_dir`], the rootfs
     /// cache in [`default_cache_dir`], user `nobody` (65534:65534).
     pub fn new(flavor: OciFlavor, rootfs: RootfsSource) -> Self {
         let base = default_run_dir();
@@ -141,7 +141,7 @@ impl OciConfig {
             work_dir: base.join("bundles"),
             cache_dir: default_cache_dir(),
             state_dir: base.join(format!("state-{}", flavor.name())),
-            gateway_dir: base.join("gw"),
+            channel_dir: base.join("gw"),
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             cgroup_parent: "toolexec-oci".into(),
             probe_argv: vec!["true".into()],
@@ -165,11 +165,11 @@ impl OciConfig {
     }
 }
 
-/// The default parent of bundles, runtime state and gateway sockets:
+/// The default parent of bundles, runtime state and channel sockets:
 /// `/run/toolexec/oci` as root, else `$XDG_RUNTIME_DIR/toolexec/oci`, else
 /// `<temp dir>/toolexec-oci-<uid>`. Each run checks it is private.
 pub(crate) fn default_run_dir() -> PathBuf {
-    let euid = toolexec_sandbox::gateway_socket::euid();
+    let euid = toolexec_sandbox::channel_socket::euid();
     if euid == 0 {
         return PathBuf::from("/run/toolexec/oci");
     }
@@ -183,7 +183,7 @@ pub(crate) fn default_run_dir() -> PathBuf {
 /// `$XDG_CACHE_HOME/toolexec/oci`, else `$HOME/.cache/toolexec/oci`, else
 /// `rootfs-cache` in [`default_run_dir`]. Each run checks it is private.
 pub(crate) fn default_cache_dir() -> PathBuf {
-    if toolexec_sandbox::gateway_socket::euid() == 0 {
+    if toolexec_sandbox::channel_socket::euid() == 0 {
         return PathBuf::from("/var/cache/toolexec/oci");
     }
     let absolute = |var: &str| {

@@ -45,13 +45,13 @@ pub enum OciError {
         message: String,
     },
     /// A directory the runtime keeps private (bundles, state, rootfs
-    /// cache, gateway sockets) is not: another user owns it or a
+    /// cache, channel sockets) is not: another user owns it or a
     /// directory above it, it is a symlink, or others can write to it.
     /// Whoever controls it controls the container's spec and hooks.
     #[error("backend_unavailable: {field}: {path}: {message}")]
     UnsafeDir {
         /// The setting (`runtime.work_dir`, `runtime.state_dir`,
-        /// `runtime.cache_dir`, `runtime.gateway_dir`).
+        /// `runtime.cache_dir`, `runtime.channel_dir`).
         field: String,
         /// The offending path (the directory or one of its ancestors).
         path: String,
@@ -85,10 +85,10 @@ impl OciError {
         }
     }
 
-    /// Makes `dir` private (see [`toolexec_sandbox::gateway_socket::private_dir`]),
+    /// Makes `dir` private (see [`toolexec_sandbox::channel_socket::private_dir`]),
     /// naming `field` if it cannot be.
     pub(crate) fn private_dir(field: &str, dir: &Path) -> Result<(), Self> {
-        toolexec_sandbox::gateway_socket::private_dir(dir).map_err(|e| OciError::UnsafeDir {
+        toolexec_sandbox::channel_socket::private_dir(dir).map_err(|e| OciError::UnsafeDir {
             field: field.into(),
             path: e.path.display().to_string(),
             message: e.message,

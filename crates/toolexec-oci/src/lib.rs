@@ -30,9 +30,9 @@
 
 mod bundle;
 mod cgroup;
+mod channel;
 mod config;
 mod error;
-mod gateway;
 mod rootfs;
 mod runtime;
 mod spec;

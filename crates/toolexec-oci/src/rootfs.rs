@@ -244,7 +244,7 @@ mod tests {
     /// in it is used, naming the setting and the path.
     #[test]
     fn foreign_cache_is_refused() {
-        if toolexec_sandbox::gateway_socket::euid() != 0 {
+        if toolexec_sandbox::channel_socket::euid() != 0 {
             return;
         }
         let base = std::env::temp_dir().join(format!("toolexec-oci-fcache-{}", std::process::id()));

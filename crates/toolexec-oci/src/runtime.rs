@@ -9,7 +9,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio_util::task::AbortOnDropHandle;
 use toolexec::{Availability, BoxFuture};
-use toolexec_runtime::protocol::{GatewayConfig, GatewayServer, ProtocolError};
+use toolexec_runtime::protocol::{ChannelConfig, ChannelServer, ProtocolError};
 use toolexec_runtime::{
     CommandUnit, Enforcement, LimitKind, NetworkPolicy, Profile, RunContext, RunOutcome,
     RunRequest, RunStatus, Runtime, RuntimeLimits, ScriptUnit, Unit, UnitKind,
@@ -20,8 +20,8 @@ use toolexec_sandbox::{find_binary, verdict};
 use crate::bundle::{RunGuard, container_id};
 use crate::cgroup::{self, RunCgroup};
 use crate::config::{OciConfig, OciFlavor};
-use crate::spec::{self, GatewayMode, SpecInput};
-use crate::{OciError, gateway, rootfs};
+use crate::spec::{self, ChannelMode, SpecInput};
+use crate::{OciError, channel, rootfs};
 
 /// Host tasks the gVisor sandbox itself (sentry, gofer, ptrace stubs)
 /// needs besides the unit's processes; added to `pids.max` for runsc.
@@ -33,7 +33,7 @@ const CPU_POLL: Duration = Duration::from_millis(50);
 /// Runs [`Unit::Command`]s (and [`Unit::Script`]s through a configured
 /// script worker) as OCI containers: a bundle per run with a
 /// read-only root, a sized `/tmp`, no network, no capabilities, a seccomp
-/// deny-list, rlimits and a per-run cgroup; the gateway reaches the unit
+/// deny-list, rlimits and a per-run cgroup; the channel reaches the unit
 /// as descriptor 3 (runc) or a bound Unix socket (runsc).
 ///
 /// ```no_run
@@ -274,15 +274,15 @@ impl OciRuntime {
             let cgroups_path = cgroup.container_path(flavor);
             guard.set_cgroup(cgroup);
 
-            // The gateway: descriptor 3 for runc, a bound socket for runsc.
-            let (gateway, listener) = match flavor {
-                OciFlavor::Runc => (GatewayMode::Fd, None),
+            // The channel: descriptor 3 for runc, a bound socket for runsc.
+            let (channel, listener) = match flavor {
+                OciFlavor::Runc => (ChannelMode::Fd, None),
                 OciFlavor::Runsc => {
                     // Unix socket paths are short (108 bytes): not in the bundle.
                     let name = format!("txgw-{}", id.trim_start_matches("toolexec-"));
-                    let (dir, listener) = gateway::bind(&self.config.gateway_dir, &name)?;
+                    let (dir, listener) = channel::bind(&self.config.channel_dir, &name)?;
                     guard.set_extra_dir(dir.clone());
-                    (GatewayMode::Socket(dir), Some(listener))
+                    (ChannelMode::Socket(dir), Some(listener))
                 }
             };
             let spec = spec::build(&SpecInput {
@@ -293,7 +293,7 @@ impl OciRuntime {
                 user: self.config.user,
                 binds: &self.config.binds,
                 cgroups_path,
-                gateway,
+                channel,
                 worker: worker.as_deref(),
             })?;
             let config_path = guard.bundle().join("config.json");
@@ -319,13 +319,13 @@ impl OciRuntime {
                     run_cancel.clone(),
                 ))));
             }
-            let server = GatewayServer::new(ctx.host.clone(), GatewayConfig::default());
+            let server = ChannelServer::new(ctx.host.clone(), ChannelConfig::default());
             let protocol_error: Arc<Mutex<Option<ProtocolError>>> = Arc::default();
-            // Cancelled when the launcher exits by itself: the gateway then
-            // takes what the unit wrote before it ended (see gateway::serve).
+            // Cancelled when the launcher exits by itself: the channel then
+            // takes what the unit wrote before it ended (see channel::serve).
             let launcher_exited = toolexec::CancellationToken::new();
-            let gateway_task = listener.map(|listener| {
-                AbortOnDropHandle::new(tokio::spawn(gateway::serve(
+            let channel_task = listener.map(|listener| {
+                AbortOnDropHandle::new(tokio::spawn(channel::serve(
                     listener,
                     server.clone(),
                     protocol_error.clone(),
@@ -343,20 +343,20 @@ impl OciRuntime {
                 )],
                 cwd: Some(guard.bundle().to_owned()),
                 stdin: command.stdin.clone().map(String::into_bytes),
-                gateway: flavor == OciFlavor::Runc,
+                channel: flavor == OciFlavor::Runc,
                 ..ProcessSpec::default()
             };
             let run = run_process(process, limits, &inner_ctx).await;
             // Also aborted if this future is dropped before getting here.
             drop(watchers);
-            // A launcher that exited by itself: the gateway takes the unit's
+            // A launcher that exited by itself: the channel takes the unit's
             // last frames first. Stopped by toolexec, or never started: the
-            // gateway goes now (dropping the task aborts it).
-            if let Some(task) = gateway_task
+            // channel goes now (dropping the task aborts it).
+            if let Some(task) = channel_task
                 && matches!(&run, Ok(run) if run.ended.is_none())
             {
                 launcher_exited.cancel();
-                gateway::finish(task).await;
+                channel::finish(task).await;
             }
             let run = run.map_err(|e| OciError::setup(e.to_string()))?;
             let ended = run.ended.clone();
@@ -415,7 +415,7 @@ impl OciRuntime {
                 format!("host timer, SIGKILL to {} and forced delete", flavor.name()),
             ),
             Enforcement::by(LimitKind::Output, "host pipe capture"),
-            Enforcement::by(LimitKind::ToolCalls, "host gateway budget"),
+            Enforcement::by(LimitKind::ToolCalls, "host channel budget"),
             Enforcement::by(
                 LimitKind::Network,
                 match flavor {

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
-use toolexec_runtime::protocol::{GATEWAY_FD, GATEWAY_FD_ENV, GATEWAY_SOCKET_ENV};
+use toolexec_runtime::protocol::{CHANNEL_FD, CHANNEL_FD_ENV, CHANNEL_SOCKET_ENV};
 use toolexec_runtime::{CommandUnit, RuntimeLimits};
 use toolexec_sandbox::rlimits;
 use toolexec_sandbox::seccomp::profile::{self, Clone3};
@@ -11,10 +11,10 @@ use toolexec_sandbox::seccomp::profile::{self, Clone3};
 use crate::OciError;
 use crate::config::{OciFlavor, ReadOnlyBind};
 
-/// Where the gateway socket directory is mounted in socket mode.
-pub(crate) const GATEWAY_DIR: &str = "/run/toolexec";
-/// The socket's name in [`GATEWAY_DIR`].
-pub(crate) const GATEWAY_SOCKET_NAME: &str = "gateway.sock";
+/// Where the channel socket directory is mounted in socket mode.
+pub(crate) const CHANNEL_DIR: &str = "/run/toolexec";
+/// The socket's name in [`CHANNEL_DIR`].
+pub(crate) const CHANNEL_SOCKET_NAME: &str = "channel.sock";
 /// Where the script worker is bound (read-only) inside the container: in
 /// the `/tmp` tmpfs, so the runtime never creates a mount point in the
 /// host's root filesystem directory.
@@ -48,12 +48,12 @@ pub(crate) const READONLY_PATHS: [&str; 5] = [
 /// Open descriptors per process.
 pub(crate) const NOFILE: u64 = 1024;
 
-/// How the unit reaches the gateway.
+/// How the unit reaches the channel.
 #[derive(Debug, Clone)]
-pub(crate) enum GatewayMode {
+pub(crate) enum ChannelMode {
     /// Descriptor 3, passed in with `--preserve-fds 1` (runc).
     Fd,
-    /// A socket in a host directory bound at [`GATEWAY_DIR`] (runsc).
+    /// A socket in a host directory bound at [`CHANNEL_DIR`] (runsc).
     Socket(std::path::PathBuf),
 }
 
@@ -66,7 +66,7 @@ pub(crate) struct SpecInput<'a> {
     pub user: (u32, u32),
     pub binds: &'a [ReadOnlyBind],
     pub cgroups_path: String,
-    pub gateway: GatewayMode,
+    pub channel: ChannelMode,
     /// The script worker on the host, bound at [`WORKER_PATH`].
     pub worker: Option<&'a Path>,
 }
@@ -84,10 +84,10 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
         env.retain(|e| !e.starts_with(&format!("{key}=")));
         env.push(format!("{key}={value}"));
     }
-    match &input.gateway {
-        GatewayMode::Fd => env.push(format!("{GATEWAY_FD_ENV}={GATEWAY_FD}")),
-        GatewayMode::Socket(_) => env.push(format!(
-            "{GATEWAY_SOCKET_ENV}={GATEWAY_DIR}/{GATEWAY_SOCKET_NAME}"
+    match &input.channel {
+        ChannelMode::Fd => env.push(format!("{CHANNEL_FD_ENV}={CHANNEL_FD}")),
+        ChannelMode::Socket(_) => env.push(format!(
+            "{CHANNEL_SOCKET_ENV}={CHANNEL_DIR}/{CHANNEL_SOCKET_NAME}"
         )),
     }
 
@@ -141,8 +141,8 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Value, OciError> {
         mounts.push(json!({"destination": WORKER_PATH, "type": "bind",
             "source": worker, "options": ["bind", "ro", "nosuid", "nodev"]}));
     }
-    if let GatewayMode::Socket(dir) = &input.gateway {
-        mounts.push(json!({"destination": GATEWAY_DIR, "type": "bind",
+    if let ChannelMode::Socket(dir) = &input.channel {
+        mounts.push(json!({"destination": CHANNEL_DIR, "type": "bind",
             "source": dir, "options": ["bind", "nosuid", "nodev", "noexec"]}));
     }
 

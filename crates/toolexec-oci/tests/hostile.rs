@@ -53,7 +53,7 @@ fn config(flavor: OciFlavor, rootfs: RootfsSource, test: &str) -> OciConfig {
     config.work_dir = base.join(format!("bundles-{}-{test}", flavor.name()));
     config.cache_dir = base.join("cache");
     config.state_dir = base.join(format!("state-{}", flavor.name()));
-    config.gateway_dir = base.join("gw");
+    config.channel_dir = base.join("gw");
     config.cgroup_parent = format!(
         "toolexec-oci-test-{}/{}-{test}",
         std::process::id(),
@@ -471,7 +471,7 @@ macro_rules! hostile_suite {
             }
 
             /// Issue 10, defect 6: bundles, runtime state, the rootfs cache
-            /// and the gateway sockets' parent are refused (typed, naming
+            /// and the channel sockets' parent are refused (typed, naming
             /// the setting and the path) when another local user owns them
             /// or a directory above them, or when they are symlinks; nothing
             /// is written there and nothing runs.
@@ -479,7 +479,7 @@ macro_rules! hostile_suite {
             async fn directories_others_control_are_refused() {
                 let test = "directories_others_control_are_refused";
                 let Some(rt) = runtime(test, FLAVOR) else { return };
-                assert_eq!(toolexec_sandbox::gateway_socket::euid(), 0, "runtime() needs root");
+                assert_eq!(toolexec_sandbox::channel_socket::euid(), 0, "runtime() needs root");
                 let attack = base_dir().join(format!("attack-{}", FLAVOR.name()));
                 let _ = std::fs::remove_dir_all(&attack);
                 std::fs::create_dir_all(&attack).unwrap();
@@ -503,7 +503,7 @@ macro_rules! hostile_suite {
                     }),
                 ];
                 if FLAVOR == OciFlavor::Runsc {
-                    settings.push(("runtime.gateway_dir", |c, p| c.gateway_dir = p));
+                    settings.push(("runtime.channel_dir", |c, p| c.channel_dir = p));
                 }
                 let cases = [
                     (theirs.clone(), theirs.clone()),
@@ -535,8 +535,8 @@ macro_rules! hostile_suite {
             #[tokio::test]
             async fn default_directories_are_private() {
                 let config = OciConfig::new(FLAVOR, RootfsSource::Dir("/nonexistent".into()));
-                if toolexec_sandbox::gateway_socket::euid() == 0 {
-                    for dir in [&config.work_dir, &config.state_dir, &config.cache_dir, &config.gateway_dir] {
+                if toolexec_sandbox::channel_socket::euid() == 0 {
+                    for dir in [&config.work_dir, &config.state_dir, &config.cache_dir, &config.channel_dir] {
                         assert!(!dir.starts_with(std::env::temp_dir()), "{}", dir.display());
                         assert!(!dir.starts_with("/tmp"), "{}", dir.display());
                     }
@@ -571,7 +571,7 @@ macro_rules! hostile_suite {
             }
 
             /// A script unit runs through the worker bound into the
-            /// container and calls tools via the gateway under the budget;
+            /// container and calls tools via the channel under the budget;
             /// without a worker, script units are a typed refusal.
             #[tokio::test]
             async fn script_unit_through_worker() {
@@ -615,7 +615,7 @@ macro_rules! hostile_suite {
                 assert_eq!(error.details.as_ref().unwrap()["field"], "runtime.script_worker");
             }
 
-            /// The last gateway frame a unit writes before it exits (the
+            /// The last channel frame a unit writes before it exits (the
             /// script worker's `result`, a notification nobody answers)
             /// is kept even when the host sees the launcher's exit before
             /// it reads the frame. The host's only thread is held from the
@@ -668,15 +668,15 @@ macro_rules! hostile_suite {
 /// `result` and exits.
 const PY_LAST_FRAME: &str = r#"
 import json, os, socket, struct, sys, time
-if 'TOOLEXEC_GATEWAY_FD' in os.environ:
-    s = socket.socket(fileno=int(os.environ['TOOLEXEC_GATEWAY_FD']))
+if 'TOOLEXEC_CHANNEL_FD' in os.environ:
+    s = socket.socket(fileno=int(os.environ['TOOLEXEC_CHANNEL_FD']))
 else:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(os.environ['TOOLEXEC_GATEWAY_SOCKET'])
+    s.connect(os.environ['TOOLEXEC_CHANNEL_SOCKET'])
 def send(message):
     body = json.dumps(message).encode()
     s.sendall(struct.pack('>I', len(body)) + body)
-send({"id": 1, "method": "hello", "protocol": "toolexec-gateway", "version": 1})
+send({"id": 1, "method": "hello", "protocol": "toolexec-channel", "version": 1})
 (n,) = struct.unpack('>I', s.recv(4, socket.MSG_WAITALL))
 s.recv(n, socket.MSG_WAITALL)
 print("freeze", flush=True)

@@ -1,7 +1,7 @@
 //! Frames exchanged after the upgrade, and the outcome's wire form.
 //!
 //! Each frame is a 4-byte big-endian length and that many bytes of UTF-8
-//! JSON (the framing of the sandbox gateway protocol), at most
+//! JSON (the framing of the sandbox channel protocol), at most
 //! [`MAX_FRAME_BYTES`].
 
 use serde::{Deserialize, Serialize};
@@ -60,7 +60,7 @@ pub enum ServerFrame {
     },
 }
 
-/// A tool request forwarded from the server's gateway.
+/// A tool request forwarded from the server's channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "method", rename_all = "snake_case")]
 pub enum ToolRequest {

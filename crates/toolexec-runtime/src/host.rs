@@ -133,7 +133,7 @@ impl ToolHost {
 
     /// [`ToolHost::search`], failing with `limit_exceeded` past the lookup
     /// budget (which also ends the run). `limit` is held to 1–50; the hits
-    /// have the gateway protocol's shape, `{id, summary, score}`.
+    /// have the channel protocol's shape, `{id, summary, score}`.
     pub async fn try_search(&self, query: &str, limit: usize) -> Result<Value, Error> {
         let hits = self.inner.tools.search(query, limit.clamp(1, 50)).await?;
         let Value::Array(hits) = hits else {
@@ -302,7 +302,7 @@ mod tests {
         assert!(!host.budget_exhausted());
     }
 
-    /// Search answers the gateway protocol's shape, allowed tools only;
+    /// Search answers the channel protocol's shape, allowed tools only;
     /// describe refuses the others; a host without tools finds nothing.
     #[tokio::test]
     async fn lookups_are_filtered_and_shaped() {

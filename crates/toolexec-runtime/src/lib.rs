@@ -13,7 +13,7 @@
 //!   return a [`RunOutcome`] with the value, the output, the tool-call log
 //!   and how each limit was enforced.
 //! - [`Runtimes`]: the registry, with the configurable [`ProfileMap`].
-//! - [`protocol`]: the versioned sandbox↔host gateway protocol, with the
+//! - [`protocol`]: the versioned sandbox↔host channel protocol, with the
 //!   host's [`ToolHost`] enforcing the tool budget and allowlist.
 //!
 //! The runtimes themselves live in their own crates: the shared plumbing

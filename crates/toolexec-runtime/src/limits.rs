@@ -40,7 +40,7 @@ pub struct RuntimeLimits {
     pub disk_bytes: Option<u64>,
     /// Network access.
     pub network: NetworkPolicy,
-    /// Tool calls through the gateway.
+    /// Tool calls through the channel.
     pub max_tool_calls: usize,
     /// Tool ids (exact or `*`/`?` globs) the unit may call; empty means all.
     pub allowed_tools: Vec<String>,

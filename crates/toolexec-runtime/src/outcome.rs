@@ -16,7 +16,7 @@ pub struct RunOutcome {
     /// How the run ended.
     pub status: RunStatus,
     /// The unit's result value: what a script returned, what a WASM unit or
-    /// a command sent as its gateway `result`.
+    /// a command sent as its channel `result`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
     /// Captured stdout (lossy UTF-8; cut at the output limit).
@@ -115,7 +115,7 @@ pub enum RunStatus {
     /// The caller cancelled the run.
     Cancelled,
     /// The run could not happen or was ended by toolexec: the runtime is
-    /// unavailable, the request is invalid, the sandbox broke the gateway
+    /// unavailable, the request is invalid, the sandbox broke the channel
     /// protocol (`invalid_request`), an internal error.
     Error {
         /// The stable error.

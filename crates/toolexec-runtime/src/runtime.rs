@@ -12,7 +12,7 @@ use crate::{Profile, RunOutcome, RunRequest, ToolHost, UnitKind};
 /// it is produced.
 #[derive(Debug, Clone)]
 pub struct RunContext {
-    /// Tools reachable from the unit, through the gateway.
+    /// Tools reachable from the unit, through the channel.
     pub host: ToolHost,
     /// Cancels the run; the runtime stops the unit and cleans up.
     pub cancel: CancellationToken,

@@ -90,7 +90,7 @@ pub struct CommandUnit {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,
     /// Environment. Nothing of the host's environment is passed, besides a
-    /// fixed `PATH` and the gateway variables.
+    /// fixed `PATH` and the channel variables.
     pub env: BTreeMap<String, String>,
     /// Working directory inside the sandbox (default `/tmp`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -103,7 +103,7 @@ pub const MAX_COMMAND_STDIN_BYTES: usize = 64 << 20;
 impl CommandUnit {
     /// Checks the unit can be started as given, whatever the runtime:
     /// a non-empty program, no NUL bytes, variable names without `=`, no
-    /// variables of the gateway's own (`TOOLEXEC_GATEWAY*`, set by the
+    /// variables of the channel's own (`TOOLEXEC_GATEWAY*`, set by the
     /// runtime), an absolute working directory, stdin within
     /// [`MAX_COMMAND_STDIN_BYTES`]. The error is the failing field
     /// (`unit.argv`, `unit.env`, `unit.cwd`, `unit.stdin`) and why.

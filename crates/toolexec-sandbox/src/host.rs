@@ -26,7 +26,7 @@ impl UnsandboxedOptIn {
 
 /// Runs commands directly on the host, in their own process group, with
 /// rlimits (CPU, address space, file size), a deadline, an output cap and
-/// the tool gateway. **Not a sandbox**: it can read and write what the
+/// the tool channel. **Not a sandbox**: it can read and write what the
 /// host user can and use the network. Fit for the `dev` profile only, and
 /// in no profile's list unless configured.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ impl Runtime for HostRuntime {
                 cwd: command.cwd.as_ref().map(Into::into),
                 stdin: command.stdin.clone().map(String::into_bytes),
                 rlimits,
-                gateway: true,
+                channel: true,
                 ..ProcessSpec::default()
             };
             let run = match run_process(spec, limits, &ctx).await {
@@ -118,7 +118,7 @@ impl Runtime for HostRuntime {
             enforcement.extend([
                 Enforcement::by(LimitKind::WallTime, "host timer, process-group SIGKILL"),
                 Enforcement::by(LimitKind::Output, "host pipe capture"),
-                Enforcement::by(LimitKind::ToolCalls, "host gateway budget"),
+                Enforcement::by(LimitKind::ToolCalls, "host channel budget"),
                 Enforcement::not_enforced(LimitKind::Processes, "no sandbox (host runtime)"),
                 // Nothing here can filter by host or turn the network off.
                 Enforcement::not_enforced(LimitKind::Network, "no sandbox (host runtime)"),

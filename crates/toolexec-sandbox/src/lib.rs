@@ -9,15 +9,15 @@
 //!
 //! - [`process`]: the child-process driver: spawn under rlimits, in its
 //!   cgroups and as its [`SandboxUser`], feed stdin, serve the sandbox↔host
-//!   gateway, stop on deadline, output, budget or cancellation.
+//!   channel, stop on deadline, output, budget or cancellation.
 //! - [`Capture`]: stdout and stderr under one byte budget, forwarded live.
 //! - [`rlimits`]: the rlimits derived from
 //!   [`RuntimeLimits`](toolexec_runtime::RuntimeLimits).
 //! - [`cgroup`]: per-run cgroups (v1, v2, hybrid) and [`verdict`]: the
 //!   limit a run hit, from what its cgroup counted.
 //! - [`seccomp`]: the one deny-list and its BPF rendering.
-//! - [`gateway_socket`]: private directories and the peer policy of the
-//!   gateway sockets of container runtimes.
+//! - [`channel_socket`]: private directories and the peer policy of the
+//!   channel sockets of container runtimes.
 //! - [`find_binary`]: launcher lookup.
 //! - [`HostRuntime`]: the driver alone, unsandboxed, behind an explicit
 //!   opt-in.
@@ -40,7 +40,7 @@
 
 mod binary;
 pub mod cgroup;
-pub mod gateway_socket;
+pub mod channel_socket;
 mod host;
 mod output;
 pub mod process;

@@ -1,9 +1,9 @@
 //! Running a child process under limits: what every process-based runtime
 //! (host, bubblewrap, OCI) shares. The runtime builds a [`ProcessSpec`]
 //! (its launcher's argv, rlimits, cgroups, inherited descriptors);
-//! [`run_process`] starts it with the gateway socket at
-//! [`GATEWAY_FD`], feeds stdin, captures output up to the
-//! limit, serves the gateway, and kills the whole process group on the
+//! [`run_process`] starts it with the channel socket at
+//! [`CHANNEL_FD`], feeds stdin, captures output up to the
+//! limit, serves the channel, and kills the whole process group on the
 //! deadline, on cancellation, on too much output, on a protocol violation,
 //! or when the future is dropped.
 
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use toolexec_runtime::protocol::{
-    GATEWAY_FD, GATEWAY_FD_ENV, GatewayConfig, GatewayServer, ProtocolError,
+    CHANNEL_FD, CHANNEL_FD_ENV, ChannelConfig, ChannelServer, ProtocolError,
 };
 use toolexec_runtime::{OutputStream, RunContext, RunOutcome, RuntimeLimits};
 
@@ -41,8 +41,8 @@ pub struct ProcessSpec {
     pub stdin: Option<Vec<u8>>,
     /// Set in the child before exec.
     pub rlimits: Vec<Rlimit>,
-    /// Serve the gateway protocol on descriptor 3 of the child.
-    pub gateway: bool,
+    /// Serve the channel protocol on descriptor 3 of the child.
+    pub channel: bool,
     /// Further descriptors the child inherits, at the given numbers (> 3).
     pub inherit: Vec<(OwnedFd, RawFd)>,
     /// Open `cgroup.procs` (or `tasks`) files: the child writes `0` to
@@ -64,7 +64,7 @@ pub enum Ended {
     Output,
     /// The caller cancelled.
     Cancelled,
-    /// The unit broke the gateway protocol.
+    /// The unit broke the channel protocol.
     Protocol(ProtocolError),
     /// The unit asked for a tool call past its budget.
     ToolCalls,
@@ -81,7 +81,7 @@ pub struct ProcessRun {
     pub stdout: Vec<u8>,
     /// Captured stderr, at most the output limit (with stdout).
     pub stderr: Vec<u8>,
-    /// The value the unit sent with the gateway's `result`.
+    /// The value the unit sent with the channel's `result`.
     pub value: Option<Value>,
     /// Start to reaped.
     pub elapsed: Duration,
@@ -117,13 +117,13 @@ pub struct Spawned {
     child: tokio::process::Child,
     host_end: Option<std::os::unix::net::UnixStream>,
     stdin: Option<Vec<u8>>,
-    gateway: bool,
+    channel: bool,
     started: Instant,
     group: GroupKill,
 }
 
-/// Starts `spec`'s child with the gateway socket at
-/// [`GATEWAY_FD`]. Must be called inside a tokio runtime;
+/// Starts `spec`'s child with the channel socket at
+/// [`CHANNEL_FD`]. Must be called inside a tokio runtime;
 /// the child's pipes stay registered with that runtime.
 pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
     let started = Instant::now();
@@ -131,7 +131,7 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
         program: spec.program.display().to_string(),
         source,
     };
-    let (host_end, child_end) = if spec.gateway {
+    let (host_end, child_end) = if spec.channel {
         let (a, b) = std::os::unix::net::UnixStream::pair().map_err(spawn_error)?;
         (Some(a), Some(OwnedFd::from(b)))
     } else {
@@ -151,15 +151,15 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    if spec.gateway {
-        cmd.env(GATEWAY_FD_ENV, GATEWAY_FD.to_string());
+    if spec.channel {
+        cmd.env(CHANNEL_FD_ENV, CHANNEL_FD.to_string());
     }
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }
     let mut moves: Vec<(RawFd, RawFd)> = Vec::new();
     if let Some(fd) = &child_end {
-        moves.push((fd.as_raw_fd(), GATEWAY_FD));
+        moves.push((fd.as_raw_fd(), CHANNEL_FD));
     }
     moves.extend(spec.inherit.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)));
     let mut scratch: Vec<RawFd> = vec![-1; moves.len()];
@@ -224,7 +224,7 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
         });
     }
     let child = cmd.spawn().map_err(spawn_error)?;
-    // The child has its copies; ours must go so the gateway sees EOF when
+    // The child has its copies; ours must go so the channel sees EOF when
     // the sandbox is gone.
     drop(child_end);
     spec.inherit.clear();
@@ -234,7 +234,7 @@ pub fn spawn_process(mut spec: ProcessSpec) -> Result<Spawned, SpawnError> {
         child,
         host_end,
         stdin: spec.stdin.take(),
-        gateway: spec.gateway,
+        channel: spec.channel,
         started,
         group,
     })
@@ -263,7 +263,7 @@ impl Spawned {
         self.started = Instant::now();
     }
 
-    /// Feeds stdin, captures output up to the limit, serves the gateway,
+    /// Feeds stdin, captures output up to the limit, serves the channel,
     /// and kills the process group on the deadline, on cancellation, on
     /// too much output, on a protocol violation, or when dropped.
     pub async fn drive(mut self, limits: &RuntimeLimits, ctx: &RunContext) -> ProcessRun {
@@ -295,9 +295,9 @@ impl Spawned {
         tokio::pin!(drains);
         let mut drained = false;
 
-        let server = GatewayServer::new(ctx.host.clone(), GatewayConfig::default());
+        let server = ChannelServer::new(ctx.host.clone(), ChannelConfig::default());
         let host_end = self.host_end.take();
-        let gateway = async {
+        let channel = async {
             match host_end {
                 Some(end) => {
                     end.set_nonblocking(true)
@@ -309,8 +309,8 @@ impl Spawned {
                 None => std::future::pending().await,
             }
         };
-        tokio::pin!(gateway);
-        let mut gateway_done = !self.gateway;
+        tokio::pin!(channel);
+        let mut channel_done = !self.channel;
         let deadline = tokio::time::sleep(limits.wall_time);
         tokio::pin!(deadline);
 
@@ -323,8 +323,8 @@ impl Spawned {
                 _ = capture.overflowed() => { ended = Some(Ended::Output); break None; }
                 _ = ctx.host.budget_exceeded() => { ended = Some(Ended::ToolCalls); break None; }
                 _ = &mut drains, if !drained => drained = true,
-                result = &mut gateway, if !gateway_done => {
-                    gateway_done = true;
+                result = &mut channel, if !channel_done => {
+                    channel_done = true;
                     if let Err(e) = result {
                         ended = Some(Ended::Protocol(e));
                         break None;
@@ -349,17 +349,17 @@ impl Spawned {
         // Descendants that outlived the child (the host runtime has no pid
         // namespace) go with the group.
         kill_group(pgid);
-        if !gateway_done && ended.is_none() {
-            // Let the gateway take the last frames the unit wrote before exit.
-            if let Ok(Err(e)) = tokio::time::timeout(Duration::from_millis(200), &mut gateway).await
+        if !channel_done && ended.is_none() {
+            // Let the channel take the last frames the unit wrote before exit.
+            if let Ok(Err(e)) = tokio::time::timeout(Duration::from_millis(200), &mut channel).await
             {
                 ended = Some(Ended::Protocol(e));
             }
-        } else if !gateway_done && !matches!(ended, Some(Ended::Protocol(_))) {
+        } else if !channel_done && !matches!(ended, Some(Ended::Protocol(_))) {
             // The unit is gone; tool calls still in flight get a moment to
             // finish (on cancellation their tools see the cancelled token)
             // before they are dropped and logged as cancelled.
-            let _ = tokio::time::timeout(Duration::from_millis(200), &mut gateway).await;
+            let _ = tokio::time::timeout(Duration::from_millis(200), &mut channel).await;
         }
         if !drained {
             // A descendant that escaped the group kill may hold the pipes.

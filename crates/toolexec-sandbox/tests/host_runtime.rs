@@ -1,4 +1,4 @@
-//! The opt-in host runtime: plain host processes with the gateway.
+//! The opt-in host runtime: plain host processes with the channel.
 
 use std::time::Duration;
 
@@ -115,7 +115,7 @@ async fn python_unit_calls_a_tool_over_fd_3() {
     }
     let source = r#"
 import os, json, struct, socket
-s = socket.socket(fileno=int(os.environ["TOOLEXEC_GATEWAY_FD"]))
+s = socket.socket(fileno=int(os.environ["TOOLEXEC_CHANNEL_FD"]))
 def send(o):
     b = json.dumps(o).encode(); s.sendall(struct.pack('>I', len(b)) + b)
 def readn(n):
@@ -125,7 +125,7 @@ def readn(n):
     return buf
 def recv():
     return json.loads(readn(struct.unpack('>I', readn(4))[0]))
-send({"id": 1, "method": "hello", "protocol": "toolexec-gateway", "version": 1})
+send({"id": 1, "method": "hello", "protocol": "toolexec-channel", "version": 1})
 assert recv()["result"]["version"] == 1
 send({"id": 2, "method": "call", "tool": "math:add", "args": {"a": 40, "b": 2}})
 answer = recv()
@@ -203,7 +203,7 @@ async fn a_call_in_flight_at_the_deadline_is_logged_cancelled() {
     }
     let source = r#"
 import os, json, struct, socket, time
-s = socket.socket(fileno=int(os.environ["TOOLEXEC_GATEWAY_FD"]))
+s = socket.socket(fileno=int(os.environ["TOOLEXEC_CHANNEL_FD"]))
 b = json.dumps({"id": 1, "method": "call", "tool": "slow:op", "args": {"n": 7}}).encode()
 s.sendall(struct.pack('>I', len(b)) + b)
 time.sleep(60)
@@ -252,7 +252,7 @@ async fn exit_code_152_is_not_a_cpu_verdict() {
 
 #[tokio::test]
 async fn descriptor_moves_survive_a_low_open_files_limit() {
-    // Descriptors 0-2, the gateway at 3 and one inherited at 9: a limit of
+    // Descriptors 0-2, the channel at 3 and one inherited at 9: a limit of
     // 16 is below the scratch range the moves use (64 and up).
     let (read, write) = std::io::pipe().unwrap();
     drop(write);
@@ -268,7 +268,7 @@ async fn descriptor_moves_survive_a_low_open_files_limit() {
             soft: 16,
             hard: 16,
         }],
-        gateway: true,
+        channel: true,
         inherit: vec![(read.into(), 9)],
         ..ProcessSpec::default()
     };

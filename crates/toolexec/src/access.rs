@@ -3,7 +3,7 @@
 //! describes tools.
 //!
 //! [`Exec`] implements it over its catalog. Elsewhere in the workspace it
-//! is implemented by the sandbox worker's gateway client and by the remote
+//! is implemented by the sandbox worker's tool-channel client and by the remote
 //! runtime server's forwarder, and wrapped by layers (the run's budget,
 //! allowlist and call log, in `toolexec-runtime`), each of which is itself
 //! a [`ToolAccess`] around an inner one, as a tower `Layer` wraps a

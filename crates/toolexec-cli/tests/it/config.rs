@@ -133,7 +133,7 @@ fn an_unset_secret_variable_names_the_key_and_leaks_nothing() {
         "toolexec.toml",
         &format!(
             r#"[gateway]
-token = {{ env = "TOOLEXEC_TEST_GATEWAY_SECRET" }}
+token = {{ env = "TOOLEXEC_TEST_CHANNEL_SECRET" }}
 
 [[servers]]
 name = "s"
@@ -149,7 +149,7 @@ env = {{ A_FILE = {{ file = "secret.txt" }}, B_LITERAL = {literal}, C_MISSING = 
             cmd.arg("--json");
         }
         let out = run(cmd
-            .env("TOOLEXEC_TEST_GATEWAY_SECRET", SECRETS[3])
+            .env("TOOLEXEC_TEST_CHANNEL_SECRET", SECRETS[3])
             .env("TOOLEXEC_TEST_ENV_SECRET", SECRETS[0])
             .env("TOOLEXEC_LOG", "debug"));
         out.expect_code(2);
@@ -205,7 +205,7 @@ fn secrets_stay_out_of_describe_errors_and_debug_logs() {
         "toolexec.toml",
         &format!(
             r#"[gateway]
-token = {{ env = "TOOLEXEC_TEST_GATEWAY_SECRET" }}
+token = {{ env = "TOOLEXEC_TEST_CHANNEL_SECRET" }}
 
 [[servers]]
 name = "py"
@@ -227,7 +227,7 @@ bearer_token = {bearer}
     );
     let exec = |args: &[&str]| {
         run(toolexec(dir.path(), args)
-            .env("TOOLEXEC_TEST_GATEWAY_SECRET", SECRETS[3])
+            .env("TOOLEXEC_TEST_CHANNEL_SECRET", SECRETS[3])
             .env("TOOLEXEC_TEST_ENV_SECRET", SECRETS[0])
             .env("TOOLEXEC_TOKEN", SECRETS[3])
             .env("TOOLEXEC_LOG", "debug"))
@@ -251,7 +251,7 @@ bearer_token = {bearer}
     // value under its configured name).
     for var in [
         "TOOLEXEC_TOKEN",
-        "TOOLEXEC_TEST_GATEWAY_SECRET",
+        "TOOLEXEC_TEST_CHANNEL_SECRET",
         "TOOLEXEC_TEST_ENV_SECRET",
     ] {
         let args = json!({ "name": var }).to_string();

@@ -1,7 +1,7 @@
 //! `toolexec-code-worker`: the sandboxed side of hardened code mode, as a
 //! standalone binary (the `toolexec` command has the same as its hidden
 //! `__script-worker` subcommand). Reads the script request on stdin, speaks
-//! the gateway protocol on descriptor 3, exits 0 once the outcome is sent.
+//! the tool channel on descriptor 3, exits 0 once the outcome is sent.
 //! Like `toolexec`, it is also the sandbox init (`__sandbox-init ...`), so
 //! one binary serves a bubblewrap sandbox whole.
 

@@ -225,7 +225,7 @@ pub(super) fn settle<'js>(
 
 /// The value of a search or describe future: at once when it is ready (the
 /// in-process case), else by waiting on this worker thread until the
-/// deadline (the gateway case; the host answers or the run ends).
+/// deadline (the tool-channel case; the host answers or the run ends).
 fn resolve<T>(shared: &Shared, mut fut: BoxFuture<'static, T>) -> Option<T> {
     if let Poll::Ready(v) = fut
         .as_mut()
@@ -266,7 +266,7 @@ pub(super) fn host_search<'js>(
     } else {
         limit * 4
     };
-    // A failed search (the host's lookup budget spent, a broken gateway)
+    // A failed search (the host's lookup budget spent, a broken channel)
     // finds nothing.
     let hits = match resolve(shared, shared.tools.search(&query, wanted)) {
         Some(Ok(Json::Array(hits))) => hits,

@@ -1,7 +1,7 @@
 //! The sandbox side of a script unit (hardened code mode): a process
 //! started inside a sandbox reads its script from stdin, runs it in the
-//! [`CodeEngine`] with tool access through the gateway protocol
-//! (descriptor 3), and sends the [`CodeOutcome`] back as its gateway
+//! [`CodeEngine`] with tool access through the tool channel
+//! (descriptor 3), and sends the [`CodeOutcome`] back as its channel
 //! `result`.
 //!
 //! Input on stdin, one JSON object: `{"language": "javascript", "source":
@@ -16,7 +16,7 @@ use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 use toolexec::{DetailLevel, Error, ErrorBody, ErrorCode, ToolAccess, until_cancelled};
 use toolexec_runtime::RuntimeLimits;
-use toolexec_runtime::protocol::{ClientError, DEFAULT_MAX_FRAME_BYTES, GatewayClient};
+use toolexec_runtime::protocol::{ChannelClient, ClientError, DEFAULT_MAX_FRAME_BYTES};
 
 use super::{engine_limits, report};
 use crate::{CodeEngine, CodeLimit, CodeOutcome, CodeRequest, CodeStatus};
@@ -43,9 +43,9 @@ pub enum WorkerError {
     /// Stdin is unreadable, too large or not a [`WorkerInput`].
     #[error("invalid_request: stdin: {0}")]
     Input(String),
-    /// No usable gateway.
-    #[error("backend_unavailable: gateway: {0}")]
-    Gateway(#[from] ClientError),
+    /// No usable tool channel.
+    #[error("backend_unavailable: channel: {0}")]
+    Channel(#[from] ClientError),
 }
 
 /// Reads the [`WorkerInput`] from `reader` (at most [`MAX_INPUT_BYTES`]).
@@ -96,7 +96,7 @@ pub fn worker_main() -> std::process::ExitCode {
     }
 }
 
-/// Runs one script as the sandboxed worker: stdin → engine → gateway
+/// Runs one script as the sandboxed worker: stdin → engine → channel
 /// `result`. Must run inside a Tokio runtime; returns once the result is
 /// sent (the caller then exits 0).
 ///
@@ -105,7 +105,7 @@ pub fn worker_main() -> std::process::ExitCode {
 /// allowlist and the budget and keeps the authoritative call log.
 pub async fn run_script_worker() -> Result<(), WorkerError> {
     let input = read_input(std::io::stdin().lock())?;
-    let client = Arc::new(GatewayClient::from_env().await?);
+    let client = Arc::new(ChannelClient::from_env().await?);
     client.hello().await?;
     let outcome = run_with(client.clone(), &input).await;
     client.send_result(result_value(outcome)).await?;
@@ -113,9 +113,9 @@ pub async fn run_script_worker() -> Result<(), WorkerError> {
 }
 
 /// Runs `input` with tools through `client`.
-async fn run_with(client: Arc<GatewayClient<UnixStream>>, input: &WorkerInput) -> CodeOutcome {
+async fn run_with(client: Arc<ChannelClient<UnixStream>>, input: &WorkerInput) -> CodeOutcome {
     let limits = engine_limits(&input.limits);
-    let engine = CodeEngine::with_tools(Arc::new(GatewayTools(client)), 1);
+    let engine = CodeEngine::with_tools(Arc::new(ChannelTools(client)), 1);
     engine
         .execute(CodeRequest::new(input.source.clone()).with_limits(limits))
         .await
@@ -124,7 +124,7 @@ async fn run_with(client: Arc<GatewayClient<UnixStream>>, input: &WorkerInput) -
 /// The outcome as the worker sends it: the [`CodeOutcome`] JSON without
 /// its tool calls (the host keeps its own log and reads only the status,
 /// value and console output, so the calls' arguments and results must not
-/// count against the frame), cut to fit one gateway frame (console output
+/// count against the frame), cut to fit one channel frame (console output
 /// shortened, the status then `limit_exceeded: output`).
 pub fn result_value(mut outcome: CodeOutcome) -> Json {
     let value = report(&mut outcome);
@@ -141,15 +141,15 @@ pub fn result_value(mut outcome: CodeOutcome) -> Json {
     outcome.status = CodeStatus::LimitExceeded {
         limit: CodeLimit::Output,
         message: format!(
-            "the outcome does not fit one gateway frame of {DEFAULT_MAX_FRAME_BYTES} bytes"
+            "the outcome does not fit one channel frame of {DEFAULT_MAX_FRAME_BYTES} bytes"
         ),
     };
     report(&mut outcome)
 }
 
-/// Tool access through the gateway: the host's answers, their codes kept
-/// (`Error::from` the body); a broken gateway is `backend_unavailable`.
-struct GatewayTools(Arc<GatewayClient<UnixStream>>);
+/// Tool access through the tool channel: the host's answers, their codes kept
+/// (`Error::from` the body); a broken channel is `backend_unavailable`.
+struct ChannelTools(Arc<ChannelClient<UnixStream>>);
 
 fn client_error(e: ClientError) -> Error {
     match e {
@@ -162,7 +162,7 @@ fn client_error(e: ClientError) -> Error {
     }
 }
 
-impl ToolAccess for GatewayTools {
+impl ToolAccess for ChannelTools {
     fn call(
         &self,
         tool_id: &str,

@@ -1,4 +1,4 @@
-//! Hardened code mode through a real worker process and the real gateway
+//! Hardened code mode through a real worker process and the real tool channel
 //! protocol. The runtime here starts the worker as a plain child process
 //! (the process driver of `toolexec-runtime`: descriptor 3, deadline,
 //! output cap, budget stop) and is registered for the `dev` profile only,
@@ -59,7 +59,7 @@ impl Runtime for ProcessScripts {
                 args: self.args.iter().map(OsString::from).collect(),
                 env: vec![("PATH".into(), "/usr/bin:/bin".into())],
                 stdin: Some(stdin),
-                gateway: true,
+                channel: true,
                 ..ProcessSpec::default()
             };
             let run = run_process(spec, &request.limits, &ctx)
@@ -239,7 +239,7 @@ async fn hostile_scripts_are_contained() {
 const LIAR: &str = r#"
 import json, os, struct, sys
 sys.stdin.read()
-fd = int(os.environ["TOOLEXEC_GATEWAY_FD"])
+fd = int(os.environ["TOOLEXEC_CHANNEL_FD"])
 def send(msg):
     data = json.dumps(msg).encode()
     os.write(fd, struct.pack(">I", len(data)) + data)
@@ -305,7 +305,7 @@ async fn a_worker_past_the_budget_is_stopped_by_the_host() {
     let flood = r#"
 import json, os, struct, sys
 sys.stdin.read()
-fd = int(os.environ["TOOLEXEC_GATEWAY_FD"])
+fd = int(os.environ["TOOLEXEC_CHANNEL_FD"])
 for i in range(1, 50):
     data = json.dumps({"id": i, "method": "call", "tool": "math:add", "args": {"a": i, "b": 1}}).encode()
     os.write(fd, struct.pack(">I", len(data)) + data)
@@ -346,12 +346,12 @@ async fn broken_workers_become_exceptions() {
     }
     // Sends garbage frames.
     let garbage =
-        "import os; os.write(int(os.environ['TOOLEXEC_GATEWAY_FD']), b'\\x00\\x00\\x00\\x03abc')";
+        "import os; os.write(int(os.environ['TOOLEXEC_CHANNEL_FD']), b'\\x00\\x00\\x00\\x03abc')";
     let r = runtimes(py, &["-c", garbage]);
     let out = hardened(&r, &exec, "return 1", quick()).await;
     match &out.status {
         CodeStatus::Exception { message, .. } => {
-            assert!(message.contains("gateway"), "{message}")
+            assert!(message.contains("channel"), "{message}")
         }
         other => panic!("{other:?}"),
     }
@@ -375,7 +375,7 @@ async fn no_runtime_is_an_error_not_an_outcome() {
 #[tokio::test]
 async fn large_tool_results_do_not_fill_the_result_frame() {
     // 4 calls of 300 kB arguments and 300 kB results: 2.4 MB of call log,
-    // more than one gateway frame, but the script's output is small.
+    // more than one channel frame, but the script's output is small.
     let script = r#"
         const s = "x".repeat(300000);
         let n = 0;

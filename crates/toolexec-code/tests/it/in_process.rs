@@ -401,7 +401,7 @@ async fn hardened_selection_refuses_it() {
     assert!(info.profiles.is_empty(), "{info:?}");
 }
 
-/// A script whose calls carry more than a gateway frame (1 MiB) of
+/// A script whose calls carry more than a channel frame (1 MiB) of
 /// arguments and results, with little output of its own.
 const BIG_TOOL_RESULTS: &str = r#"
 const s = "x".repeat(300000);

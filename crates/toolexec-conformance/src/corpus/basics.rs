@@ -11,7 +11,7 @@ use crate::case::Drive;
 use crate::check::{self, ensure};
 use crate::subject::sh;
 
-/// A script calling `math:add` twice through the gateway.
+/// A script calling `math:add` twice through the channel.
 const SCRIPT: &str = r#"
 const r = await tools.math.add({a: 1, b: 2});
 console.log("sum", r.result);

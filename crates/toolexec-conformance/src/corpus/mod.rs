@@ -1,8 +1,8 @@
 //! The corpus: every case, in the order they run.
 
 mod basics;
+mod channel;
 mod escapes;
-mod gateway;
 mod kernel;
 mod limits;
 mod requests;
@@ -16,7 +16,7 @@ pub fn corpus() -> Vec<Case> {
     all.extend(escapes::cases());
     all.extend(kernel::cases());
     all.extend(limits::cases());
-    all.extend(gateway::cases());
+    all.extend(channel::cases());
     all.extend(requests::cases());
     for (i, case) in all.iter_mut().enumerate() {
         case.index = i;

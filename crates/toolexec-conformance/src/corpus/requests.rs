@@ -40,7 +40,7 @@ pub(super) fn cases() -> Vec<Case> {
             "bad_request_reserved_env",
             |_, _, _| {
                 command(|u| {
-                    u.env = BTreeMap::from([("TOOLEXEC_GATEWAY_FD".to_owned(), "9".to_owned())])
+                    u.env = BTreeMap::from([("TOOLEXEC_CHANNEL_FD".to_owned(), "9".to_owned())])
                 })
             },
             |_, _, o| check::error(&o.outcome, "invalid_request", Some("unit.env")),

@@ -95,7 +95,7 @@ pub(crate) async fn oci(flavor: OciFlavor) -> Result<Built, String> {
     config.work_dir = base.join(format!("bundles-{}", flavor.name()));
     config.cache_dir = base.join("cache");
     config.state_dir = base.join(format!("state-{}", flavor.name()));
-    config.gateway_dir = base.join("gw");
+    config.channel_dir = base.join("gw");
     config.cgroup_parent = format!(
         "toolexec-conformance-{}/{}",
         std::process::id(),
@@ -128,7 +128,7 @@ fn repo() -> PathBuf {
 /// and this process is root), on the busybox test image plus the static
 /// probe.
 pub(crate) async fn docker() -> Result<Built, String> {
-    if !Path::new(DOCKER_SOCKET).exists() && toolexec_sandbox::gateway_socket::euid() == 0 {
+    if !Path::new(DOCKER_SOCKET).exists() && toolexec_sandbox::channel_socket::euid() == 0 {
         let out = Command::new("bash")
             .arg(repo().join("scripts/start-dockerd.sh"))
             .output()

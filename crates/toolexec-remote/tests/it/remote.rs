@@ -128,7 +128,7 @@ async fn tool_calls_come_back_to_the_callers_catalog() {
         )
         .unwrap();
     let script = format!(
-        "{PY_GATEWAY}
+        "{PY_CHANNEL}
 a = call('math:add', {{'a': 40, 'b': 2}})
 print('add', a['result']['result'])
 b = call('caller:secret', {{}})
@@ -197,10 +197,10 @@ async fn the_remote_log_keeps_bounded_records() {
     let server = start(ServerConfig::new(key())).await;
     let remote = client(&server.url());
     let exec = catalog();
-    // 512 KiB arguments (within the 1 MiB gateway frame): 8 forwarded
+    // 512 KiB arguments (within the 1 MiB channel frame): 8 forwarded
     // to the caller, 8 refused by the server's allowlist, alternating.
     let script = format!(
-        "{PY_GATEWAY}
+        "{PY_CHANNEL}
 big = 'a' * (512 * 1024)
 for i in range(8):
     print(call('text:word_count', {{'text': big + str(i)}})['result']['characters'])
@@ -259,7 +259,7 @@ async fn the_callers_host_enforces_its_own_budget_and_allowlist() {
     let remote = client(&server.url());
     let exec = catalog();
     let script = format!(
-        "{PY_GATEWAY}
+        "{PY_CHANNEL}
 print('a', call('math:add', {{'a': 1, 'b': 2}}).get('error', {{}}).get('code'))
 print('b', call('text:case', {{'text': 'a b', 'to': 'snake'}}).get('error', {{}}).get('code'))
 "

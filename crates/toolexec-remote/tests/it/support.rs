@@ -159,10 +159,10 @@ pub(crate) fn dev(unit: Unit) -> RunRequest {
 
 pub(crate) use toolexec_testkit::python3;
 
-/// A python gateway client prelude: `call(tool, args)` returns the answer.
-pub(crate) const PY_GATEWAY: &str = r#"
+/// A python channel client prelude: `call(tool, args)` returns the answer.
+pub(crate) const PY_CHANNEL: &str = r#"
 import os, json, struct, socket, sys
-s = socket.socket(fileno=int(os.environ["TOOLEXEC_GATEWAY_FD"]))
+s = socket.socket(fileno=int(os.environ["TOOLEXEC_CHANNEL_FD"]))
 n = [0]
 def send(o):
     b = json.dumps(o).encode(); s.sendall(struct.pack('>I', len(b)) + b)

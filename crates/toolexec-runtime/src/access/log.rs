@@ -98,7 +98,7 @@ impl<S: ToolAccess> ToolAccess for CallLog<S> {
 }
 
 /// A call in progress: logged when it completes, or, if its future is
-/// dropped first (deadline, kill, gateway shutdown), as failed with
+/// dropped first (deadline, kill, channel shutdown), as failed with
 /// `cancelled`.
 struct PendingCall {
     log: SharedLog,

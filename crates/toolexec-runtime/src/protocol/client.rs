@@ -1,4 +1,4 @@
-//! The sandbox side of the gateway protocol.
+//! The sandbox side of the channel protocol.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,11 +14,11 @@ use toolexec::ErrorBody;
 
 use super::message::{Request, RequestBody, Response, ResponseBody};
 use super::{
-    DEFAULT_MAX_FRAME_BYTES, GATEWAY_FD_ENV, GATEWAY_SOCKET_ENV, PROTOCOL_NAME, PROTOCOL_VERSION,
+    CHANNEL_FD_ENV, CHANNEL_SOCKET_ENV, DEFAULT_MAX_FRAME_BYTES, PROTOCOL_NAME, PROTOCOL_VERSION,
     codec,
 };
 
-/// Why a gateway request got no answer from the host.
+/// Why a channel request got no answer from the host.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ClientError {
     /// The host answered with an error (a tool error, `not_allowed`,
@@ -26,55 +26,55 @@ pub enum ClientError {
     #[error("{}", .0.message)]
     Tool(ErrorBody),
     /// The connection is gone (the host ended the run).
-    #[error("gateway connection closed")]
+    #[error("channel connection closed")]
     Closed,
-    /// No gateway descriptor in this process, or it is unusable.
-    #[error("no gateway: {0}")]
-    NoGateway(String),
+    /// No channel descriptor in this process, or it is unusable.
+    #[error("no channel: {0}")]
+    NoChannel(String),
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<ResponseBody>>>>;
 
 /// A client for code inside a sandbox. Requests may be concurrent; each
 /// waits for its own answer.
-pub struct GatewayClient<S> {
+pub struct ChannelClient<S> {
     sink: tokio::sync::Mutex<FramedWrite<WriteHalf<S>, LengthDelimitedCodec>>,
     pending: Pending,
     next_id: AtomicU64,
     reader: tokio::task::JoinHandle<()>,
 }
 
-impl<S> Drop for GatewayClient<S> {
+impl<S> Drop for ChannelClient<S> {
     fn drop(&mut self) {
         self.reader.abort();
     }
 }
 
-impl GatewayClient<tokio::net::UnixStream> {
-    /// Connects to the descriptor named by `TOOLEXEC_GATEWAY_FD`, or else
-    /// to the socket path in `TOOLEXEC_GATEWAY_SOCKET`. Must be called
+impl ChannelClient<tokio::net::UnixStream> {
+    /// Connects to the descriptor named by `TOOLEXEC_CHANNEL_FD`, or else
+    /// to the socket path in `TOOLEXEC_CHANNEL_SOCKET`. Must be called
     /// inside a tokio runtime, at most once per process (it takes
     /// ownership of the descriptor).
     pub async fn from_env() -> Result<Self, ClientError> {
         use std::os::fd::FromRawFd;
-        if std::env::var_os(GATEWAY_FD_ENV).is_none()
-            && let Some(path) = std::env::var_os(GATEWAY_SOCKET_ENV)
+        if std::env::var_os(CHANNEL_FD_ENV).is_none()
+            && let Some(path) = std::env::var_os(CHANNEL_SOCKET_ENV)
         {
             let stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| {
-                ClientError::NoGateway(format!("cannot connect to {}: {e}", path.to_string_lossy()))
+                ClientError::NoChannel(format!("cannot connect to {}: {e}", path.to_string_lossy()))
             })?;
-            return Ok(GatewayClient::new(stream));
+            return Ok(ChannelClient::new(stream));
         }
-        let fd: i32 = std::env::var(GATEWAY_FD_ENV)
-            .map_err(|_| ClientError::NoGateway(format!("{GATEWAY_FD_ENV} is not set")))?
+        let fd: i32 = std::env::var(CHANNEL_FD_ENV)
+            .map_err(|_| ClientError::NoChannel(format!("{CHANNEL_FD_ENV} is not set")))?
             .parse()
-            .map_err(|_| ClientError::NoGateway(format!("{GATEWAY_FD_ENV} is not a number")))?;
+            .map_err(|_| ClientError::NoChannel(format!("{CHANNEL_FD_ENV} is not a number")))?;
         // SAFETY: the sandbox launcher passes an open socket at this
         // descriptor for this process to own; `fstat` checks it is a socket.
         let stream = unsafe {
             let mut stat: libc::stat = std::mem::zeroed();
             if libc::fstat(fd, &mut stat) != 0 || stat.st_mode & libc::S_IFMT != libc::S_IFSOCK {
-                return Err(ClientError::NoGateway(format!(
+                return Err(ClientError::NoChannel(format!(
                     "descriptor {fd} is not a socket"
                 )));
             }
@@ -82,14 +82,14 @@ impl GatewayClient<tokio::net::UnixStream> {
         };
         stream
             .set_nonblocking(true)
-            .map_err(|e| ClientError::NoGateway(e.to_string()))?;
+            .map_err(|e| ClientError::NoChannel(e.to_string()))?;
         let stream = tokio::net::UnixStream::from_std(stream)
-            .map_err(|e| ClientError::NoGateway(e.to_string()))?;
-        Ok(GatewayClient::new(stream))
+            .map_err(|e| ClientError::NoChannel(e.to_string()))?;
+        Ok(ChannelClient::new(stream))
     }
 }
 
-impl<S> GatewayClient<S>
+impl<S> ChannelClient<S>
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -112,7 +112,7 @@ where
             // Closed: fail everything still waiting.
             reader_pending.lock().clear();
         });
-        GatewayClient {
+        ChannelClient {
             sink: tokio::sync::Mutex::new(FramedWrite::new(write, codec(DEFAULT_MAX_FRAME_BYTES))),
             pending,
             next_id: AtomicU64::new(1),

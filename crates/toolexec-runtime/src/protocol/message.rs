@@ -21,7 +21,7 @@ pub struct Request {
 pub enum RequestBody {
     /// Version handshake; answered with `{protocol, version, max_frame_bytes, max_tool_calls}`.
     Hello {
-        /// The protocol name, `toolexec-gateway`.
+        /// The protocol name, `toolexec-channel`.
         protocol: String,
         /// The version the sandbox speaks.
         version: u32,

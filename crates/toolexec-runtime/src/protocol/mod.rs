@@ -1,14 +1,14 @@
-//! The sandbox↔host gateway protocol, version 1.
+//! The sandbox↔host channel protocol, version 1.
 //!
 //! Sandboxed code reaches tools only through this protocol; the host side
-//! ([`GatewayServer`]) checks every request against the run's budget and
+//! ([`ChannelServer`]) checks every request against the run's budget and
 //! allowlist. The full specification, with examples, is
-//! `docs/gateway-protocol.md`; in short:
+//! `docs/tool-channel.md`; in short:
 //!
 //! - **Transport**: a stream socket. Sandboxed processes find it as file
-//!   descriptor [`GATEWAY_FD`], announced in the environment variable
-//!   [`GATEWAY_FD_ENV`]; where descriptors cannot be inherited (containers
-//!   under a daemon), a Unix socket path in [`GATEWAY_SOCKET_ENV`].
+//!   descriptor [`CHANNEL_FD`], announced in the environment variable
+//!   [`CHANNEL_FD_ENV`]; where descriptors cannot be inherited (containers
+//!   under a daemon), a Unix socket path in [`CHANNEL_SOCKET_ENV`].
 //! - **Framing**: a 4-byte big-endian length, then that many bytes of UTF-8
 //!   JSON. A frame longer than the host's maximum (default
 //!   [`DEFAULT_MAX_FRAME_BYTES`]) ends the run with `invalid_request`, as
@@ -25,25 +25,25 @@ mod client;
 mod message;
 mod server;
 
-pub use client::{ClientError, GatewayClient};
+pub use client::{ChannelClient, ClientError};
 pub use message::{Request, RequestBody, Response, ResponseBody};
-pub use server::{GatewayConfig, GatewayServer, ProtocolError};
+pub use server::{ChannelConfig, ChannelServer, ProtocolError};
 
 /// The protocol version this crate speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
 /// The protocol name sent in `hello`.
-pub const PROTOCOL_NAME: &str = "toolexec-gateway";
+pub const PROTOCOL_NAME: &str = "toolexec-channel";
 
-/// The file descriptor the gateway socket has in sandboxed processes.
-pub const GATEWAY_FD: i32 = 3;
+/// The file descriptor the channel socket has in sandboxed processes.
+pub const CHANNEL_FD: i32 = 3;
 
-/// The environment variable that announces the gateway's descriptor.
-pub const GATEWAY_FD_ENV: &str = "TOOLEXEC_GATEWAY_FD";
+/// The environment variable that announces the channel's descriptor.
+pub const CHANNEL_FD_ENV: &str = "TOOLEXEC_CHANNEL_FD";
 
 /// The environment variable naming a Unix socket path to connect to
 /// instead, for sandboxes that cannot inherit descriptors (Docker, remote).
-pub const GATEWAY_SOCKET_ENV: &str = "TOOLEXEC_GATEWAY_SOCKET";
+pub const CHANNEL_SOCKET_ENV: &str = "TOOLEXEC_CHANNEL_SOCKET";
 
 /// Default maximum frame size, both ways: 1 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 1 << 20;

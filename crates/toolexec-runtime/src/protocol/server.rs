@@ -1,4 +1,4 @@
-//! The host side of the gateway protocol.
+//! The host side of the channel protocol.
 
 use std::sync::Arc;
 
@@ -14,43 +14,43 @@ use super::message::{Request, RequestBody, Response, ResponseBody};
 use super::{DEFAULT_MAX_FRAME_BYTES, PROTOCOL_NAME, PROTOCOL_VERSION, codec};
 use crate::ToolHost;
 
-/// Settings of a [`GatewayServer`].
+/// Settings of a [`ChannelServer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GatewayConfig {
+pub struct ChannelConfig {
     /// Largest frame accepted from the sandbox (and sent to it).
     pub max_frame_bytes: usize,
     /// Requests handled at once; further frames wait (backpressure).
     pub max_in_flight: usize,
 }
 
-impl Default for GatewayConfig {
+impl Default for ChannelConfig {
     fn default() -> Self {
-        GatewayConfig {
+        ChannelConfig {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_in_flight: 32,
         }
     }
 }
 
-/// Why the host ended a gateway session. Every variant ends the run: a
+/// Why the host ended a channel session. Every variant ends the run: a
 /// sandbox that breaks the protocol is not trusted further.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
     /// A frame over the maximum size.
-    #[error("gateway frame exceeds the maximum of {max} bytes")]
+    #[error("channel frame exceeds the maximum of {max} bytes")]
     FrameTooLarge {
         /// The maximum.
         max: usize,
     },
     /// A frame that is not a valid message.
-    #[error("malformed gateway message: {detail}")]
+    #[error("malformed channel message: {detail}")]
     Malformed {
         /// What is wrong (serde's message, with the field).
         detail: String,
     },
     /// A `hello` for another protocol or version.
     #[error(
-        "unsupported gateway protocol {protocol:?} version {version} (this host speaks {PROTOCOL_NAME} {PROTOCOL_VERSION})"
+        "unsupported channel protocol {protocol:?} version {version} (this host speaks {PROTOCOL_NAME} {PROTOCOL_VERSION})"
     )]
     UnsupportedVersion {
         /// The protocol name the sandbox sent.
@@ -62,33 +62,33 @@ pub enum ProtocolError {
     #[error("the unit sent its result twice")]
     DuplicateResult,
     /// The transport failed.
-    #[error("gateway transport failed: {0}")]
+    #[error("channel transport failed: {0}")]
     Io(String),
 }
 
 impl ProtocolError {
-    /// The error as the run reports it: `invalid_request` on field `gateway`.
+    /// The error as the run reports it: `invalid_request` on field `channel`.
     pub fn to_body(&self) -> ErrorBody {
         ErrorBody {
             code: ErrorCode::InvalidRequest,
-            message: format!("invalid_request: gateway: {self}"),
-            details: Some(json!({"field": "gateway"})),
+            message: format!("invalid_request: channel: {self}"),
+            details: Some(json!({"field": "channel"})),
         }
     }
 }
 
-/// Serves one sandbox's gateway connection against a [`ToolHost`].
+/// Serves one sandbox's channel connection against a [`ToolHost`].
 #[derive(Debug, Clone)]
-pub struct GatewayServer {
+pub struct ChannelServer {
     host: ToolHost,
-    config: GatewayConfig,
+    config: ChannelConfig,
     value: Arc<Mutex<Option<Value>>>,
 }
 
-impl GatewayServer {
+impl ChannelServer {
     /// A server for `host`.
-    pub fn new(host: ToolHost, config: GatewayConfig) -> Self {
-        GatewayServer {
+    pub fn new(host: ToolHost, config: ChannelConfig) -> Self {
+        ChannelServer {
             host,
             config,
             value: Arc::default(),
@@ -247,7 +247,7 @@ fn encode(response: &Response, max: usize) -> Vec<u8> {
         body: ResponseBody::Error(ErrorBody {
             code: ErrorCode::LimitExceeded,
             message: format!(
-                "limit_exceeded: the answer ({} bytes) exceeds the gateway frame maximum of {max} bytes",
+                "limit_exceeded: the answer ({} bytes) exceeds the channel frame maximum of {max} bytes",
                 bytes.len()
             ),
             details: Some(json!({"limit": "output_bytes", "max": max})),

@@ -1,4 +1,4 @@
-//! Tool calls through the sandbox↔host gateway: calls, the budget, the
+//! Tool calls through the sandbox↔host channel: calls, the budget, the
 //! allowlist, forged frames, the result.
 
 use serde_json::{Value, json};
@@ -8,11 +8,11 @@ use crate::check::{self, ensure};
 use crate::probe::{frame, hex};
 use crate::{Case, Subject};
 
-/// The probe writing `bytes` to the gateway, printing `reads` answers,
+/// The probe writing `bytes` to the channel, printing `reads` answers,
 /// then sleeping `pause` seconds.
-fn gateway(s: &Subject, bytes: &[u8], reads: usize, pause: u32) -> Unit {
+fn channel(s: &Subject, bytes: &[u8], reads: usize, pause: u32) -> Unit {
     s.probe(&[
-        "gateway".to_owned(),
+        "channel".to_owned(),
         hex(bytes),
         reads.to_string(),
         pause.to_string(),
@@ -30,8 +30,8 @@ fn calls(n: u64, tool: &str) -> Vec<u8> {
 pub(super) fn cases() -> Vec<Case> {
     vec![
         Case::new(
-            "gateway_tool_call",
-            |s, _, _| gateway(s, &calls(1, "math:add"), 1, 0),
+            "channel_tool_call",
+            |s, _, _| channel(s, &calls(1, "math:add"), 1, 0),
             |_, _, o| {
                 let out = &o.outcome;
                 check::ok(out)?;
@@ -50,8 +50,8 @@ pub(super) fn cases() -> Vec<Case> {
         )
         .tools(),
         Case::new(
-            "gateway_budget_ends_the_run",
-            |s, _, _| gateway(s, &calls(5, "math:add"), 5, 10),
+            "channel_budget_ends_the_run",
+            |s, _, _| channel(s, &calls(5, "math:add"), 5, 10),
             |_, _, o| {
                 let out = &o.outcome;
                 check::limit(out, toolexec_runtime::LimitKind::ToolCalls)?;
@@ -69,8 +69,8 @@ pub(super) fn cases() -> Vec<Case> {
         .tools()
         .limits(|_, l| l.max_tool_calls = 2),
         Case::new(
-            "gateway_allowlist_refuses_other_tools",
-            |s, _, _| gateway(s, &calls(1, "math:add"), 1, 0),
+            "channel_allowlist_refuses_other_tools",
+            |s, _, _| channel(s, &calls(1, "math:add"), 1, 0),
             |_, _, o| {
                 let out = &o.outcome;
                 check::stdout_has(out, "not_allowed")?;
@@ -89,11 +89,11 @@ pub(super) fn cases() -> Vec<Case> {
         .tools()
         .limits(|_, l| l.allowed_tools = vec!["text:*".into()]),
         Case::new(
-            "gateway_malformed_frame_ends_the_run",
+            "channel_malformed_frame_ends_the_run",
             |s, _, _| {
                 let mut bytes = 5u32.to_be_bytes().to_vec();
                 bytes.extend(b"{nope");
-                gateway(s, &bytes, 0, 10)
+                channel(s, &bytes, 0, 10)
             },
             |_, _, o| {
                 check::error(&o.outcome, "invalid_request", None)?;
@@ -106,11 +106,11 @@ pub(super) fn cases() -> Vec<Case> {
         )
         .tools(),
         Case::new(
-            "gateway_oversized_frame_ends_the_run",
+            "channel_oversized_frame_ends_the_run",
             |s, _, _| {
                 let mut bytes = (1u32 << 30).to_be_bytes().to_vec();
                 bytes.extend([b'x'; 1024]);
-                gateway(s, &bytes, 0, 10)
+                channel(s, &bytes, 0, 10)
             },
             |_, _, o| {
                 check::error(&o.outcome, "invalid_request", None)?;
@@ -123,9 +123,9 @@ pub(super) fn cases() -> Vec<Case> {
         )
         .tools(),
         Case::new(
-            "gateway_result_is_the_value",
+            "channel_result_is_the_value",
             |s, _, _| {
-                gateway(
+                channel(
                     s,
                     &frame(&json!({"method": "result", "value": {"answer": 42}})),
                     0,

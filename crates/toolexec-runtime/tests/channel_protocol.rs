@@ -1,5 +1,5 @@
-//! The gateway protocol over a real socketpair: the host's
-//! `GatewayServer` against the sandbox's `GatewayClient` and raw frames.
+//! The channel protocol over a real socketpair: the host's
+//! `ChannelServer` against the sandbox's `ChannelClient` and raw frames.
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use toolexec::{CancellationToken, Exec};
-use toolexec_runtime::protocol::{GatewayClient, GatewayConfig, GatewayServer, ProtocolError};
+use toolexec_runtime::protocol::{ChannelClient, ChannelConfig, ChannelServer, ProtocolError};
 use toolexec_runtime::{RuntimeLimits, ToolCallLog, ToolHost, ValueSummary};
 
 fn host(limits: &RuntimeLimits) -> ToolHost {
@@ -23,12 +23,12 @@ fn host(limits: &RuntimeLimits) -> ToolHost {
 fn serve(
     host: ToolHost,
 ) -> (
-    GatewayServer,
+    ChannelServer,
     tokio::task::JoinHandle<Result<(), ProtocolError>>,
     UnixStream,
 ) {
     let (a, b) = UnixStream::pair().unwrap();
-    let server = GatewayServer::new(host, GatewayConfig::default());
+    let server = ChannelServer::new(host, ChannelConfig::default());
     let s = server.clone();
     let task = tokio::spawn(async move { s.serve(a).await });
     (server, task, b)
@@ -62,9 +62,9 @@ async fn ends_with(task: tokio::task::JoinHandle<Result<(), ProtocolError>>) -> 
 async fn hello_call_search_describe() {
     let limits = RuntimeLimits::default();
     let (_server, _task, end) = serve(host(&limits));
-    let client = GatewayClient::new(end);
+    let client = ChannelClient::new(end);
     let hello = client.hello().await.unwrap();
-    assert_eq!(hello["protocol"], "toolexec-gateway");
+    assert_eq!(hello["protocol"], "toolexec-channel");
     assert_eq!(hello["version"], 1);
     let sum = client
         .call("math:add", json!({"a": 2, "b": 3}))
@@ -92,7 +92,7 @@ async fn version_mismatch_ends_the_session() {
     let (_server, task, mut end) = serve(host(&RuntimeLimits::default()));
     frame(
         &mut end,
-        br#"{"id": 1, "method": "hello", "protocol": "toolexec-gateway", "version": 99}"#,
+        br#"{"id": 1, "method": "hello", "protocol": "toolexec-channel", "version": 99}"#,
     )
     .await;
     assert!(matches!(
@@ -110,7 +110,7 @@ async fn allowlist_and_budget() {
     };
     let host = host(&limits);
     let (_server, _task, end) = serve(host.clone());
-    let client = GatewayClient::new(end);
+    let client = ChannelClient::new(end);
     let denied = client
         .call("text:case", json!({"text": "a", "to": "upper"}))
         .await;
@@ -158,7 +158,7 @@ async fn refused_calls_spend_the_budget_and_floods_keep_no_args() {
     };
     let host = host(&limits);
     let (_server, _task, end) = serve(host.clone());
-    let client = GatewayClient::new(end);
+    let client = ChannelClient::new(end);
     let exceeded = host.clone();
     let watcher = tokio::spawn(async move { exceeded.budget_exceeded().await });
     let big = "x".repeat(64 * 1024);
@@ -274,7 +274,7 @@ async fn search_and_describe_have_a_budget() {
     let host = host(&limits);
     assert_eq!(host.max_lookups(), 10);
     let (_server, _task, end) = serve(host.clone());
-    let client = GatewayClient::new(end);
+    let client = ChannelClient::new(end);
     let exceeded = host.clone();
     let watcher = tokio::spawn(async move { exceeded.budget_exceeded().await });
     for i in 0..10 {
@@ -300,7 +300,7 @@ async fn search_and_describe_have_a_budget() {
 #[tokio::test]
 async fn concurrent_calls_get_their_own_answers() {
     let (_server, _task, end) = serve(host(&RuntimeLimits::default()));
-    let client = std::sync::Arc::new(GatewayClient::new(end));
+    let client = std::sync::Arc::new(ChannelClient::new(end));
     let calls = (0..20).map(|i| {
         let client = client.clone();
         async move { client.call("math:add", json!({"a": i, "b": 1000})).await }

@@ -1,6 +1,6 @@
-//! The per-run gateway socket: Docker cannot pass descriptors, so each run
+//! The per-run channel socket: Docker cannot pass descriptors, so each run
 //! gets a Unix socket in a private host directory, bind-mounted into the
-//! container, served with the shared [`GatewayServer`] to the unit's uid
+//! container, served with the shared [`ChannelServer`] to the unit's uid
 //! only ([`PeerPolicy`], the policy the OCI runtime's socket has too).
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -10,30 +10,30 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::net::UnixListener;
 use toolexec::CancellationToken;
-use toolexec_runtime::protocol::{GatewayServer, ProtocolError};
-use toolexec_sandbox::gateway_socket::PeerPolicy;
+use toolexec_runtime::protocol::{ChannelServer, ProtocolError};
+use toolexec_sandbox::channel_socket::PeerPolicy;
 
 /// Connections one run may hold open at once; more wait in the backlog.
 const MAX_CONNECTIONS: usize = 16;
 
-/// A listening gateway socket in its own directory, removed on drop.
+/// A listening channel socket in its own directory, removed on drop.
 #[derive(Debug)]
-pub(crate) struct GatewaySocket {
+pub(crate) struct ChannelSocket {
     dir: PathBuf,
     path: PathBuf,
     listener: Option<UnixListener>,
 }
 
-impl GatewaySocket {
-    /// Binds `<base>/toolexec-docker-<run_id>/gateway.sock`: the directory
+impl ChannelSocket {
+    /// Binds `<base>/toolexec-docker-<run_id>/channel.sock`: the directory
     /// is the owner's only (the daemon, as root, bind-mounts the socket
     /// itself), the socket is connectable by any uid (units run as nobody).
     pub(crate) fn bind(base: &Path, run_id: &str) -> std::io::Result<Self> {
         let dir = base.join(format!("toolexec-docker-{run_id}"));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        let path = dir.join("gateway.sock");
+        let path = dir.join("channel.sock");
         // From here on, drop removes the directory whatever fails.
-        let mut socket = GatewaySocket {
+        let mut socket = ChannelSocket {
             dir,
             path,
             listener: None,
@@ -59,7 +59,7 @@ impl GatewaySocket {
     }
 }
 
-impl Drop for GatewaySocket {
+impl Drop for ChannelSocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -71,7 +71,7 @@ impl Drop for GatewaySocket {
 /// sessions end). Returns the first protocol violation, which ends the run.
 pub(crate) async fn serve(
     listener: UnixListener,
-    server: GatewayServer,
+    server: ChannelServer,
     stop: CancellationToken,
     policy: PeerPolicy,
 ) -> Option<ProtocolError> {
@@ -92,7 +92,7 @@ pub(crate) async fn serve(
                     // Out of descriptors or similar: the unit's calls fail,
                     // the run goes on.
                     Err(e) => {
-                        tracing::warn!("docker gateway: accept failed: {e}");
+                        tracing::warn!("docker channel: accept failed: {e}");
                         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                     }
                 }
@@ -112,10 +112,10 @@ mod tests {
     use std::io::Write as _;
     use std::os::unix::process::CommandExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use toolexec_runtime::protocol::GatewayConfig;
+    use toolexec_runtime::protocol::ChannelConfig;
     use toolexec_runtime::{RuntimeLimits, ToolHost};
 
-    const HELLO: &str = r#"{"id":1,"method":"hello","protocol":"toolexec-gateway","version":1}"#;
+    const HELLO: &str = r#"{"id":1,"method":"hello","protocol":"toolexec-channel","version":1}"#;
 
     /// Python as `uid`: connect to `path`, send a hello frame, print
     /// `served` if an answer comes, `closed` if the host hangs up.
@@ -133,13 +133,13 @@ mod tests {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    /// Issue 10: the gateway serves the unit's host uid only, as the OCI
+    /// Issue 10: the channel serves the unit's host uid only, as the OCI
     /// runtime's does; any other local user (root included) reaching the
     /// socket is closed unserved, and the run goes on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn only_the_units_uid_is_served() {
         let test = "only_the_units_uid_is_served";
-        let why = if toolexec_sandbox::gateway_socket::euid() != 0 {
+        let why = if toolexec_sandbox::channel_socket::euid() != 0 {
             Some("needs root to run clients as other uids")
         } else if !Path::new("/usr/bin/python3").exists() {
             Some("/usr/bin/python3 is missing")
@@ -156,11 +156,11 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let path = dir.join("gateway.sock");
+        let path = dir.join("channel.sock");
         let listener = UnixListener::bind(&path).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
         let limits = RuntimeLimits::default();
-        let server = GatewayServer::new(ToolHost::without_tools(&limits), GatewayConfig::default());
+        let server = ChannelServer::new(ToolHost::without_tools(&limits), ChannelConfig::default());
         let stop = CancellationToken::new();
         let serving = tokio::spawn(serve(
             listener,

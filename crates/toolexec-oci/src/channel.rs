@@ -1,8 +1,8 @@
-//! The runsc gateway socket. gVisor cannot inherit descriptor 3, so the
+//! The runsc channel socket. gVisor cannot inherit descriptor 3, so the
 //! unit reaches the host through a Unix socket in a per-run directory
 //! bound into the sandbox. Socket paths are short (108 bytes), so the
-//! directory lives in [`crate::OciConfig::gateway_dir`], a private parent
-//! (see [`toolexec_sandbox::gateway_socket::private_dir`]) that other
+//! directory lives in [`crate::OciConfig::channel_dir`], a private parent
+//! (see [`toolexec_sandbox::channel_socket::private_dir`]) that other
 //! local users cannot traverse; the host also serves only connections
 //! whose peer has this process's uid (gVisor's gofer, which connects on
 //! the unit's behalf): [`PeerPolicy::current_user`].
@@ -19,29 +19,29 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::task::AbortOnDropHandle;
 use toolexec::CancellationToken;
-use toolexec_runtime::protocol::{GatewayServer, ProtocolError};
-use toolexec_sandbox::gateway_socket::PeerPolicy;
+use toolexec_runtime::protocol::{ChannelServer, ProtocolError};
+use toolexec_sandbox::channel_socket::PeerPolicy;
 
 use crate::OciError;
 use crate::spec;
 
-/// Binds `<parent>/<name>/gateway.sock` in a fresh directory (an existing
+/// Binds `<parent>/<name>/channel.sock` in a fresh directory (an existing
 /// one is an error), after checking `parent` is private. The run directory
 /// is 0755 and the socket 0666 because the unit (uid `nobody` inside the
 /// sandbox) sees them through the bind mount; on the host, the 0700
 /// parent keeps other users out.
 pub(crate) fn bind(parent: &Path, name: &str) -> Result<(PathBuf, UnixListener), OciError> {
-    OciError::private_dir("runtime.gateway_dir", parent)?;
+    OciError::private_dir("runtime.channel_dir", parent)?;
     let dir = parent.join(name);
     let err =
-        |e: std::io::Error| OciError::setup(format!("gateway socket in {}: {e}", dir.display()));
+        |e: std::io::Error| OciError::setup(format!("channel socket in {}: {e}", dir.display()));
     std::fs::DirBuilder::new()
         .mode(0o755)
         .create(&dir)
         .map_err(err)?;
     let bound = (|| {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-        let path = dir.join(spec::GATEWAY_SOCKET_NAME);
+        let path = dir.join(spec::CHANNEL_SOCKET_NAME);
         let listener = UnixListener::bind(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
         Ok(listener)
@@ -65,7 +65,7 @@ const CALLS_GRACE: Duration = Duration::from_millis(200);
 /// backstop against a sandbox that outlives its launcher.
 const FINISH_LIMIT: Duration = Duration::from_secs(10);
 
-/// Accepts the unit's one gateway connection and serves it; connections
+/// Accepts the unit's one channel connection and serves it; connections
 /// from another uid are closed unserved. A protocol violation ends the
 /// run.
 ///
@@ -78,7 +78,7 @@ const FINISH_LIMIT: Duration = Duration::from_secs(10);
 /// then are calls still in flight given [`CALLS_GRACE`].
 pub(crate) async fn serve(
     listener: UnixListener,
-    server: GatewayServer,
+    server: ChannelServer,
     error: Arc<Mutex<Option<ProtocolError>>>,
     cancel: CancellationToken,
     exited: CancellationToken,
@@ -122,7 +122,7 @@ pub(crate) async fn serve(
 pub(crate) async fn finish(task: AbortOnDropHandle<()>) {
     if tokio::time::timeout(FINISH_LIMIT, task).await.is_err() {
         tracing::warn!(
-            "the gateway connection stayed open {FINISH_LIMIT:?} after the launcher exited; abandoned"
+            "the channel connection stayed open {FINISH_LIMIT:?} after the launcher exited; abandoned"
         );
     }
 }
@@ -177,7 +177,7 @@ mod tests {
     use super::*;
     use std::io::Write as _;
     use std::os::unix::process::CommandExt;
-    use toolexec_runtime::protocol::{GatewayClient, GatewayConfig};
+    use toolexec_runtime::protocol::{ChannelClient, ChannelConfig};
     use toolexec_runtime::{RuntimeLimits, ToolHost};
 
     fn skip(test: &str, why: &str) {
@@ -234,15 +234,15 @@ mod tests {
         let body = e.to_body();
         assert_eq!(body.code.as_str(), "backend_unavailable");
         let details = body.details.unwrap();
-        assert_eq!(details["field"], "runtime.gateway_dir");
+        assert_eq!(details["field"], "runtime.channel_dir");
         assert_eq!(details["path"], link.display().to_string());
         std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[tokio::test]
-    async fn other_users_cannot_reach_the_gateway() {
-        let test = "other_users_cannot_reach_the_gateway";
-        let euid = toolexec_sandbox::gateway_socket::euid();
+    async fn other_users_cannot_reach_the_channel() {
+        let test = "other_users_cannot_reach_the_channel";
+        let euid = toolexec_sandbox::channel_socket::euid();
         if euid == 0 && !Path::new("/usr/bin/python3").exists() {
             return skip(test, "/usr/bin/python3 is missing");
         }
@@ -252,7 +252,7 @@ mod tests {
         let base = scratch("reach");
         // Through the private parent: no search permission for nobody.
         let (dir, listener) = bind(&base.join("gw"), "run").unwrap();
-        let path = dir.join(spec::GATEWAY_SOCKET_NAME);
+        let path = dir.join(spec::CHANNEL_SOCKET_NAME);
         let who = tokio::task::spawn_blocking(move || connect_as_nobody(&path));
         assert_eq!(who.await.unwrap(), "denied");
         drop(listener);
@@ -266,7 +266,7 @@ mod tests {
         let listener = UnixListener::bind(&path).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
         let limits = RuntimeLimits::default();
-        let server = GatewayServer::new(ToolHost::without_tools(&limits), GatewayConfig::default());
+        let server = ChannelServer::new(ToolHost::without_tools(&limits), ChannelConfig::default());
         let error = Arc::default();
         let serving = tokio::spawn(serve(
             listener,
@@ -278,7 +278,7 @@ mod tests {
         let nobody_path = path.clone();
         let who = tokio::task::spawn_blocking(move || connect_as_nobody(&nobody_path));
         assert_eq!(who.await.unwrap(), "closed");
-        let client = GatewayClient::new(tokio::net::UnixStream::connect(&path).await.unwrap());
+        let client = ChannelClient::new(tokio::net::UnixStream::connect(&path).await.unwrap());
         client.hello().await.unwrap();
         serving.abort();
         std::fs::remove_dir_all(&base).unwrap();

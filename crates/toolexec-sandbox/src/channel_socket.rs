@@ -1,7 +1,7 @@
 //! Host-side plumbing the container runtimes (OCI, Docker) share for the
-//! gateway socket and their run state: private directories that no other
+//! channel socket and their run state: private directories that no other
 //! local user can create first, swap or write into, and one policy for who
-//! may connect to a gateway socket.
+//! may connect to a channel socket.
 //!
 //! A directory is private when it is a real directory (not a symlink),
 //! owned by this process's effective uid and closed to group and others,
@@ -11,12 +11,12 @@
 //! path.
 //!
 //! ```
-//! use toolexec_sandbox::gateway_socket::{PeerPolicy, private_dir};
+//! use toolexec_sandbox::channel_socket::{PeerPolicy, private_dir};
 //!
 //! let dir = std::env::temp_dir().join(format!("doc-private-{}", std::process::id()));
 //! private_dir(&dir.join("state")).unwrap();
 //! let policy = PeerPolicy::current_user();
-//! assert_eq!(policy.served_uid(), toolexec_sandbox::gateway_socket::euid());
+//! assert_eq!(policy.served_uid(), toolexec_sandbox::channel_socket::euid());
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
@@ -193,7 +193,7 @@ fn trusted(path: &Path, meta: &std::fs::Metadata, me: u32) -> Result<(), UnsafeD
     Ok(())
 }
 
-/// Who may connect to a gateway socket: the kernel's record of the
+/// Who may connect to a channel socket: the kernel's record of the
 /// connecting process (`SO_PEERCRED`, taken at `connect`), never anything
 /// the peer says. One uid is served: the unit's (Docker, where the unit
 /// connects itself) or this process's (runsc, whose gofer connects on the
@@ -208,7 +208,7 @@ pub struct PeerPolicy {
 pub enum PeerRefused {
     /// The peer runs as another uid.
     #[error(
-        "gateway connection from uid {uid} (pid {pid:?}) refused: only uid {expected} is served"
+        "channel connection from uid {uid} (pid {pid:?}) refused: only uid {expected} is served"
     )]
     ForeignUid {
         /// The peer's uid.
@@ -219,7 +219,7 @@ pub enum PeerRefused {
         expected: u32,
     },
     /// The kernel gave no credentials.
-    #[error("gateway connection without peer credentials refused: {0}")]
+    #[error("channel connection without peer credentials refused: {0}")]
     NoCredentials(String),
 }
 
