@@ -103,7 +103,7 @@ pub const MAX_COMMAND_STDIN_BYTES: usize = 64 << 20;
 impl CommandUnit {
     /// Checks the unit can be started as given, whatever the runtime:
     /// a non-empty program, no NUL bytes, variable names without `=`, no
-    /// variables of the channel's own (`TOOLEXEC_GATEWAY*`, set by the
+    /// variables of the channel's own (`TOOLEXEC_CHANNEL*`, set by the
     /// runtime), an absolute working directory, stdin within
     /// [`MAX_COMMAND_STDIN_BYTES`]. The error is the failing field
     /// (`unit.argv`, `unit.env`, `unit.cwd`, `unit.stdin`) and why.
@@ -129,7 +129,7 @@ impl CommandUnit {
             if value.contains('\0') {
                 return bad("unit.env", format!("the value of {key} contains NUL"));
             }
-            if key.starts_with("TOOLEXEC_GATEWAY") {
+            if key.starts_with("TOOLEXEC_CHANNEL") {
                 return bad("unit.env", format!("{key} is set by the runtime"));
             }
         }
