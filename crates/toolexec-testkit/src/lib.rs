@@ -21,6 +21,7 @@
 //!   the Python SDK), from the environment or its `env.sh`.
 //! - [`TempDir`], [`free_port`], [`python3`]: small helpers more than one
 //!   crate's tests used to copy.
+//! - [`tls`]: a CA and certificates made in the test (for TLS upstreams).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -36,6 +37,7 @@ mod catalog;
 mod deps;
 mod skip;
 mod temp;
+pub mod tls;
 
 pub use catalog::catalog;
 pub use deps::{dep, deps, python3};

@@ -1,6 +1,7 @@
 //! `[[servers]]`: upstream MCP servers, as `toolexec-mcp`'s
 //! [`UpstreamConfig`]. Their secrets (`env`, `headers`, `bearer_token`) are
-//! read when the file is, relative to its directory.
+//! read when the file is, relative to its directory; so are the TLS files
+//! (`ca_file`, `client_cert`, `client_key`), checked then by toolexec-mcp.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toolexec::{Limits, Secret};
 use toolexec_builtins::Group;
-use toolexec_mcp::upstream::{DEFAULT_MAX_CONCURRENCY, UpstreamConfig, UpstreamTransport};
+use toolexec_mcp::upstream::{
+    DEFAULT_MAX_CONCURRENCY, UpstreamConfig, UpstreamTls, UpstreamTransport,
+};
 
 use super::error::Fault;
 use super::values::{DurationText, SecretSource, relative_to};
@@ -31,6 +34,9 @@ pub(super) struct ServerTable {
     #[serde(default)]
     headers: BTreeMap<String, SecretSource>,
     bearer_token: Option<SecretSource>,
+    ca_file: Option<PathBuf>,
+    client_cert: Option<PathBuf>,
+    client_key: Option<PathBuf>,
     timeout: Option<DurationText>,
     max_concurrency: Option<usize>,
     #[serde(default)]
@@ -87,12 +93,23 @@ impl ServerTable {
         if builtins.iter().any(|g| g.as_str() == self.name) {
             return fail("name", format!("{:?} is a built-in namespace", self.name));
         }
+        let tls = UpstreamTls {
+            ca_file: self.ca_file.map(|p| relative_to(base, &p)),
+            client_cert: self.client_cert.map(|p| relative_to(base, &p)),
+            client_key: self.client_key.map(|p| relative_to(base, &p)),
+        };
         let transport = match (self.command, self.url) {
             (Some(command), None) => {
                 if !self.headers.is_empty() || self.bearer_token.is_some() {
                     return fail(
                         "headers",
                         "headers and bearer_token are for url servers".into(),
+                    );
+                }
+                if !tls.is_empty() {
+                    return fail(
+                        first_tls_key(&tls),
+                        "ca_file, client_cert and client_key are for https:// servers".into(),
                     );
                 }
                 UpstreamTransport::Stdio {
@@ -120,6 +137,16 @@ impl ServerTable {
                         format!("expected an http:// or https:// URL, got {url:?}"),
                     );
                 }
+                if !tls.is_empty() {
+                    if !url.starts_with("https://") {
+                        return fail(
+                            first_tls_key(&tls),
+                            "ca_file, client_cert and client_key are for https:// servers".into(),
+                        );
+                    }
+                    tls.check()
+                        .map_err(|e| Fault::refused(&format!("servers[{i}]"), e, &[]))?;
+                }
                 UpstreamTransport::Http {
                     url,
                     headers: secrets(&self.headers, |n| key(&format!("headers.{n}")), base)?,
@@ -127,6 +154,7 @@ impl ServerTable {
                         Some(src) => Some(src.resolve(&key("bearer_token"), base)?),
                         None => None,
                     },
+                    tls,
                 }
             }
             (Some(_), Some(_)) => {
@@ -153,5 +181,16 @@ impl ServerTable {
             max_concurrency,
             lazy: self.lazy,
         })
+    }
+}
+
+/// The first TLS key written, to point a refusal of them all at.
+fn first_tls_key(tls: &UpstreamTls) -> &'static str {
+    if tls.ca_file.is_some() {
+        "ca_file"
+    } else if tls.client_cert.is_some() {
+        "client_cert"
+    } else {
+        "client_key"
     }
 }

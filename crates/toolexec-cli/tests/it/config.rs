@@ -490,3 +490,91 @@ fn gateway_settings_come_from_the_config() {
     );
     assert!(s.finish().success());
 }
+
+#[test]
+fn tls_keys_of_https_servers_are_read_relative_to_the_file() {
+    let Some(python) = dep(
+        "tls_keys_of_https_servers_are_read_relative_to_the_file",
+        "TOOLEXEC_PYTHON",
+    ) else {
+        return;
+    };
+    use toolexec_testkit::tls::{TestCa, Usage};
+    let dir = TempDir::new("tls");
+    let ca = TestCa::new("toolexec test CA");
+    let server = ca.issue(&["127.0.0.1"], Usage::Server);
+    let client = ca.issue(&["toolexec-client"], Usage::Client);
+    std::fs::create_dir(dir.path().join("certs")).unwrap();
+    let ca_file = dir.write("certs/ca.pem", &ca.cert_pem);
+    let server_cert = dir.write("server.crt", &server.cert_pem);
+    let server_key = dir.write_private("server.key", &server.key_pem);
+    dir.write("certs/client.crt", &client.cert_pem);
+    dir.write_private("certs/client.key", &client.key_pem);
+    dir.write("certs/open.key", &client.key_pem);
+    // The server wants a client certificate signed by the CA.
+    let port = free_port();
+    let mut web = Background::spawn(
+        std::process::Command::new(&python)
+            .args([PY_UPSTREAM_SERVER, "https", &port.to_string()])
+            .args([&server_cert, &server_key, &ca_file]),
+    );
+    web.wait_listening(port);
+    let config = |url: &str, ca_file: &str, client_key: &str| {
+        format!(
+            "[[servers]]\nname = \"secure\"\nurl = \"{url}\"\n\
+             ca_file = \"{ca_file}\"\nclient_cert = \"certs/client.crt\"\n\
+             client_key = \"{client_key}\"\n"
+        )
+    };
+    let https = format!("https://127.0.0.1:{port}/mcp");
+
+    // Every key is read (relative to the file's directory) and used.
+    dir.write(
+        "toolexec.toml",
+        &config(&https, "certs/ca.pem", "certs/client.key"),
+    );
+    let out = tx(
+        dir.path(),
+        &["--json", "run", "secure:add", r#"{"a":1,"b":2}"#],
+    );
+    out.expect_code(0);
+    assert_eq!(out.json()["value"], json!({"result": 3}), "{out}");
+
+    // A file that is not there: file, line and key, like other config errors.
+    dir.write(
+        "toolexec.toml",
+        &config(&https, "certs/missing.pem", "certs/client.key"),
+    );
+    let out = tx(dir.path(), &["tools", "list"]);
+    out.expect_code(2);
+    assert!(
+        out.stderr
+            .contains("config toolexec.toml:4:11: key `servers[0].ca_file`")
+            && out.stderr.contains("missing.pem"),
+        "{out}"
+    );
+    // A key file others may read is refused as secret files are.
+    dir.write(
+        "toolexec.toml",
+        &config(&https, "certs/ca.pem", "certs/open.key"),
+    );
+    let out = tx(dir.path(), &["tools", "list"]);
+    out.expect_code(2);
+    assert!(
+        out.stderr
+            .contains("config toolexec.toml:6:14: key `servers[0].client_key`")
+            && out.stderr.contains("chmod 600"),
+        "{out}"
+    );
+    // TLS keys on an http:// server are a mistake, not ignored.
+    dir.write(
+        "toolexec.toml",
+        &config("http://127.0.0.1:9/mcp", "certs/ca.pem", "certs/client.key"),
+    );
+    let out = tx(dir.path(), &["tools", "list"]);
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains("key `servers[0].ca_file`") && out.stderr.contains("https://"),
+        "{out}"
+    );
+}

@@ -40,6 +40,7 @@ impl UpstreamConfig {
     ///     url: "http://127.0.0.1:3001/mcp".into(),
     ///     headers: Default::default(),
     ///     bearer_token: Some(toolexec::Secret::new("s3cr3t")),
+    ///     tls: Default::default(),
     /// });
     /// assert!(!format!("{config:?}").contains("s3cr3t"));
     /// ```
@@ -80,13 +81,40 @@ pub enum UpstreamTransport {
         /// Working directory (default: this process's).
         cwd: Option<PathBuf>,
     },
-    /// A streamable HTTP endpoint (`http://` only: this build has no TLS).
+    /// A streamable HTTP endpoint, `http://` or `https://`.
     Http {
-        /// The MCP endpoint URL, such as `http://127.0.0.1:3001/mcp`.
+        /// The MCP endpoint URL, such as `http://127.0.0.1:3001/mcp` or
+        /// `https://mcp.example.com/mcp`.
         url: String,
         /// Extra headers sent with every request.
         headers: BTreeMap<String, Secret>,
         /// Sent as `Authorization: Bearer <token>`.
         bearer_token: Option<Secret>,
+        /// Roots and client certificate of an `https://` URL (must be empty
+        /// for `http://`).
+        tls: UpstreamTls,
     },
+}
+
+/// TLS settings of an `https://` upstream: PEM files, read (and checked)
+/// when the upstream is connected, or earlier with
+/// [`UpstreamTls::check`]. The server's certificate is verified against
+/// the system's roots, or against `ca_file` alone when it is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// CA certificates (PEM) trusted instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate chain (PEM, end-entity first), presented when the
+    /// server asks for one. Needs `client_key`.
+    pub client_cert: Option<PathBuf>,
+    /// The private key of `client_cert` (PEM: PKCS#8, PKCS#1 or SEC1). Like
+    /// a secret file, it is refused when its group or others may access it.
+    pub client_key: Option<PathBuf>,
+}
+
+impl UpstreamTls {
+    /// True when nothing is set (the system's roots, no client certificate).
+    pub fn is_empty(&self) -> bool {
+        *self == UpstreamTls::default()
+    }
 }

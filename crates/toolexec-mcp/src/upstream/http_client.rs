@@ -25,13 +25,16 @@ use rmcp::transport::streamable_http_client::{
 type HttpError = StreamableHttpError<reqwest::Error>;
 
 /// reqwest, without redirects and without idle connection pooling (as rmcp's
-/// default client, whose pooling stalls on Linux delayed ACKs).
+/// default client, whose pooling stalls on Linux delayed ACKs), with the
+/// upstream's own TLS configuration (rustls sessions are resumed across
+/// connections through its session cache).
 #[derive(Clone, Debug)]
 pub(crate) struct SessionAwareClient(reqwest::Client);
 
 impl SessionAwareClient {
-    pub(crate) fn new() -> Result<Self, String> {
+    pub(crate) fn new(tls: rustls::ClientConfig) -> Result<Self, String> {
         reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())
             .build()

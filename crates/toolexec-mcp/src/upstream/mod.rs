@@ -99,6 +99,21 @@
 //! - With [`UpstreamConfig::lazy`], [`Upstream::connect`] only validates the
 //!   configuration and returns; see there.
 //!
+//! # TLS
+//!
+//! `https://` URLs use rustls with graviola's pure-Rust crypto provider
+//! (never a process-wide default). The server's certificate is verified
+//! against the system's roots, or [`UpstreamTls::ca_file`] alone; a client
+//! certificate ([`UpstreamTls::client_cert`], `client_key`) is presented when
+//! the server asks. A certificate that is not trusted, expired or for another
+//! host, or a server refusing the client's certificate, fails the connection
+//! with `backend_unavailable` saying which; it is not retried. reqwest is
+//! built with rustls but no crypto provider of its own (feature
+//! `rustls-no-provider`), so any other reqwest 0.13 client in the same
+//! program (rmcp's default one included) needs a TLS configuration of its
+//! own or a process-wide provider, such as
+//! `rustls_graviola::default_provider().install_default()`.
+//!
 //! # Secrets
 //!
 //! A stdio server gets a cleared environment (see
@@ -121,6 +136,7 @@ mod routing;
 mod session;
 mod shared;
 mod supervisor;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,7 +147,7 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{Catalog, Error};
 
 pub use self::config::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONCURRENCY, UpstreamConfig, UpstreamTransport,
+    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONCURRENCY, UpstreamConfig, UpstreamTls, UpstreamTransport,
 };
 pub use self::env::INHERITED_ENV;
 pub use self::passthrough::{RelayError, UpstreamNotice};
@@ -209,8 +225,9 @@ impl Upstream {
     /// `Restarting` after failed attempts, which are retried with the restart
     /// backoff.
     ///
-    /// Either way, configuration errors (invalid name, `https://` URL, header
-    /// that is not valid HTTP, zero timeout or concurrency) fail at once.
+    /// Either way, configuration errors (invalid name, URL that is not
+    /// `http://` or `https://`, header that is not valid HTTP, TLS file that
+    /// cannot be read or parsed, zero timeout or concurrency) fail at once.
     /// Needs a Tokio runtime.
     pub async fn connect(config: UpstreamConfig, catalog: Arc<Catalog>) -> Result<Upstream, Error> {
         toolexec::ToolId::new(config.name.clone(), "x", None).map_err(|_| {

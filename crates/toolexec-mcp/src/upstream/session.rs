@@ -23,6 +23,7 @@ use toolexec::Secret;
 use super::UpstreamTransport;
 use super::passthrough::UpstreamNotice;
 use super::routing::{InOrder, Router};
+use super::tls::Tls;
 
 /// Most `tools/list` pages followed before giving up on a server whose
 /// cursors never end.
@@ -43,6 +44,8 @@ pub(crate) enum Endpoint {
         /// Header values are marked sensitive, so `Debug` redacts them.
         headers: HashMap<http::HeaderName, http::HeaderValue>,
         bearer_token: Option<Secret>,
+        /// The TLS configuration (for `http://`, one that is never used).
+        tls: Box<Tls>,
     },
 }
 
@@ -79,22 +82,25 @@ impl Endpoint {
                 url,
                 headers,
                 bearer_token,
+                tls,
             } => {
                 let lower = url.trim().to_ascii_lowercase();
-                if lower.starts_with("https://") {
-                    return Err(toolexec::Error::backend_unavailable(
-                        server,
-                        "https:// URLs need TLS, which this build of toolexec-mcp does not \
-                         include (rmcp and reqwest are compiled without TLS features); use \
-                         http:// (loopback or a trusted network) or a TLS-terminating proxy",
-                    ));
-                }
-                if !lower.starts_with("http://") {
+                let tls = Box::new(if lower.starts_with("https://") {
+                    tls.client_config(server)?
+                } else if lower.starts_with("http://") {
+                    if !tls.is_empty() {
+                        return Err(toolexec::Error::invalid_request(
+                            "transport.tls",
+                            "ca_file, client_cert and client_key are for https:// URLs",
+                        ));
+                    }
+                    Tls::unused()
+                } else {
                     return Err(toolexec::Error::invalid_request(
                         "transport.url",
-                        "must be an http:// URL",
+                        "must be an http:// or https:// URL",
                     ));
-                }
+                });
                 let mut map = HashMap::with_capacity(headers.len());
                 for (name, value) in headers {
                     let header_name =
@@ -126,6 +132,7 @@ impl Endpoint {
                     url: url.trim().to_owned(),
                     headers: map,
                     bearer_token: bearer_token.clone(),
+                    tls,
                 })
             }
         }
@@ -235,13 +242,14 @@ pub(crate) async fn open(
             let running = handler
                 .serve(transport)
                 .await
-                .map_err(|e| init_error(&e, false))?;
+                .map_err(|e| init_error(&e, None))?;
             Ok((running, pid))
         }
         Endpoint::Http {
             url,
             headers,
             bearer_token,
+            tls,
         } => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers.clone())
@@ -249,20 +257,39 @@ pub(crate) async fn open(
             if let Some(token) = bearer_token {
                 config = config.auth_header(token.expose());
             }
-            let client =
-                super::http_client::SessionAwareClient::new().map_err(ConnectError::transient)?;
+            tls.new_attempt();
+            let client = super::http_client::SessionAwareClient::new(tls.config.clone())
+                .map_err(ConnectError::transient)?;
             let transport = StreamableHttpClientTransport::with_client(client, config);
             let transport = InOrder::new(transport, handler.router.clone());
             let running = handler
                 .serve(transport)
                 .await
-                .map_err(|e| init_error(&e, true))?;
+                .map_err(|e| init_error(&e, Some(tls)))?;
             Ok((running, None))
         }
     }
 }
 
-fn init_error(e: &ClientInitializeError, http: bool) -> ConnectError {
+/// `http` is the TLS setup of an HTTP session.
+fn init_error(e: &ClientInitializeError, http: Option<&Tls>) -> ConnectError {
+    let cause: &(dyn std::error::Error + 'static) = match e {
+        ClientInitializeError::TransportError { error, .. } => error.error.as_ref(),
+        other => other,
+    };
+    if let Some(tls) = http
+        && let Some(failure) = tls.failure_in(cause)
+    {
+        let mut message = format!("TLS handshake failed: {}", failure.reason);
+        if failure.permanent {
+            message.push_str(" (not retried)");
+        }
+        return ConnectError {
+            message,
+            permanent: failure.permanent,
+        };
+    }
+    let http = http.is_some();
     let permanent = matches!(e, ClientInitializeError::NoCompatibleProtocolVersion { .. })
         || (http && e.is_authorization_required())
         || (http && error_chain_has_http_auth_failure(e));
@@ -285,27 +312,38 @@ fn init_error(e: &ClientInitializeError, http: bool) -> ConnectError {
 /// outer message are not repeated). Sees through rmcp's HTTP client errors,
 /// whose `Display` hides the cause (connection refused, ...).
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    fn next<'a>(
-        e: &'a (dyn std::error::Error + 'static),
-    ) -> Option<&'a (dyn std::error::Error + 'static)> {
-        if let Some(StreamableHttpError::<reqwest::Error>::Client(inner)) =
-            e.downcast_ref::<StreamableHttpError<reqwest::Error>>()
-        {
-            return Some(inner);
-        }
-        e.source()
-    }
     let mut out = e.to_string();
-    let mut cur = next(e);
+    let mut cur = next_link(e);
     while let Some(err) = cur {
         let text = err.to_string();
         if !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
         }
-        cur = next(err);
+        cur = next_link(err);
     }
     out.replace('\n', " ")
+}
+
+/// The next link of an error chain, seeing through rmcp's HTTP client
+/// errors (whose `source()` is empty) and into `std::io::Error`s (whose
+/// `source()` is the *wrapped* error's source, skipping the wrapped error:
+/// a rustls error inside the io::Error of hyper-rustls).
+pub(crate) fn next_link<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    if let Some(StreamableHttpError::<reqwest::Error>::Client(inner)) =
+        e.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    {
+        return Some(inner);
+    }
+    if let Some(inner) = e
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+    {
+        return Some(inner);
+    }
+    e.source()
 }
 
 fn error_chain_has_http_auth_failure(e: &(dyn std::error::Error + 'static)) -> bool {

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
@@ -324,7 +323,7 @@ type Client = RunningService<RoleClient, ()>;
 async fn client(addr: SocketAddr) -> Client {
     let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
         .auth_header(TOKEN);
-    ().serve(StreamableHttpClientTransport::from_config(config))
+    ().serve(support::rmcp_http_transport(config))
         .await
         .expect("initialize over HTTP")
 }

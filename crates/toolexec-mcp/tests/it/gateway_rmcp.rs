@@ -12,8 +12,8 @@ use rmcp::model::{
     ProgressNotificationParam, Request,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -85,7 +85,7 @@ async fn connect_http(
     }
     let (rec, rx) = recorder();
     let client = rec
-        .serve(StreamableHttpClientTransport::from_config(config))
+        .serve(support::rmcp_http_transport(config))
         .await
         .expect("initialize over HTTP");
     (client, rx)
@@ -802,7 +802,7 @@ async fn http_auth_and_origin_checks() {
     config = config.auth_header("wrong-token");
     let (rec, _notes) = recorder();
     assert!(
-        rec.serve(StreamableHttpClientTransport::from_config(config))
+        rec.serve(support::rmcp_http_transport(config))
             .await
             .is_err()
     );

@@ -16,3 +16,4 @@ mod gateway_rmcp;
 mod support;
 mod upstream_everything;
 mod upstream_python;
+mod upstream_tls;

@@ -391,21 +391,35 @@ async fn lazy_http_connect_waits_for_the_server() {
 #[tokio::test(flavor = "multi_thread")]
 async fn configuration_errors_fail_fast_without_leaking_secrets() {
     let catalog = Arc::new(Catalog::new());
-    // No TLS in this build: https is refused up front.
+    // A TLS file that cannot be read is refused up front, lazy or not,
+    // naming the field and the file.
     let mut config = http_config("tls", 443);
-    if let UpstreamTransport::Http { url, .. } = &mut config.transport {
+    if let UpstreamTransport::Http { url, tls, .. } = &mut config.transport {
         *url = "https://example.invalid/mcp".into();
+        tls.ca_file = Some("/nonexistent/ca.pem".into());
     }
     let err = assert_code(
         Upstream::connect(config.clone(), catalog.clone()).await,
-        "backend_unavailable",
+        "invalid_request",
     );
-    assert!(err.to_string().contains("TLS"), "{err}");
+    assert!(
+        err.to_string().contains("tls.ca_file") && err.to_string().contains("/nonexistent/ca.pem"),
+        "{err}"
+    );
     config.lazy = true;
     assert_code(
-        Upstream::connect(config, catalog.clone()).await,
-        "backend_unavailable",
+        Upstream::connect(config.clone(), catalog.clone()).await,
+        "invalid_request",
     );
+    // TLS settings on an http:// URL are a mistake, not ignored.
+    if let UpstreamTransport::Http { url, .. } = &mut config.transport {
+        *url = "http://127.0.0.1:1/mcp".into();
+    }
+    let err = assert_code(
+        Upstream::connect(config, catalog.clone()).await,
+        "invalid_request",
+    );
+    assert!(err.to_string().contains("https://"), "{err}");
 
     let mut bad = http_config("bad name!", 1);
     assert_code(
@@ -428,6 +442,7 @@ async fn configuration_errors_fail_fast_without_leaking_secrets() {
             url: "http://127.0.0.1:1/mcp".into(),
             headers,
             bearer_token: None,
+            tls: Default::default(),
         },
     );
     let err = assert_code(

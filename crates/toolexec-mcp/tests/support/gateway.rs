@@ -161,3 +161,15 @@ pub(crate) async fn run_with_timeout(
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// rmcp's streamable HTTP client transport, over rmcp's default reqwest
+/// client. toolexec-mcp builds reqwest with rustls but without a crypto
+/// provider (its upstream clients get a configuration with graviola's), so
+/// a default client needs a process-wide provider: graviola's, installed
+/// here once for the test process.
+pub(crate) fn rmcp_http_transport(
+    config: rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig,
+) -> rmcp::transport::StreamableHttpClientTransport<reqwest::Client> {
+    let _ = rustls_graviola::default_provider().install_default();
+    rmcp::transport::StreamableHttpClientTransport::from_config(config)
+}

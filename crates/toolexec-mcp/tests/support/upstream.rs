@@ -113,6 +113,7 @@ pub(crate) fn http_config(name: &str, port: u16) -> toolexec_mcp::upstream::Upst
             url: format!("http://127.0.0.1:{port}/mcp"),
             headers: std::collections::BTreeMap::new(),
             bearer_token: None,
+            tls: Default::default(),
         },
     );
     config.call_timeout = Duration::from_secs(20);
