@@ -108,13 +108,61 @@ impl Passthrough {
         self.upstreams.iter().position(|u| u.name() == name)
     }
 
-    /// Upstreams from `start` on that are connected and have a capability.
-    fn next_with(&self, start: usize, has: &impl Fn(&ServerCapabilities) -> bool) -> Option<usize> {
-        (start..self.upstreams.len()).find(|&i| {
-            self.upstreams[i]
-                .server_capabilities()
-                .is_some_and(|c| has(&c))
-        })
+    /// The first upstream from `start` on that is connected and has a
+    /// capability.
+    fn next_with(&self, start: usize, has: fn(&ServerCapabilities) -> bool) -> Option<usize> {
+        (start..self.upstreams.len()).find(|&i| self.has(i, has))
+    }
+
+    /// Whether upstream `index` is connected and has a capability.
+    fn has(&self, index: usize, has: fn(&ServerCapabilities) -> bool) -> bool {
+        self.upstreams[index]
+            .server_capabilities()
+            .is_some_and(|c| has(&c))
+    }
+
+    /// One page of a list merged over the upstreams with a capability, in
+    /// configuration order: the page `fetch` reads from the upstream the
+    /// cursor names (`fetch(index, its cursor)` gives the items and the
+    /// upstream's next cursor). An upstream that fails is skipped (logged);
+    /// an empty last page moves on to the next upstream.
+    async fn merged<T, F, Fut>(
+        &self,
+        method: &str,
+        cursor: Option<String>,
+        has: fn(&ServerCapabilities) -> bool,
+        mut fetch: F,
+    ) -> Result<(Vec<T>, Option<String>), McpError>
+    where
+        F: FnMut(usize, Option<String>) -> Fut,
+        Fut: Future<Output = Result<(Vec<T>, Option<String>), McpError>>,
+    {
+        let (mut index, mut inner) = decode_cursor(cursor.as_deref())?;
+        loop {
+            let Some(i) = self.next_with(index, has) else {
+                return Ok((Vec::new(), None));
+            };
+            if i != index {
+                inner = None;
+            }
+            let (items, upstream_next) = match fetch(i, inner.take()).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(server = self.upstreams[i].name(), error = %e.message, "{method} failed; skipping the server");
+                    index = i + 1;
+                    continue;
+                }
+            };
+            let next = match &upstream_next {
+                Some(c) => Some(encode_cursor(i, Some(c))),
+                None => self.next_with(i + 1, has).map(|j| encode_cursor(j, None)),
+            };
+            if items.is_empty() && upstream_next.is_none() && next.is_some() {
+                index = i + 1;
+                continue;
+            }
+            return Ok((items, next));
+        }
     }
 
     /// Sends `request` to upstream `index` and reads its result as `T`.

@@ -11,8 +11,8 @@ use rmcp::model::{
 use tokio_util::sync::CancellationToken;
 
 use super::super::names::SEPARATOR;
+use super::Passthrough;
 use super::uri::parse_rewritten;
-use super::{Passthrough, decode_cursor, encode_cursor};
 
 fn has_prompts(c: &ServerCapabilities) -> bool {
     c.prompts.is_some()
@@ -26,42 +26,25 @@ impl Passthrough {
         cursor: Option<String>,
         cancel: CancellationToken,
     ) -> Result<ListPromptsResult, McpError> {
-        let (mut index, mut inner) = decode_cursor(cursor.as_deref())?;
-        loop {
-            let Some(i) = self.next_with(index, &has_prompts) else {
-                return Ok(ListPromptsResult::with_all_items(Vec::new()));
-            };
-            if i != index {
-                inner = None;
-            }
-            let params = PaginatedRequestParams::default().with_cursor(inner.take());
-            let request = ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params));
-            let mut page: ListPromptsResult = match self.relay(i, request, cancel.clone()).await {
-                Ok(page) => page,
-                Err(e) => {
-                    tracing::warn!(server = self.upstreams[i].name(), error = %e.message, "prompts/list failed; skipping the server");
-                    index = i + 1;
-                    continue;
+        let (items, next) = self
+            .merged("prompts/list", cursor, has_prompts, |i, c| {
+                let cancel = cancel.clone();
+                async move {
+                    let params = PaginatedRequestParams::default().with_cursor(c);
+                    let request =
+                        ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params));
+                    let mut page: ListPromptsResult = self.relay(i, request, cancel).await?;
+                    let server = self.upstreams[i].name();
+                    for prompt in &mut page.prompts {
+                        prompt.name = format!("{server}{SEPARATOR}{}", prompt.name);
+                    }
+                    Ok((page.prompts, page.next_cursor))
                 }
-            };
-            let server = self.upstreams[i].name();
-            for prompt in &mut page.prompts {
-                prompt.name = format!("{server}{SEPARATOR}{}", prompt.name);
-            }
-            let next = match &page.next_cursor {
-                Some(c) => Some(encode_cursor(i, Some(c))),
-                None => self
-                    .next_with(i + 1, &has_prompts)
-                    .map(|j| encode_cursor(j, None)),
-            };
-            if page.prompts.is_empty() && next.is_some() && page.next_cursor.is_none() {
-                index = i + 1;
-                continue;
-            }
-            let mut result = ListPromptsResult::with_all_items(page.prompts);
-            result.next_cursor = next;
-            return Ok(result);
-        }
+            })
+            .await?;
+        let mut result = ListPromptsResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
     }
 
     /// The upstream and original name of a published prompt name.

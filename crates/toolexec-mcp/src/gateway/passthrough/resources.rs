@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::uri::{matches_template, parse_rewritten, rewrite};
 use super::{
     MAX_KNOWN_URIS, MAX_LOOKUP_PAGES, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Passthrough,
-    RELEARN_AFTER, Subscriber, decode_cursor, encode_cursor,
+    RELEARN_AFTER, Subscriber,
 };
 
 /// MCP's code for a resource that does not exist.
@@ -46,36 +46,18 @@ impl Passthrough {
         cursor: Option<String>,
         cancel: CancellationToken,
     ) -> Result<ListResourcesResult, McpError> {
-        let (mut index, mut inner) = decode_cursor(cursor.as_deref())?;
-        loop {
-            let Some(i) = self.next_with(index, &has_resources) else {
-                return Ok(ListResourcesResult::with_all_items(Vec::new()));
-            };
-            if i != index {
-                inner = None;
-            }
-            let page = match self.resources_page(i, inner.take(), cancel.clone()).await {
-                Ok(page) => page,
-                Err(e) => {
-                    tracing::warn!(server = self.upstreams[i].name(), error = %e.message, "resources/list failed; skipping the server");
-                    index = i + 1;
-                    continue;
+        let (items, next) = self
+            .merged("resources/list", cursor, has_resources, |i, c| {
+                let cancel = cancel.clone();
+                async move {
+                    let page = self.resources_page(i, c, cancel).await?;
+                    Ok((page.resources, page.next_cursor))
                 }
-            };
-            let next = match &page.next_cursor {
-                Some(c) => Some(encode_cursor(i, Some(c))),
-                None => self
-                    .next_with(i + 1, &has_resources)
-                    .map(|j| encode_cursor(j, None)),
-            };
-            if page.resources.is_empty() && next.is_some() && page.next_cursor.is_none() {
-                index = i + 1;
-                continue;
-            }
-            let mut result = ListResourcesResult::with_all_items(page.resources);
-            result.next_cursor = next;
-            return Ok(result);
-        }
+            })
+            .await?;
+        let mut result = ListResourcesResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
     }
 
     /// One page of upstream `index`'s resources, with URIs it shares with
@@ -133,44 +115,27 @@ impl Passthrough {
         Some(rewrite(server, uri))
     }
 
-    /// One page of the merged `resources/templates/list`.
+    /// One page of the merged `resources/templates/list`; the templates
+    /// are remembered to find the server of a URI.
     pub(crate) async fn list_resource_templates(
         &self,
         cursor: Option<String>,
         cancel: CancellationToken,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let (mut index, mut inner) = decode_cursor(cursor.as_deref())?;
-        loop {
-            let Some(i) = self.next_with(index, &has_resources) else {
-                return Ok(ListResourceTemplatesResult::with_all_items(Vec::new()));
-            };
-            if i != index {
-                inner = None;
-            }
-            let first = inner.is_none();
-            let page = match self.templates_page(i, inner.take(), cancel.clone()).await {
-                Ok(page) => page,
-                Err(e) => {
-                    tracing::warn!(server = self.upstreams[i].name(), error = %e.message, "resources/templates/list failed; skipping the server");
-                    index = i + 1;
-                    continue;
+        let (items, next) = self
+            .merged("resources/templates/list", cursor, has_resources, |i, c| {
+                let cancel = cancel.clone();
+                async move {
+                    let first = c.is_none();
+                    let page = self.templates_page(i, c, cancel).await?;
+                    self.remember_templates(i, first, &page);
+                    Ok((page.resource_templates, page.next_cursor))
                 }
-            };
-            self.remember_templates(i, first, &page);
-            let next = match &page.next_cursor {
-                Some(c) => Some(encode_cursor(i, Some(c))),
-                None => self
-                    .next_with(i + 1, &has_resources)
-                    .map(|j| encode_cursor(j, None)),
-            };
-            if page.resource_templates.is_empty() && next.is_some() && page.next_cursor.is_none() {
-                index = i + 1;
-                continue;
-            }
-            let mut result = ListResourceTemplatesResult::with_all_items(page.resource_templates);
-            result.next_cursor = next;
-            return Ok(result);
-        }
+            })
+            .await?;
+        let mut result = ListResourceTemplatesResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
     }
 
     async fn templates_page(
@@ -331,7 +296,7 @@ impl Passthrough {
         }
         if index.is_none() {
             let with: Vec<usize> = (0..self.upstreams.len())
-                .filter(|&i| self.next_with(i, &has_resources) == Some(i))
+                .filter(|&i| self.has(i, has_resources))
                 .collect();
             if let [only] = with[..] {
                 index = Some(only);
@@ -354,7 +319,7 @@ impl Passthrough {
     /// which URI.
     async fn learn_owners(&self, cancel: CancellationToken) {
         for index in 0..self.upstreams.len() {
-            if self.next_with(index, &has_resources) != Some(index) {
+            if !self.has(index, has_resources) {
                 continue;
             }
             let mut cursor = None;
@@ -380,7 +345,7 @@ impl Passthrough {
     /// Reads every upstream's URI templates (bounded).
     pub(super) async fn learn_templates(&self, cancel: CancellationToken) {
         for index in 0..self.upstreams.len() {
-            if self.next_with(index, &has_resources) != Some(index) {
+            if !self.has(index, has_resources) {
                 continue;
             }
             let mut cursor = None;
