@@ -3,7 +3,7 @@
 # side in one run: tools/call latency and throughput of `toolexec serve` vs a
 # Python SDK server, the gateway's overhead in front of upstream stdio
 # servers, and importing + searching 10,000 upstream tools. Prints Markdown
-# tables (also saved to target/bench-mcp.md).
+# tables (also saved to bench-mcp.md in cargo's target directory).
 #
 #   bash scripts/bench-mcp.sh                 # everything (about 2 minutes after the build)
 #   bash scripts/bench-mcp.sh throughput      # only some sections: throughput, proxy, import
@@ -30,14 +30,17 @@ fi
 echo "== building release binaries (toolexec, the bench)" >&2
 cargo build --release -q -p toolexec-cli
 cargo bench -q -p toolexec-mcp --bench gateway_stdio --no-run
-export TOOLEXEC_BIN="$PWD/target/release/toolexec"
+# Cargo's target directory (CI keeps it outside the clone).
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+mkdir -p "$target"
+export TOOLEXEC_BIN="$target/release/toolexec"
 
 {
   echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(free -g | awk '/^Mem:/{print $2}') GiB, $(uname -sr); $(rustc --version)"
   echo "date: $(date -u +%Y-%m-%dT%H:%MZ); commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (working tree has changes)'); load: $(uptime | sed 's/.*load average: //')"
   echo "python: ${TOOLEXEC_PYTHON:-none}; node: $("${TOOLEXEC_NODE22:-false}" --version 2>/dev/null || echo none)"
-} | tee target/bench-mcp.md
+} | tee "$target/bench-mcp.md"
 
 start=$(date +%s)
-cargo bench -q -p toolexec-mcp --bench gateway_stdio -- "$@" | tee -a target/bench-mcp.md
-echo "bench time: $(( $(date +%s) - start )) s; load after: $(uptime | sed 's/.*load average: //')" | tee -a target/bench-mcp.md >&2
+cargo bench -q -p toolexec-mcp --bench gateway_stdio -- "$@" | tee -a "$target/bench-mcp.md"
+echo "bench time: $(( $(date +%s) - start )) s; load after: $(uptime | sed 's/.*load average: //')" | tee -a "$target/bench-mcp.md" >&2
