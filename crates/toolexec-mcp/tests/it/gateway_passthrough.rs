@@ -17,12 +17,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use toolexec::{Catalog, Exec, Secret};
 use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions};
-use toolexec_mcp::upstream::{Upstream, UpstreamConfig, UpstreamTransport};
+use toolexec_mcp::upstream::{Upstream, UpstreamConfig};
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/py_upstream_server.py"
-);
 const WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
@@ -53,18 +49,7 @@ type Client = RunningService<RoleClient, Recorder>;
 fn fixture(python: &str, label: &str) -> UpstreamConfig {
     let mut env = BTreeMap::new();
     env.insert("PY_UPSTREAM_LABEL".to_owned(), Secret::new(label));
-    let mut config = UpstreamConfig::new(
-        label,
-        UpstreamTransport::Stdio {
-            command: python.to_owned(),
-            args: vec![FIXTURE.to_owned(), "stdio".to_owned()],
-            env,
-            inherit_env: Vec::new(),
-            cwd: Some(std::env::temp_dir()),
-        },
-    );
-    config.call_timeout = Duration::from_secs(20);
-    config
+    crate::support::upstream::py_stdio_config(label, python, env)
 }
 
 /// A gateway in front of `one` and `two`, and a client connected to it.

@@ -17,28 +17,14 @@ use support::{
 use toolexec::{Catalog, CatalogEvent, Exec, RunOptions, Secret, StreamEvent, StreamRequest};
 use toolexec_mcp::upstream::{Upstream, UpstreamConfig, UpstreamStatus, UpstreamTransport};
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/py_upstream_server.py"
-);
+const FIXTURE: &str = support::PY_FIXTURE;
 
 fn python(test: &str) -> Option<String> {
     deps(test, &["TOOLEXEC_PYTHON"]).map(|mut v| v.remove(0))
 }
 
 fn stdio_config(python: &str, env: BTreeMap<String, Secret>) -> UpstreamConfig {
-    let mut config = UpstreamConfig::new(
-        "py",
-        UpstreamTransport::Stdio {
-            command: python.to_owned(),
-            args: vec![FIXTURE.to_owned(), "stdio".to_owned()],
-            env,
-            inherit_env: Vec::new(),
-            cwd: Some(std::env::temp_dir()),
-        },
-    );
-    config.call_timeout = Duration::from_secs(20);
-    config
+    support::py_stdio_config("py", python, env)
 }
 
 async fn start_http(python: &str, port: u16, extra: &[&str]) -> ChildGuard {

@@ -23,10 +23,7 @@ use toolexec_mcp::upstream::{
 use toolexec_testkit::TempDir;
 use toolexec_testkit::tls::{TestCa, Usage};
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/py_upstream_server.py"
-);
+const FIXTURE: &str = support::PY_FIXTURE;
 
 fn python(test: &str) -> Option<String> {
     deps(test, &["TOOLEXEC_PYTHON"]).map(|mut v| v.remove(0))

@@ -106,6 +106,33 @@ pub(crate) fn init_tracing() {
 }
 
 /// A streamable HTTP upstream at `127.0.0.1:port/mcp` with a 20 s call timeout.
+/// The Python SDK fixture server (`tests/fixtures/py_upstream_server.py`).
+pub(crate) const PY_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/py_upstream_server.py"
+);
+
+/// The Python fixture over stdio as upstream `name`, with `env` and a
+/// 20 s call timeout.
+pub(crate) fn py_stdio_config(
+    name: &str,
+    python: &str,
+    env: std::collections::BTreeMap<String, toolexec::Secret>,
+) -> toolexec_mcp::upstream::UpstreamConfig {
+    let mut config = toolexec_mcp::upstream::UpstreamConfig::new(
+        name,
+        toolexec_mcp::upstream::UpstreamTransport::Stdio {
+            command: python.to_owned(),
+            args: vec![PY_FIXTURE.to_owned(), "stdio".to_owned()],
+            env,
+            inherit_env: Vec::new(),
+            cwd: Some(std::env::temp_dir()),
+        },
+    );
+    config.call_timeout = Duration::from_secs(20);
+    config
+}
+
 pub(crate) fn http_config(name: &str, port: u16) -> toolexec_mcp::upstream::UpstreamConfig {
     let mut config = toolexec_mcp::upstream::UpstreamConfig::new(
         name,
