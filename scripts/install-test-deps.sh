@@ -6,8 +6,14 @@
 #
 #   npm:  @modelcontextprotocol/server-everything (reference MCP server),
 #         @modelcontextprotocol/inspector (CLI mode), @modelcontextprotocol/conformance,
-#         node@22 (the inspector and the conformance suite need Node >= 22)
-#   PyPI: mcp (official Python SDK; 1.x keeps FastMCP at mcp.server.fastmcp)
+#         node@22 (the inspector and the conformance suite need Node >= 22),
+#         @octokit/openapi (GitHub's REST API description, 1,223 operations:
+#         the OpenAPI importer's large real-world document)
+#   PyPI: mcp (official Python SDK; 1.x keeps FastMCP at mcp.server.fastmcp),
+#         fastapi, uvicorn, python-multipart (the HTTP provider's test service,
+#         crates/toolexec-http/tests/fixtures/api_server.py), grpcio,
+#         grpcio-reflection, grpcio-tools (the gRPC provider's test server);
+#         wheels only, so a Python without them fails fast instead of compiling
 #   apt:  bubblewrap (namespaces sandbox), runc and runsc (OCI runtimes),
 #         docker.io (Docker engine), busybox-static (test root filesystems),
 #         python3-venv (for Debian's python3), npm (when Node.js is missing)
@@ -38,15 +44,29 @@ NPM_PACKAGES=(
   "@modelcontextprotocol/inspector@2.12.0"
   "@modelcontextprotocol/conformance@0.1.16"
   "node@22.23.3"
+  "@octokit/openapi@23.0.2"
 )
-PY_PACKAGES=("mcp==1.30.0")
+# Resolved together with pip; fastapi, uvicorn and python-multipart also meet
+# mcp's own lower bounds (uvicorn>=0.31.1, python-multipart>=0.0.9).
+PY_PACKAGES=(
+  "mcp==1.30.0"
+  "fastapi==0.165.0"
+  "uvicorn==0.54.0"
+  "python-multipart==0.0.34"
+  "grpcio==1.85.1"
+  "grpcio-reflection==1.85.1"
+  "grpcio-tools==1.85.1"
+)
 
 mkdir -p "$DEPS/npm"
 need() { command -v "$1" >/dev/null 2>&1 || { echo "error: $1 is required ($2)" >&2; exit 2; }; }
 need npm "Node.js and npm, from Debian or the machine image"
 need python3 "CPython 3.10+"
 
-stamp="$DEPS/.installed-$(printf '%s\n' "${NPM_PACKAGES[@]}" "${PY_PACKAGES[@]}" | sha256sum | cut -c1-16)"
+# npm and PyPI sets are stamped apart, so adding a Python package does not
+# reinstall the npm ones; the Python stamp lives in the venv and lists the
+# packages, so a missing, older or recreated venv gets every pinned package.
+stamp="$DEPS/.installed-$(printf '%s\n' "${NPM_PACKAGES[@]}" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "== installing npm packages into $DEPS/npm"
   (cd "$DEPS/npm" && [ -f package.json ] || echo '{"name":"toolexec-test-deps","private":true}' > "$DEPS/npm/package.json")
@@ -55,10 +75,21 @@ if [ ! -f "$stamp" ]; then
     [ "$attempt" = 3 ] && { echo "error: npm install failed" >&2; exit 1; }
     sleep 5
   done
+  touch "$stamp"
+fi
+
+py_stamp="$DEPS/venv/.toolexec-packages"
+py_wanted="$(printf '%s\n' "${PY_PACKAGES[@]}")"
+if [ ! -x "$DEPS/venv/bin/python" ] || [ "$(cat "$py_stamp" 2>/dev/null)" != "$py_wanted" ]; then
   echo "== installing Python packages into $DEPS/venv"
   python3 -m venv "$DEPS/venv"
-  "$DEPS/venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
-  touch "$stamp"
+  for attempt in 1 2 3; do
+    if "$DEPS/venv/bin/pip" install --quiet --disable-pip-version-check \
+        --only-binary=grpcio,grpcio-tools "${PY_PACKAGES[@]}"; then break; fi
+    [ "$attempt" = 3 ] && { echo "error: pip install ${PY_PACKAGES[*]} failed" >&2; exit 1; }
+    sleep 5
+  done
+  printf '%s\n' "$py_wanted" > "$py_stamp"
 fi
 
 bin="$DEPS/npm/node_modules/.bin"
@@ -73,5 +104,6 @@ export TOOLEXEC_MCP_EVERYTHING="$bin/mcp-server-everything"
 export TOOLEXEC_MCP_INSPECTOR="$bin/mcp-inspector"
 export TOOLEXEC_MCP_CONFORMANCE="$bin/conformance"
 export TOOLEXEC_PYTHON="$DEPS/venv/bin/python"
+export TOOLEXEC_OPENAPI_GITHUB="$DEPS/npm/node_modules/@octokit/openapi/generated/api.github.com.json"
 ENV
 echo "== test dependencies ready ($DEPS/env.sh)"

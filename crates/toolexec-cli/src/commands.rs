@@ -158,8 +158,10 @@ impl From<io::Error> for Failure {
     }
 }
 
-/// The catalog the configuration describes: enabled built-ins plus every
-/// upstream server's tools (connected before returning, unless `lazy`).
+/// The catalog the configuration describes: enabled built-ins, command
+/// tools, the operations of every OpenAPI document, plain HTTP tools, and
+/// every upstream server's tools (connected before returning, unless
+/// `lazy`).
 async fn build_exec(
     config: &Config,
     runtimes: &Arc<toolexec_runtime::Runtimes>,
@@ -168,6 +170,17 @@ async fn build_exec(
     toolexec_builtins::register(&catalog, &config.builtins)?;
     for def in &config.commands {
         toolexec_runtime::CommandTool::register(&catalog, def.clone(), runtimes.clone())?;
+    }
+    for options in &config.openapi {
+        let import = toolexec_http::openapi::import(options.clone()).await?;
+        for s in &import.skipped {
+            tracing::warn!(api = %options.name, operation = %s.operation, "operation skipped: {}", s.reason);
+        }
+        catalog.register_many(import.tools(), false)?;
+    }
+    for (tool, client) in &config.http {
+        let (definition, backend) = tool.clone().build(client.clone())?;
+        catalog.register(definition, backend)?;
     }
     let mut upstreams = Vec::with_capacity(config.servers.len());
     for server in &config.servers {

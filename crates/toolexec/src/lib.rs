@@ -45,6 +45,7 @@ pub mod exec;
 pub mod id;
 pub mod limits;
 pub mod local;
+pub mod names;
 pub mod output;
 mod run;
 pub mod schema;

@@ -31,7 +31,7 @@ fn standard() -> Profile {
 }
 
 /// A JSON Schema object, written as an inline TOML table or as JSON text.
-struct Schema(serde_json::Value);
+pub(super) struct Schema(pub(super) serde_json::Value);
 
 impl<'de> Deserialize<'de> for Schema {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -1,9 +1,9 @@
 //! `toolexec.toml`: upstream MCP servers, built-ins, limits, gateway
-//! settings, sandbox runtimes and command tools.
+//! settings, sandbox runtimes, command tools and HTTP APIs.
 //!
 //! Composition: each table is read by the type that uses it where one fits
 //! it (`toolexec::Limits`, the runtimes' configs), else by one table type
-//! here ([`servers`], [`commands`], [`gateway`], [`runtimes`]). Every error
+//! here ([`servers`], [`commands`], [`gateway`], [`runtimes`], [`apis`]). Every error
 //! is a [`ConfigError`] naming the file, line, column and key: serde's for
 //! what does not deserialize, and for what is refused after, the position
 //! of the key it names ([`error::Document`]). Secrets (`{ env = "..." }`,
@@ -15,9 +15,12 @@ use std::path::Path;
 use serde::Deserialize;
 use toolexec::Limits;
 use toolexec_builtins::Group;
+use toolexec_http::openapi::ImportOptions;
+use toolexec_http::{ClientOptions, PlainTool};
 use toolexec_mcp::upstream::UpstreamConfig;
 use toolexec_runtime::CommandToolDef;
 
+mod apis;
 mod commands;
 mod error;
 mod gateway;
@@ -51,6 +54,10 @@ pub(crate) struct Config {
     pub runtimes: RuntimesConfig,
     /// `[[commands]]`: command tools.
     pub commands: Vec<CommandToolDef>,
+    /// `[[openapi]]`: APIs imported from OpenAPI documents.
+    pub openapi: Vec<ImportOptions>,
+    /// `[[http]]`: plain HTTP tools, each with its client options.
+    pub http: Vec<(PlainTool, ClientOptions)>,
 }
 
 /// The file as written.
@@ -69,6 +76,10 @@ struct File {
     runtimes: RuntimesConfig,
     #[serde(default)]
     commands: Vec<commands::CommandTable>,
+    #[serde(default)]
+    openapi: Vec<apis::OpenApiTable>,
+    #[serde(default)]
+    http: Vec<apis::HttpTable>,
 }
 
 impl Config {
@@ -81,6 +92,8 @@ impl Config {
             gateway: GatewayConfig::default(),
             runtimes: RuntimesConfig::default(),
             commands: Vec::new(),
+            openapi: Vec::new(),
+            http: Vec::new(),
         }
     }
 
@@ -127,6 +140,10 @@ impl File {
         let mut runtimes = self.runtimes;
         runtimes.resolve(base, document)?;
         let commands = commands::resolve(self.commands)?;
+        let server_names: Vec<String> = servers.iter().map(|s| s.name.clone()).collect();
+        let openapi =
+            apis::resolve_openapi(self.openapi, base, &server_names, &builtins, &self.limits)?;
+        let http = apis::resolve_http(self.http, base, &self.limits)?;
         Ok(Config {
             builtins,
             limits: self.limits,
@@ -134,6 +151,8 @@ impl File {
             gateway,
             runtimes,
             commands,
+            openapi,
+            http,
         })
     }
 }

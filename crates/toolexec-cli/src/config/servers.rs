@@ -10,11 +10,11 @@ use serde::Deserialize;
 use toolexec::{Limits, Secret};
 use toolexec_builtins::Group;
 use toolexec_mcp::upstream::{
-    DEFAULT_MAX_CONCURRENCY, UpstreamConfig, UpstreamTls, UpstreamTransport,
+    DEFAULT_MAX_CONCURRENCY, TlsOptions, UpstreamConfig, UpstreamTransport,
 };
 
 use super::error::Fault;
-use super::values::{DurationText, SecretSource, relative_to};
+use super::values::{DurationText, SecretSource, id_problem, relative_to};
 
 /// One `[[servers]]` table as written: a stdio server (`command`) or an
 /// HTTP one (`url`), each with its own keys.
@@ -87,13 +87,13 @@ impl ServerTable {
     ) -> Result<UpstreamConfig, Fault> {
         let key = |k: &str| format!("servers[{i}].{k}");
         let fail = |k: &str, message: String| Err(Fault::new(key(k), message));
-        if let Err(reason) = toolexec::ToolIdRef::parse(&format!("{}:x", self.name)) {
-            return fail("name", format!("not a valid namespace: {reason}"));
+        if let Err(e) = toolexec::ToolIdRef::parse(&format!("{}:x", self.name)) {
+            return fail("name", format!("not a valid namespace: {}", id_problem(e)));
         }
         if builtins.iter().any(|g| g.as_str() == self.name) {
             return fail("name", format!("{:?} is a built-in namespace", self.name));
         }
-        let tls = UpstreamTls {
+        let tls = TlsOptions {
             ca_file: self.ca_file.map(|p| relative_to(base, &p)),
             client_cert: self.client_cert.map(|p| relative_to(base, &p)),
             client_key: self.client_key.map(|p| relative_to(base, &p)),
@@ -185,7 +185,7 @@ impl ServerTable {
 }
 
 /// The first TLS key written, to point a refusal of them all at.
-fn first_tls_key(tls: &UpstreamTls) -> &'static str {
+fn first_tls_key(tls: &TlsOptions) -> &'static str {
     if tls.ca_file.is_some() {
         "ca_file"
     } else if tls.client_cert.is_some() {

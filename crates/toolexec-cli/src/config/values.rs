@@ -118,3 +118,12 @@ where
     let s = String::deserialize(d)?;
     s.parse().map_err(serde::de::Error::custom)
 }
+
+/// Why a tool id or namespace is refused, without the error's code (the
+/// file's error carries its own, `invalid_request`).
+pub(super) fn id_problem(e: toolexec::Error) -> String {
+    match e {
+        toolexec::Error::InvalidToolId { reason, .. } => reason,
+        other => other.to_body().message,
+    }
+}

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use toolexec::Secret;
+pub use toolexec_http::TlsOptions;
 
 /// Default [`UpstreamConfig::call_timeout`].
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -92,29 +93,6 @@ pub enum UpstreamTransport {
         bearer_token: Option<Secret>,
         /// Roots and client certificate of an `https://` URL (must be empty
         /// for `http://`).
-        tls: UpstreamTls,
+        tls: TlsOptions,
     },
-}
-
-/// TLS settings of an `https://` upstream: PEM files, read (and checked)
-/// when the upstream is connected, or earlier with
-/// [`UpstreamTls::check`]. The server's certificate is verified against
-/// the system's roots, or against `ca_file` alone when it is set.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UpstreamTls {
-    /// CA certificates (PEM) trusted instead of the system's roots.
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate chain (PEM, end-entity first), presented when the
-    /// server asks for one. Needs `client_key`.
-    pub client_cert: Option<PathBuf>,
-    /// The private key of `client_cert` (PEM: PKCS#8, PKCS#1 or SEC1). Like
-    /// a secret file, it is refused when its group or others may access it.
-    pub client_key: Option<PathBuf>,
-}
-
-impl UpstreamTls {
-    /// True when nothing is set (the system's roots, no client certificate).
-    pub fn is_empty(&self) -> bool {
-        *self == UpstreamTls::default()
-    }
 }

@@ -8,8 +8,9 @@ use serde_json::{Map, Value};
 use toolexec::{ListRequest, Tool};
 
 use super::call::ToolBackend;
+use super::convert;
 use super::shared::{Shared, ToolSet};
-use super::{convert, names};
+use toolexec::names;
 
 impl Shared {
     /// Imports a listing into the catalog by difference. Returns the number

@@ -103,8 +103,8 @@
 //!
 //! `https://` URLs use rustls with graviola's pure-Rust crypto provider
 //! (never a process-wide default). The server's certificate is verified
-//! against the system's roots, or [`UpstreamTls::ca_file`] alone; a client
-//! certificate ([`UpstreamTls::client_cert`], `client_key`) is presented when
+//! against the system's roots, or [`TlsOptions::ca_file`] alone; a client
+//! certificate ([`TlsOptions::client_cert`], `client_key`) is presented when
 //! the server asks. A certificate that is not trusted, expired or for another
 //! host, or a server refusing the client's certificate, fails the connection
 //! with `backend_unavailable` saying which; it is not retried. reqwest is
@@ -130,13 +130,11 @@ mod convert;
 mod env;
 mod http_client;
 mod import;
-mod names;
 mod passthrough;
 mod routing;
 mod session;
 mod shared;
 mod supervisor;
-mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,7 +145,7 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{Catalog, Error};
 
 pub use self::config::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONCURRENCY, UpstreamConfig, UpstreamTls, UpstreamTransport,
+    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONCURRENCY, TlsOptions, UpstreamConfig, UpstreamTransport,
 };
 pub use self::env::INHERITED_ENV;
 pub use self::passthrough::{RelayError, UpstreamNotice};

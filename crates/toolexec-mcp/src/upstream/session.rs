@@ -23,7 +23,7 @@ use toolexec::Secret;
 use super::UpstreamTransport;
 use super::passthrough::UpstreamNotice;
 use super::routing::{InOrder, Router};
-use super::tls::Tls;
+use toolexec_http::tls::Tls;
 
 /// Most `tools/list` pages followed before giving up on a server whose
 /// cursors never end.
@@ -278,7 +278,7 @@ fn init_error(e: &ClientInitializeError, http: Option<&Tls>) -> ConnectError {
         other => other,
     };
     if let Some(tls) = http
-        && let Some(failure) = tls.failure_in(cause)
+        && let Some(failure) = tls.failure_in(cause, next_link)
     {
         let mut message = format!("TLS handshake failed: {}", failure.reason);
         if failure.permanent {
@@ -312,23 +312,12 @@ fn init_error(e: &ClientInitializeError, http: Option<&Tls>) -> ConnectError {
 /// outer message are not repeated). Sees through rmcp's HTTP client errors,
 /// whose `Display` hides the cause (connection refused, ...).
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = next_link(e);
-    while let Some(err) = cur {
-        let text = err.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cur = next_link(err);
-    }
-    out.replace('\n', " ")
+    toolexec_http::tls::error_chain(e, next_link)
 }
 
 /// The next link of an error chain, seeing through rmcp's HTTP client
-/// errors (whose `source()` is empty) and into `std::io::Error`s (whose
-/// `source()` is the *wrapped* error's source, skipping the wrapped error:
-/// a rustls error inside the io::Error of hyper-rustls).
+/// errors (whose `source()` is empty), else as
+/// [`toolexec_http::tls::next_link`] (into `std::io::Error`s).
 pub(crate) fn next_link<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a (dyn std::error::Error + 'static)> {
@@ -337,13 +326,7 @@ pub(crate) fn next_link<'a>(
     {
         return Some(inner);
     }
-    if let Some(inner) = e
-        .downcast_ref::<std::io::Error>()
-        .and_then(|io| io.get_ref())
-    {
-        return Some(inner);
-    }
-    e.source()
+    toolexec_http::tls::next_link(e)
 }
 
 fn error_chain_has_http_auth_failure(e: &(dyn std::error::Error + 'static)) -> bool {

@@ -18,7 +18,7 @@ use serde_json::json;
 use support::{ChildGuard, assert_code, deps, eventually, free_port};
 use toolexec::{Catalog, Error, Exec};
 use toolexec_mcp::upstream::{
-    Upstream, UpstreamConfig, UpstreamStatus, UpstreamTls, UpstreamTransport,
+    TlsOptions, Upstream, UpstreamConfig, UpstreamStatus, UpstreamTransport,
 };
 use toolexec_testkit::TempDir;
 use toolexec_testkit::tls::{TestCa, Usage};
@@ -55,7 +55,7 @@ async fn start_https(
 }
 
 /// `https://HOST:PORT/mcp` with `tls`.
-fn https_config(name: &str, host: &str, port: u16, tls: UpstreamTls) -> UpstreamConfig {
+fn https_config(name: &str, host: &str, port: u16, tls: TlsOptions) -> UpstreamConfig {
     let mut config = UpstreamConfig::new(
         name,
         UpstreamTransport::Http {
@@ -69,10 +69,10 @@ fn https_config(name: &str, host: &str, port: u16, tls: UpstreamTls) -> Upstream
     config
 }
 
-fn trusting(ca_file: &Path) -> UpstreamTls {
-    UpstreamTls {
+fn trusting(ca_file: &Path) -> TlsOptions {
+    TlsOptions {
         ca_file: Some(ca_file.to_owned()),
-        ..UpstreamTls::default()
+        ..TlsOptions::default()
     }
 }
 
@@ -135,7 +135,7 @@ async fn https_with_ca_file_and_the_wrong_ca() {
     assert!(message.starts_with("TLS handshake failed"), "{message}");
     // The system's roots do not know the test CA either.
     assert_refused(
-        https_config("no-ca-file", "127.0.0.1", port, UpstreamTls::default()),
+        https_config("no-ca-file", "127.0.0.1", port, TlsOptions::default()),
         &["unknown issuer", "the system's roots"],
     )
     .await;
@@ -205,7 +205,7 @@ async fn client_certificates_are_presented_when_configured() {
     let client_key = dir.write_private("client.key", &client.key_pem);
     let (_server, port) = start_https(&python, &dir, "server", &server_cert, Some(&ca_file)).await;
 
-    let with_identity = |cert: PathBuf, key: PathBuf| UpstreamTls {
+    let with_identity = |cert: PathBuf, key: PathBuf| TlsOptions {
         ca_file: Some(ca_file.clone()),
         client_cert: Some(cert),
         client_key: Some(key),

@@ -1,8 +1,9 @@
-//! Mapping MCP tool names to toolexec tool names.
+//! Mapping foreign names (MCP tool names, OpenAPI operation ids) to
+//! toolexec tool names.
 //!
-//! MCP allows tool names that toolexec ids do not (`/`, `:`, spaces, names
-//! longer than [`MAX_NAME_LEN`]). The mapping is deterministic, so a tool keeps
-//! its id across reconnects and restarts:
+//! Other systems allow names that toolexec ids do not (`/`, `:`, spaces,
+//! names longer than [`MAX_NAME_LEN`]). The mapping is deterministic, so a
+//! tool keeps its id across reconnects and restarts:
 //!
 //! 1. every character outside `[A-Za-z0-9_.-]` becomes `_`;
 //! 2. a name longer than [`MAX_NAME_LEN`] bytes is cut and ends in `-` plus
@@ -12,10 +13,14 @@
 
 use std::collections::BTreeMap;
 
-use toolexec::id::{MAX_NAME_LEN, is_name_char};
+use crate::id::{MAX_NAME_LEN, is_name_char};
 
-/// Maps one MCP tool name to a valid toolexec name.
-pub(crate) fn map_name(original: &str) -> String {
+/// Maps one foreign name to a valid toolexec name.
+///
+/// ```
+/// assert_eq!(toolexec::names::map_name("files/read file:v2"), "files_read_file_v2");
+/// ```
+pub fn map_name(original: &str) -> String {
     let mut out: String = original
         .chars()
         .map(|c| if is_name_char(c) { c } else { '_' })
@@ -44,16 +49,16 @@ fn fnv1a32(bytes: &[u8]) -> u32 {
 
 /// The outcome of mapping a server's tool names.
 #[derive(Debug, Default)]
-pub(crate) struct NameMapping {
-    /// Mapped name → original name, for the tools that are kept.
-    pub(crate) kept: BTreeMap<String, String>,
-    /// `(original, mapped, winner)` for each tool skipped because of a collision.
-    pub(crate) collisions: Vec<(String, String, String)>,
+pub struct NameMapping {
+    /// Mapped name → original name, for the names that are kept.
+    pub kept: BTreeMap<String, String>,
+    /// `(original, mapped, winner)` for each name skipped because of a collision.
+    pub collisions: Vec<(String, String, String)>,
 }
 
 /// Maps every name and resolves collisions deterministically (independent of
 /// the order the server lists its tools in).
-pub(crate) fn map_names<'a>(originals: impl IntoIterator<Item = &'a str>) -> NameMapping {
+pub fn map_names<'a>(originals: impl IntoIterator<Item = &'a str>) -> NameMapping {
     let mut groups: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for original in originals {
         groups.entry(map_name(original)).or_default().push(original);
@@ -104,7 +109,7 @@ mod tests {
         assert_eq!(a, map_name(&long), "deterministic");
         let other = format!("{}y", "x".repeat(299));
         assert_ne!(a, map_name(&other), "different originals, different ids");
-        assert!(toolexec::ToolIdRef::parse(&format!("ns:{a}")).is_ok());
+        assert!(crate::ToolIdRef::parse(&format!("ns:{a}")).is_ok());
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! TLS for `https://` upstreams: rustls with graviola's pure-Rust crypto
-//! (no C toolchain), the system's roots or a CA file, an optional client
-//! certificate; and, from an error's chain, why a handshake failed.
+//! TLS for every outbound HTTP client (MCP upstreams, HTTP providers):
+//! rustls with graviola's pure-Rust crypto (no C toolchain), the system's
+//! roots or a CA file, an optional client certificate; and, from an error's
+//! chain, why a handshake failed.
 
 use std::error::Error as StdError;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -15,15 +16,29 @@ use rustls::sign::CertifiedKey;
 use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore, SignatureScheme};
 use toolexec::Error;
 
-use super::UpstreamTls;
+/// TLS settings of an `https://` server: PEM files, read (and checked)
+/// when a client is built, or earlier with [`TlsOptions::check`]. The
+/// server's certificate is verified against the system's roots, or against
+/// `ca_file` alone when it is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// CA certificates (PEM) trusted instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate chain (PEM, end-entity first), presented when the
+    /// server asks for one. Needs `client_key`.
+    pub client_cert: Option<PathBuf>,
+    /// The private key of `client_cert` (PEM: PKCS#8, PKCS#1 or SEC1). Like
+    /// a secret file, it is refused when its group or others may access it.
+    pub client_key: Option<PathBuf>,
+}
 
-/// The crypto provider of every upstream connection: graviola's, never the
+/// The crypto provider of every outbound connection: graviola's, never the
 /// process-wide default (this library does not install one).
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls_graviola::default_provider())
 }
 
-/// The files of an [`UpstreamTls`], read and parsed.
+/// The files of an [`TlsOptions`], read and parsed.
 struct Loaded {
     /// The certificates of `ca_file`, when set.
     roots: Option<Vec<CertificateDer<'static>>>,
@@ -31,7 +46,12 @@ struct Loaded {
     identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
 }
 
-impl UpstreamTls {
+impl TlsOptions {
+    /// True when nothing is set (the system's roots, no client certificate).
+    pub fn is_empty(&self) -> bool {
+        *self == TlsOptions::default()
+    }
+
     /// Reads and parses the files as connecting does, so a configuration can
     /// be refused early: `invalid_request` naming the field (`tls.ca_file`,
     /// `tls.client_cert`, `tls.client_key`) and the file, never the key's
@@ -39,7 +59,7 @@ impl UpstreamTls {
     /// [`toolexec::secret::read_private_file`]) and match the certificate.
     ///
     /// ```
-    /// let tls = toolexec_mcp::upstream::UpstreamTls {
+    /// let tls = toolexec_http::TlsOptions {
     ///     ca_file: Some("/nonexistent/ca.pem".into()),
     ///     ..Default::default()
     /// };
@@ -113,17 +133,17 @@ impl UpstreamTls {
     }
 
     /// The roots trusted, in words: `ca_file PATH` or `the system's roots`.
-    pub(crate) fn trusted(&self) -> String {
+    pub fn trusted(&self) -> String {
         match &self.ca_file {
             Some(path) => format!("ca_file {}", path.display()),
             None => "the system's roots".to_owned(),
         }
     }
 
-    /// What an `https://` upstream named `server` connects with:
-    /// `ca_file`'s roots, else the system's (none found is
-    /// `backend_unavailable`).
-    pub(crate) fn client_config(&self, server: &str) -> Result<Tls, Error> {
+    /// What an `https://` client of `server` connects with: `ca_file`'s
+    /// roots, else the system's (none found is `backend_unavailable`
+    /// naming `server`).
+    pub fn client_config(&self, server: &str) -> Result<Tls, Error> {
         let provider = provider();
         let loaded = self.load(&provider)?;
         let mut roots = RootCertStore::empty();
@@ -174,13 +194,13 @@ impl UpstreamTls {
     }
 }
 
-/// What an HTTP upstream connects with: its rustls configuration, and what
+/// What an HTTP client connects with: its rustls configuration, and what
 /// explains a failed handshake.
 #[derive(Debug, Clone)]
-pub(crate) struct Tls {
+pub struct Tls {
     /// Handed to reqwest (clones share the session cache, so reconnections
     /// resume TLS sessions).
-    pub(crate) config: ClientConfig,
+    pub config: ClientConfig,
     /// The roots trusted, in words (empty for `http://`).
     trusted: String,
     /// Without a client certificate configured: whether the server asked.
@@ -188,11 +208,11 @@ pub(crate) struct Tls {
 }
 
 impl Tls {
-    /// For an `http://` upstream, where reqwest never uses it (redirects
-    /// are off): no roots, so nothing is trusted. reqwest built with rustls
+    /// For an `http://` server, where reqwest never uses it (redirects are
+    /// off): no roots, so nothing is trusted. reqwest built with rustls
     /// wants a configuration even then, else it looks for a process-wide
     /// provider.
-    pub(crate) fn unused() -> Tls {
+    pub fn unused() -> Tls {
         let config = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .expect("graviola supports the default protocol versions")
@@ -207,18 +227,22 @@ impl Tls {
 
     /// Forgets what earlier connections saw: called before each session
     /// is opened, so [`Tls::failure_in`] explains this attempt only.
-    pub(crate) fn new_attempt(&self) {
+    pub fn new_attempt(&self) {
         if let Some(r) = &self.no_client_cert {
             r.asked.store(false, Ordering::Relaxed);
         }
     }
 
-    /// The TLS failure in `e`'s chain, if any (rustls errors travel inside
-    /// `std::io::Error`s, see [`next_link`](super::session::next_link)).
-    /// A server that asked for a client
-    /// certificate, got none and hung up without an alert (Python's `ssl`
-    /// does) is recognized by its question.
-    pub(crate) fn failure_in(&self, e: &(dyn StdError + 'static)) -> Option<TlsFailure> {
+    /// The TLS failure in `e`'s chain, if any, walking the chain with
+    /// `next` ([`next_link`], or a caller's own that also looks inside its
+    /// error types). A server that asked for a client certificate, got none
+    /// and hung up without an alert (Python's `ssl` does) is recognized by
+    /// its question.
+    pub fn failure_in(
+        &self,
+        e: &(dyn StdError + 'static),
+        next: for<'a> fn(&'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)>,
+    ) -> Option<TlsFailure> {
         let mut hung_up = false;
         let mut cur = Some(e);
         while let Some(err) = cur {
@@ -234,7 +258,7 @@ impl Tls {
                         | std::io::ErrorKind::BrokenPipe
                 )
             });
-            cur = super::session::next_link(err);
+            cur = next(err);
         }
         let asked = self
             .no_client_cert
@@ -296,13 +320,46 @@ fn certificates(
     Ok(certs)
 }
 
+/// The next error in `e`'s chain: the error an `std::io::Error` wraps
+/// (its `source()` skips it, and rustls errors travel inside I/O errors, as
+/// hyper-rustls and reqwest wrap them), else `source()`.
+pub fn next_link<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)> {
+    if let Some(inner) = e
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+    {
+        return Some(inner);
+    }
+    e.source()
+}
+
+/// `e` and its chain (walked with `next`) in one line, each link's text
+/// once: `error sending request: client error (Connect): tcp connect
+/// error: Connection refused (os error 111)`.
+pub fn error_chain(
+    e: &(dyn StdError + 'static),
+    next: for<'a> fn(&'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)>,
+) -> String {
+    let mut out = e.to_string();
+    let mut cur = next(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = next(err);
+    }
+    out.replace('\n', " ")
+}
+
 /// Why a TLS connection failed, from a rustls error in an error's chain.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct TlsFailure {
+pub struct TlsFailure {
     /// One sentence: what is wrong, in the terms of the configuration.
-    pub(crate) reason: String,
+    pub reason: String,
     /// Retrying cannot help: the certificates or the settings must change.
-    pub(crate) permanent: bool,
+    pub permanent: bool,
 }
 
 fn describe(e: &rustls::Error, trusted: &str) -> TlsFailure {
@@ -384,7 +441,7 @@ mod tests {
             trusted: "ca_file ca.pem".to_owned(),
             ..Tls::unused()
         };
-        let failure = tls.failure_in(&io).unwrap();
+        let failure = tls.failure_in(&io, next_link).unwrap();
         assert!(failure.permanent);
         assert!(
             failure
@@ -393,7 +450,7 @@ mod tests {
             "{failure:?}"
         );
         let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        assert_eq!(tls.failure_in(&plain), None);
+        assert_eq!(tls.failure_in(&plain, next_link), None);
     }
 
     #[test]
@@ -418,16 +475,16 @@ mod tests {
 
     #[test]
     fn missing_halves_of_a_client_identity_are_refused() {
-        let tls = UpstreamTls {
+        let tls = TlsOptions {
             client_cert: Some("/nonexistent/cert.pem".into()),
-            ..UpstreamTls::default()
+            ..TlsOptions::default()
         };
         assert_eq!(tls.check().unwrap_err().field(), Some("tls.client_key"));
-        let tls = UpstreamTls {
+        let tls = TlsOptions {
             client_key: Some("/nonexistent/key.pem".into()),
-            ..UpstreamTls::default()
+            ..TlsOptions::default()
         };
         assert_eq!(tls.check().unwrap_err().field(), Some("tls.client_cert"));
-        assert!(UpstreamTls::default().check().is_ok());
+        assert!(TlsOptions::default().check().is_ok());
     }
 }
