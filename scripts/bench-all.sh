@@ -30,7 +30,9 @@ log="$target/bench-all-$(date +%Y%m%d-%H%M%S).log"
   echo "== $(git rev-parse --short HEAD) on $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
   cargo bench --workspace --locked --no-run
   # One bench target at a time (cargo bench --workspace would also run the
-  # MCP bench, which has its own script and knobs).
+  # MCP bench, which has its own script and knobs), selected in the whole
+  # workspace so features unify as in the build above (`-p PACKAGE` would
+  # rebuild dependencies with that package's features alone).
   cargo metadata --no-deps --format-version 1 |
     python3 -c '
 import json, sys
@@ -39,8 +41,8 @@ for p in json.load(sys.stdin)["packages"]:
         if "bench" in t["kind"] and t["name"] != "gateway_stdio":
             print(p["name"], t["name"])' |
     while read -r package bench; do
-      echo "== cargo bench -p $package --bench $bench"
-      cargo bench --locked -p "$package" --bench "$bench" -- \
+      echo "== cargo bench --bench $bench ($package)"
+      cargo bench --locked --workspace --bench "$bench" -- \
         --warm-up-time 1 --measurement-time 3 "$@"
     done
   echo "== scripts/bench-mcp.sh"
