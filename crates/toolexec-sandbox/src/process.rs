@@ -365,6 +365,13 @@ impl Spawned {
             // A descendant that escaped the group kill may hold the pipes.
             let _ = tokio::time::timeout(Duration::from_millis(500), &mut drains).await;
         }
+        // A unit cut off at the output limit often dies of the closed pipe
+        // (EPIPE, or SIGPIPE) in the same poll as the overflow signal, or
+        // exits before the drains read the bytes past the limit: the
+        // capture's flag decides, not the race.
+        if ended.is_none() && capture.did_overflow() {
+            ended = Some(Ended::Output);
+        }
         let (stdout, stderr) = capture.take();
         ProcessRun {
             status,
