@@ -42,4 +42,4 @@ pub mod tls;
 pub use catalog::catalog;
 pub use deps::{dep, deps, python3};
 pub use skip::{required, runtime_required, skip, skip_runtime};
-pub use temp::{TempDir, free_port};
+pub use temp::{TempDir, free_port, spawn_printing_port};

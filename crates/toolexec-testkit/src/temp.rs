@@ -82,3 +82,31 @@ pub fn free_port() -> u16 {
         .expect("bind a loopback port")
         .port()
 }
+
+/// Starts `cmd` (a fixture server that binds port 0 itself and prints
+/// `PORT <n>` as its first stdout line) with stdin piped, so the fixture
+/// can exit when this process dies, and returns it with its port.
+///
+/// # Panics
+///
+/// When it cannot start or its first line is not `PORT <n>`.
+pub fn spawn_printing_port(cmd: &mut std::process::Command) -> (std::process::Child, u16) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("read the fixture's port");
+    let port = line
+        .trim()
+        .strip_prefix("PORT ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{cmd:?} printed {line:?}, not PORT <n>"));
+    (child, port)
+}

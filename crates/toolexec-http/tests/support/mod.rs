@@ -1,8 +1,7 @@
 //! The FastAPI fixture (`tests/fixtures/api_server.py`), started per test.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -29,25 +28,8 @@ impl Server {
     /// Starts the fixture, or `None` after saying why it cannot run here.
     pub(crate) fn start(test: &str, extra: &[&str]) -> Option<Server> {
         let python = toolexec_testkit::dep(test, "TOOLEXEC_PYTHON")?;
-        let mut child = Command::new(python)
-            .arg(FIXTURE)
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the FastAPI fixture");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("read the fixture's port");
-        let port = line
-            .trim()
-            .strip_prefix("PORT ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| {
-                panic!("the fixture printed {line:?}, not PORT <n> (is fastapi installed?)")
-            });
+        let (child, port) =
+            toolexec_testkit::spawn_printing_port(Command::new(python).arg(FIXTURE).args(extra));
         Some(Server { child, port })
     }
 
