@@ -81,6 +81,8 @@ use pool::{Pool, Warm};
 /// Processes of bubblewrap itself inside the run's cgroup: the outer
 /// monitor and the pid-namespace reaper.
 const SUPERVISORS: u64 = 2;
+/// How often a running unit's cgroup counters are read.
+const CGROUP_POLL: Duration = Duration::from_millis(20);
 /// Descriptor numbers of the seccomp programs and the pool's spec pipe.
 const SECCOMP_FDS: [i32; 2] = [4, 5];
 const SPEC_FD: i32 = 6;
@@ -289,7 +291,7 @@ impl BubblewrapRuntime {
             cancel: stop.clone(),
             output: ctx.output.clone(),
         };
-        let tripped: Mutex<Option<(LimitKind, String)>> = Mutex::new(None);
+        let tripped: Mutex<Option<RunStatus>> = Mutex::new(None);
         let run = tokio::select! {
             run = spawned.drive(limits, &inner) => run,
             _ = watch(cgroup.as_ref(), limits, &stop, &tripped) => unreachable!("watch never ends"),
@@ -298,10 +300,10 @@ impl BubblewrapRuntime {
         let signal = run.signal(true);
         let mut outcome = run.into_outcome(Self::NAME, &ctx, limits, true);
         let events = cgroup.as_ref().map(RunCgroup::events).unwrap_or_default();
-        if let Some((limit, message)) = tripped.lock().take()
+        if let Some(status) = tripped.lock().take()
             && !ctx.cancel.is_cancelled()
         {
-            outcome.status = RunStatus::LimitExceeded { limit, message };
+            outcome.status = status;
         } else if matches!(
             outcome.status,
             RunStatus::Failed { .. }
@@ -429,27 +431,21 @@ struct Started {
     cgroup_problem: Option<String>,
 }
 
-/// Watches the cgroup while the unit runs: an OOM kill, a refused fork or
-/// CPU time past the limit stops the run (through `stop`) and records why.
+/// Watches the cgroup while the unit runs ([`verdict::watch`]): an OOM
+/// kill, a refused fork or CPU time past the limit stops the run (through
+/// `stop`) and records why. Never ends.
 async fn watch(
     cgroup: Option<&RunCgroup>,
     limits: &RuntimeLimits,
     stop: &toolexec::CancellationToken,
-    tripped: &Mutex<Option<(LimitKind, String)>>,
+    tripped: &Mutex<Option<RunStatus>>,
 ) {
-    let Some(cgroup) = cgroup else {
-        return std::future::pending().await;
-    };
-    loop {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if let Some(RunStatus::LimitExceeded { limit, message }) =
-            cgroup.events().live_verdict(limits)
-        {
-            *tripped.lock() = Some((limit, message));
-            stop.cancel();
-            return std::future::pending().await;
-        }
+    if let Some(cgroup) = cgroup {
+        let status = verdict::watch(|| cgroup.events(), limits, CGROUP_POLL).await;
+        *tripped.lock() = Some(status);
+        stop.cancel();
     }
+    std::future::pending().await
 }
 
 impl Shared {

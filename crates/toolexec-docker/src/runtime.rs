@@ -280,7 +280,8 @@ enum Stop {
     Output,
     Cancelled,
     ToolCalls,
-    Processes(u64),
+    /// A limit the cgroup watch saw hit.
+    Limit(RunStatus),
     Protocol(ProtocolError),
 }
 
@@ -343,8 +344,16 @@ impl Run<'_> {
         let mut wait = docker.wait_container(name, None);
         let deadline = tokio::time::sleep(self.limits.wall_time);
         tokio::pin!(deadline);
-        let mut sample = tokio::time::interval(CGROUP_SAMPLE);
-        sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The cgroup watch (where the cgroup is local) stops the run on a
+        // refused fork or an OOM kill; it borrows the observer until the
+        // loop ends.
+        let limits = self.limits;
+        let mut watch = Box::pin(async {
+            match observer.as_mut() {
+                Some(observer) => verdict::watch(|| observer.sample(), limits, CGROUP_SAMPLE).await,
+                None => std::future::pending().await,
+            }
+        });
         let mut stop = None;
         let mut wait_code = None;
         loop {
@@ -361,13 +370,7 @@ impl Run<'_> {
                 _ = self.ctx.cancel.cancelled() => { stop = Some(Stop::Cancelled); break; }
                 _ = capture.overflowed() => { stop = Some(Stop::Output); break; }
                 _ = self.ctx.host.budget_exceeded() => { stop = Some(Stop::ToolCalls); break; }
-                _ = sample.tick(), if observer.is_some() => {
-                    let seen = observer.as_mut().map(Observer::sample).unwrap_or_default();
-                    if seen.pids_refused > 0 && self.limits.max_processes.is_some() {
-                        stop = Some(Stop::Processes(seen.pids_refused));
-                        break;
-                    }
-                }
+                status = &mut watch => { stop = Some(Stop::Limit(status)); break; }
                 failure = &mut channel, if !channel_done => {
                     channel_done = true;
                     if let Some(e) = failure {
@@ -383,6 +386,7 @@ impl Run<'_> {
             stop = Some(Stop::ToolCalls);
         }
         drop(wait);
+        drop(watch);
         if stop.is_some() {
             let kill = KillContainerOptionsBuilder::default()
                 .signal("KILL")
@@ -470,7 +474,7 @@ fn classify(
         Some(Stop::Output) => verdict::output_exceeded(limits),
         Some(Stop::Cancelled) => RunStatus::Cancelled,
         Some(Stop::ToolCalls) => verdict::tool_calls_exceeded(limits),
-        Some(Stop::Processes(refused)) => verdict::processes_exceeded(limits, refused),
+        Some(Stop::Limit(status)) => status,
         Some(Stop::Protocol(e)) => RunStatus::Error { error: e.to_body() },
         // SIGXCPU comes from the RLIMIT_CPU set only for a cpu_time limit;
         // without one, a unit's own SIGXCPU death is its own failure.
@@ -707,7 +711,13 @@ mod tests {
             Some(LimitKind::Processes)
         );
         assert_eq!(
-            classify(Some(Stop::Processes(3)), Some(137), none, &limits).limit(),
+            classify(
+                Some(Stop::Limit(verdict::processes_exceeded(&limits, 3))),
+                Some(137),
+                none,
+                &limits
+            )
+            .limit(),
             Some(LimitKind::Processes)
         );
         // 152 = 128 + SIGXCPU: a limit hit only when cpu_time was set.

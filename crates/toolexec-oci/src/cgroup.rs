@@ -144,9 +144,14 @@ impl RunCgroup {
     }
 
     /// What the run's cgroups counted: OOM kills, memory-limit hits,
-    /// refused forks.
+    /// refused forks, CPU time (`cpuacct` is hierarchical: the nested
+    /// cgroup is counted in this one).
     pub(crate) fn events(&self) -> CgroupEvents {
         let num = |t: &str| t.trim().parse().ok();
+        let cpu = std::fs::read_to_string(self.dir("cpuacct").join("cpuacct.usage"))
+            .ok()
+            .and_then(|t| num(&t))
+            .map(Duration::from_nanos);
         CgroupEvents {
             oom_kills: self.sum("memory", "memory.oom_control", |t| {
                 Some(keyed(t, "oom_kill"))
@@ -154,7 +159,7 @@ impl RunCgroup {
             memory_failcnt: self.sum("memory", "memory.failcnt", num)
                 + self.sum("memory", "memory.memsw.failcnt", num),
             pids_refused: self.sum("pids", "pids.events", |t| Some(keyed(t, "max"))),
-            cpu: None,
+            cpu,
         }
     }
 

@@ -2,7 +2,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -27,8 +26,9 @@ use crate::{OciError, channel, rootfs};
 /// needs besides the unit's processes; added to `pids.max` for runsc.
 pub const RUNSC_PIDS_OVERHEAD: u64 = 96;
 
-/// How often the host reads the run's CPU time.
-const CPU_POLL: Duration = Duration::from_millis(50);
+/// How often the host reads the run's cgroup counters (OOM kills,
+/// refused forks, CPU time).
+const CGROUP_POLL: Duration = Duration::from_millis(50);
 
 /// Runs [`Unit::Command`]s (and [`Unit::Script`]s through a configured
 /// script worker) as OCI containers: a bundle per run with a
@@ -307,18 +307,6 @@ impl OciRuntime {
                 cancel: run_cancel.clone(),
                 output: ctx.output.clone(),
             };
-            let cpu_exceeded = Arc::new(AtomicBool::new(false));
-            // Host tasks of this run, aborted when the run ends or is dropped.
-            let mut watchers: Vec<AbortOnDropHandle<()>> = Vec::new();
-            if let (Some(cpu), Some(cg)) = (limits.cpu_time, guard.cgroup()) {
-                let usage_path = cg.display("cpuacct");
-                watchers.push(AbortOnDropHandle::new(tokio::spawn(watch_cpu(
-                    usage_path.into(),
-                    cpu,
-                    cpu_exceeded.clone(),
-                    run_cancel.clone(),
-                ))));
-            }
             let server = ChannelServer::new(ctx.host.clone(), ChannelConfig::default());
             let protocol_error: Arc<Mutex<Option<ProtocolError>>> = Arc::default();
             // Cancelled when the launcher exits by itself: the channel then
@@ -346,9 +334,13 @@ impl OciRuntime {
                 channel: flavor == OciFlavor::Runc,
                 ..ProcessSpec::default()
             };
-            let run = run_process(process, limits, &inner_ctx).await;
-            // Also aborted if this future is dropped before getting here.
-            drop(watchers);
+            // The cgroup watch stops the run on an OOM kill, a refused
+            // fork or CPU time past the limit.
+            let tripped: Mutex<Option<RunStatus>> = Mutex::new(None);
+            let run = tokio::select! {
+                run = run_process(process, limits, &inner_ctx) => run,
+                _ = watch(guard.cgroup(), limits, &run_cancel, &tripped) => unreachable!("watch never ends"),
+            };
             // A launcher that exited by itself: the channel takes the unit's
             // last frames first. Stopped by toolexec, or never started: the
             // channel goes now (dropping the task aborts it).
@@ -368,8 +360,8 @@ impl OciRuntime {
             let events = guard.cgroup().map(|c| c.events()).unwrap_or_default();
             // Our own stops first, then what the cgroups saw.
             let own_cancel = matches!(ended, Some(Ended::Cancelled)) && !ctx.cancel.is_cancelled();
-            if own_cancel && cpu_exceeded.load(Ordering::Relaxed) {
-                outcome.status = verdict::cpu_exceeded(limits, None, "cgroup cpuacct.usage");
+            if let Some(status) = tripped.lock().take().filter(|_| own_cancel) {
+                outcome.status = status;
             } else if let Some(e) = protocol_error.lock().take().filter(|_| own_cancel) {
                 outcome.status = RunStatus::Error { error: e.to_body() };
             } else if matches!(outcome.status, RunStatus::Failed { .. })
@@ -485,28 +477,20 @@ fn worker_command(script: &ScriptUnit, limits: &RuntimeLimits) -> CommandUnit {
     }
 }
 
-/// Cancels the run once the cgroup's CPU time passes `limit`.
-async fn watch_cpu(
-    dir: PathBuf,
-    limit: Duration,
-    exceeded: Arc<AtomicBool>,
-    cancel: toolexec::CancellationToken,
+/// Watches the run's cgroup ([`verdict::watch`]): a limit hit stops the
+/// run (through `stop`) and records why. Never ends.
+async fn watch(
+    cgroup: Option<&RunCgroup>,
+    limits: &RuntimeLimits,
+    stop: &toolexec::CancellationToken,
+    tripped: &Mutex<Option<RunStatus>>,
 ) {
-    let file = dir.join("cpuacct.usage");
-    let max = limit.as_nanos().min(u64::MAX as u128) as u64;
-    loop {
-        tokio::time::sleep(CPU_POLL).await;
-        let used: u64 = tokio::fs::read_to_string(&file)
-            .await
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0);
-        if used > max {
-            exceeded.store(true, Ordering::Relaxed);
-            cancel.cancel();
-            return;
-        }
+    if let Some(cgroup) = cgroup {
+        let status = verdict::watch(|| cgroup.events(), limits, CGROUP_POLL).await;
+        *tripped.lock() = Some(status);
+        stop.cancel();
     }
+    std::future::pending().await
 }
 
 impl Runtime for OciRuntime {

@@ -151,6 +151,11 @@ impl ToolHost {
         self.inner.tools.describe(tool_id, level).await
     }
 
+    /// The call budget.
+    pub fn max_tool_calls(&self) -> usize {
+        self.inner.budget.max_calls()
+    }
+
     /// Whether the budget is spent.
     pub fn budget_exhausted(&self) -> bool {
         self.inner.budget.exhausted()

@@ -61,6 +61,25 @@ impl CgroupEvents {
     }
 }
 
+/// Samples a running unit's cgroup every `period` and resolves with the
+/// first limit it shows hit ([`CgroupEvents::live_verdict`]); never
+/// resolves otherwise. Every runtime that watches a cgroup races this
+/// against its run and stops the run when it resolves.
+pub async fn watch(
+    mut sample: impl FnMut() -> CgroupEvents,
+    limits: &RuntimeLimits,
+    period: Duration,
+) -> RunStatus {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Some(status) = sample().live_verdict(limits) {
+            return status;
+        }
+    }
+}
+
 /// `limit_exceeded: memory`: the OOM killer ended `kills` processes.
 pub fn memory_exceeded(limits: &RuntimeLimits, kills: u64) -> RunStatus {
     RunStatus::LimitExceeded {

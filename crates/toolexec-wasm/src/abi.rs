@@ -123,12 +123,7 @@ async fn call<W: Send + 'static>(
                 && e.details.as_ref().and_then(|d| d.get("limit")) == Some(&"tool_calls".into())
                 && host.budget_exhausted()
             {
-                let max = e
-                    .details
-                    .as_ref()
-                    .and_then(|d| d.get("max"))
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0) as usize;
+                let max = host.max_tool_calls();
                 return Err(caller.data_mut().fail(Fault::ToolBudget { max }));
             }
             result

@@ -7,7 +7,7 @@ use wasmtime::{Engine, Store, StoreContextMut};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::exec::Ended;
-use crate::runtime::one_line;
+use crate::runtime::{invalid, one_line};
 use crate::state::{Fault, HostState};
 
 /// The host interface components import.
@@ -128,11 +128,7 @@ async fn call(
     let args = match serde_json::from_str::<Value>(&args) {
         Ok(args) => args,
         Err(e) => {
-            let body = toolexec::ErrorBody {
-                code: ErrorCode::InvalidRequest,
-                message: format!("invalid_request: args is not valid JSON: {e}"),
-                details: Some(serde_json::json!({"field": "args"})),
-            };
+            let body = invalid("args", &format!("not valid JSON: {e}"));
             return Ok(Err(serde_json::to_string(&body).unwrap_or_default()));
         }
     };
@@ -144,13 +140,8 @@ async fn call(
                 && e.details.as_ref().and_then(|d| d.get("limit")) == Some(&"tool_calls".into())
                 && host.budget_exhausted()
             {
-                let max = e
-                    .details
-                    .as_ref()
-                    .and_then(|d| d.get("max"))
-                    .and_then(Value::as_u64);
                 let fault = Fault::ToolBudget {
-                    max: max.unwrap_or(0) as usize,
+                    max: host.max_tool_calls(),
                 };
                 return Err(store.data_mut().fail(fault));
             }

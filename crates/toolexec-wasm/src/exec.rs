@@ -1,6 +1,5 @@
 //! Running an instance and turning how it ended into a [`RunStatus`].
 
-use toolexec::ErrorCode;
 use toolexec_runtime::{LimitKind, RunStatus, RuntimeLimits};
 use wasmtime::{InstancePre, Store, Trap, Val, ValType};
 use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
@@ -104,11 +103,7 @@ pub(crate) fn status(
             Fault::Deadline { .. } => exceeded(LimitKind::WallTime, fault.to_string()),
             Fault::Cancelled => RunStatus::Cancelled,
             Fault::Abi(message) => RunStatus::Error {
-                error: toolexec::ErrorBody {
-                    code: ErrorCode::InvalidRequest,
-                    message: format!("invalid_request: {message}"),
-                    details: Some(serde_json::json!({"field": "abi"})),
-                },
+                error: invalid("abi", message),
             },
         };
         return (status, None);
@@ -156,11 +151,8 @@ pub(crate) fn status(
         return (status, None);
     }
     if let Some(e) = error.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
-        let error = toolexec::ErrorBody {
-            code: ErrorCode::BackendUnavailable,
-            message: format!("backend_unavailable: wasm instance pool: {e}"),
-            details: None,
-        };
+        let error =
+            toolexec::Error::backend_unavailable("wasm instance pool", e.to_string()).to_body();
         return (RunStatus::Error { error }, None);
     }
     let message = one_line(&error);

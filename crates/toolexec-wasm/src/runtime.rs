@@ -539,11 +539,7 @@ pub(crate) fn invalid(field: &str, message: &str) -> ErrorBody {
 }
 
 fn unavailable(why: &str) -> ErrorBody {
-    ErrorBody {
-        code: ErrorCode::BackendUnavailable,
-        message: format!("backend_unavailable: wasm runtime: {why}"),
-        details: None,
-    }
+    toolexec::Error::backend_unavailable("wasm runtime", why).to_body()
 }
 
 fn internal(message: &str) -> ErrorBody {

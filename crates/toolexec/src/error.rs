@@ -333,6 +333,15 @@ impl Error {
         }
     }
 
+    /// A limit that was hit; `message` follows the limit's name
+    /// (`"limit_exceeded: memory over 64 MiB"`).
+    pub fn limit_exceeded(limit: LimitKind, message: impl Into<String>) -> Self {
+        Error::LimitExceeded {
+            limit,
+            message: message.into(),
+        }
+    }
+
     /// A malformed request field.
     pub fn invalid_request(field: impl Into<String>, message: impl Into<String>) -> Self {
         Error::InvalidRequest {

@@ -74,7 +74,7 @@ pub(super) fn host_call<'js>(
         return Err(Exception::throw_range(
             ctx,
             &format!(
-                "limit_exceeded: the tool-call budget of {} calls is spent",
+                "limit_exceeded: tool_calls budget of {} calls is spent",
                 shared.limits.max_tool_calls
             ),
         ));

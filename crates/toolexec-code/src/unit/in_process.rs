@@ -10,8 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use toolexec::{Availability, ErrorBody, ErrorCode};
+use toolexec::{Availability, Error, ErrorBody};
 use toolexec_runtime::{
     Enforcement, LimitKind, NetworkPolicy, OutputStream, Profile, RunContext, RunOutcome,
     RunRequest, RunStatus, Runtime, RuntimeDescriptor, RuntimeLimits, Unit, UnitKind,
@@ -223,11 +222,7 @@ fn check(request: &RunRequest) -> Result<String, ErrorBody> {
 }
 
 fn invalid(field: &str, message: impl std::fmt::Display) -> ErrorBody {
-    ErrorBody {
-        code: ErrorCode::InvalidRequest,
-        message: format!("invalid_request: {field}: {message}"),
-        details: Some(json!({"field": field})),
-    }
+    Error::invalid_request(field, message.to_string()).to_body()
 }
 
 /// The run outcome of a finished execution: the [`CodeOutcome`] JSON as the
@@ -240,11 +235,7 @@ fn run_outcome(mut code: CodeOutcome) -> RunOutcome {
             limit: CodeLimit::Workers,
             message,
         } => RunStatus::Error {
-            error: ErrorBody {
-                code: ErrorCode::BackendUnavailable,
-                message: format!("backend_unavailable: {message}"),
-                details: None,
-            },
+            error: Error::backend_unavailable("code mode", message.clone()).to_body(),
         },
         CodeStatus::LimitExceeded { limit, message } => match limit.limit_kind() {
             Some(limit) => RunStatus::LimitExceeded {

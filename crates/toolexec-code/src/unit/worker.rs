@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::Value as Json;
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
-use toolexec::{DetailLevel, Error, ErrorBody, ErrorCode, ToolAccess, until_cancelled};
+use toolexec::{DetailLevel, Error, ToolAccess, until_cancelled};
 use toolexec_runtime::RuntimeLimits;
 use toolexec_runtime::protocol::{ChannelClient, ClientError, DEFAULT_MAX_FRAME_BYTES};
 
@@ -154,11 +154,7 @@ struct ChannelTools(Arc<ChannelClient<UnixStream>>);
 fn client_error(e: ClientError) -> Error {
     match e {
         ClientError::Tool(body) => Error::from(body),
-        other => Error::from(ErrorBody {
-            code: ErrorCode::BackendUnavailable,
-            message: format!("backend_unavailable: {other}"),
-            details: None,
-        }),
+        other => Error::backend_unavailable("tool channel", other.to_string()),
     }
 }
 

@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde_json::Value;
-use toolexec::{
-    BoxFuture, CancellationToken, DetailLevel, Error, ErrorBody, ErrorCode, ToolAccess,
-};
+use toolexec::{BoxFuture, CancellationToken, DetailLevel, Error, LimitKind, ToolAccess};
 
 use super::SharedLog;
 use crate::ToolCallRecord;
@@ -148,30 +146,28 @@ impl<S: ToolAccess> ToolAccess for Budget<S> {
 }
 
 /// The error of a call past the budget: `limit_exceeded` with
-/// `details = {"limit": "tool_calls", "max": max}` (the WASM runtime reads
-/// `max`).
+/// `details.limit = "tool_calls"`.
 fn budget_error(max: usize) -> Error {
-    Error::from(ErrorBody {
-        code: ErrorCode::LimitExceeded,
-        message: format!("limit_exceeded: the tool-call budget of {max} calls is spent"),
-        details: Some(serde_json::json!({"limit": "tool_calls", "max": max})),
-    })
+    Error::limit_exceeded(
+        LimitKind::ToolCalls,
+        format!("budget of {max} calls is spent"),
+    )
 }
 
 /// The error of a `search`/`describe` past the lookup budget:
 /// `limit_exceeded` with `details.limit = "tool_calls"`.
 fn lookup_error(max: usize) -> Error {
-    Error::from(ErrorBody {
-        code: ErrorCode::LimitExceeded,
-        message: format!("limit_exceeded: the budget of {max} search/describe requests is spent"),
-        details: Some(serde_json::json!({"limit": "tool_calls", "lookups": max})),
-    })
+    Error::limit_exceeded(
+        LimitKind::ToolCalls,
+        format!("budget of {max} search/describe requests is spent"),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use toolexec::ErrorCode;
     use toolexec::Exec;
 
     fn budget(max_calls: usize) -> (Budget<Exec>, Arc<BudgetState>, SharedLog) {
@@ -208,13 +204,10 @@ mod tests {
                 .unwrap_err();
             assert_eq!(e.code(), ErrorCode::LimitExceeded);
             let body = e.to_body();
-            assert_eq!(
-                body.details.unwrap(),
-                json!({"limit": "tool_calls", "max": 2})
-            );
+            assert_eq!(body.details.unwrap(), json!({"limit": "tool_calls"}));
             assert_eq!(
                 body.message,
-                "limit_exceeded: the tool-call budget of 2 calls is spent"
+                "limit_exceeded: tool_calls budget of 2 calls is spent"
             );
         }
         waiter.await.unwrap();
@@ -247,7 +240,10 @@ mod tests {
         }
         assert!(!state.overrun());
         let over = tools.search("add", 3).await.unwrap_err();
-        assert_eq!(over.to_body().details.unwrap()["lookups"], 10);
+        assert_eq!(
+            over.to_string(),
+            "limit_exceeded: tool_calls budget of 10 search/describe requests is spent"
+        );
         assert!(state.overrun());
         assert!(
             tools
