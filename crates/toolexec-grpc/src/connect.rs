@@ -1,0 +1,200 @@
+//! [`Service`]: one gRPC server, its channel and its limits.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::sync::Semaphore;
+use tonic::client::Grpc;
+use tonic::metadata::{AsciiMetadataValue, BinaryMetadataValue, MetadataKey, MetadataMap};
+use tonic::transport::{Channel, Endpoint};
+use toolexec::{Error, Secret};
+use toolexec_http::TlsOptions;
+use toolexec_http::tls::Tls;
+
+/// Default deadline of one call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default largest message decoded, and largest total of a stream.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// Default most messages of a server stream kept.
+pub const DEFAULT_MAX_STREAM_MESSAGES: usize = 10_000;
+/// Default calls in flight at once.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 64;
+
+/// How a [`Service`] talks to its server.
+#[derive(Debug, Clone)]
+pub struct GrpcOptions {
+    /// Deadline of one call, sent to the server as `grpc-timeout` and kept
+    /// here too; past it the call fails with `timeout`.
+    pub timeout: Duration,
+    /// Time to open a connection (TCP and TLS).
+    pub connect_timeout: Duration,
+    /// Calls in flight at once; more wait for a slot (within their
+    /// deadline).
+    pub max_concurrency: usize,
+    /// Largest message decoded, and largest total of one server stream; a
+    /// larger answer is `limit_exceeded`.
+    pub max_message_bytes: usize,
+    /// Most messages of one server stream; more is `limit_exceeded`.
+    pub max_stream_messages: usize,
+    /// Roots and client certificate for `https://`.
+    pub tls: TlsOptions,
+    /// Metadata sent with every call (secrets: never logged or shown).
+    /// Keys ending in `-bin` carry base64 of binary values.
+    pub metadata: BTreeMap<String, Secret>,
+}
+
+impl Default for GrpcOptions {
+    fn default() -> Self {
+        GrpcOptions {
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: Duration::from_secs(10),
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_stream_messages: DEFAULT_MAX_STREAM_MESSAGES,
+            tls: TlsOptions::default(),
+            metadata: BTreeMap::new(),
+        }
+    }
+}
+
+/// One gRPC server: a lazily connected HTTP/2 channel (reconnected as
+/// needed), its limits and its metadata. Shared by the tools of its
+/// methods.
+pub struct Service {
+    name: String,
+    url: String,
+    channel: Channel,
+    pub(crate) tls: Tls,
+    pub(crate) options: GrpcOptions,
+    pub(crate) slots: Semaphore,
+    metadata: MetadataMap,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    /// A service at `url` (`http://` for HTTP/2 without TLS, `https://`),
+    /// named `name` in errors. Nothing is connected yet; must be called
+    /// inside a Tokio runtime. Bad options are `invalid_request` naming
+    /// the field (`url`, `max_concurrency`, `metadata.<key>`, `tls.*`).
+    pub fn new(name: &str, url: &str, options: GrpcOptions) -> Result<Arc<Service>, Error> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| Error::invalid_request("url", format!("{url:?} is not a URL: {e}")))?;
+        let tls = match uri.scheme_str() {
+            Some("https") => options.tls.client_config(name)?,
+            Some("http") => Tls::unused(),
+            _ => {
+                return Err(Error::invalid_request(
+                    "url",
+                    format!("{url:?}: the scheme must be http or https"),
+                ));
+            }
+        };
+        if uri.host().is_none() {
+            return Err(Error::invalid_request(
+                "url",
+                format!("{url:?} has no host"),
+            ));
+        }
+        for (field, value) in [
+            ("max_concurrency", options.max_concurrency),
+            ("max_message_bytes", options.max_message_bytes),
+            ("max_stream_messages", options.max_stream_messages),
+        ] {
+            if value == 0 {
+                return Err(Error::invalid_request(field, "must be greater than 0"));
+            }
+        }
+        let metadata = metadata(&options.metadata)?;
+        let mut config = tls.config.clone();
+        config.alpn_protocols.clear();
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(options.connect_timeout));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_http2()
+            .wrap_connector(http);
+        let endpoint = Endpoint::from_shared(url.to_owned())
+            .map_err(|e| Error::invalid_request("url", format!("{url:?}: {e}")))?
+            .connect_timeout(options.connect_timeout)
+            .user_agent(concat!("toolexec/", env!("CARGO_PKG_VERSION")))
+            .map_err(|e| Error::invalid_request("url", e.to_string()))?
+            .tcp_nodelay(true);
+        Ok(Arc::new(Service {
+            name: name.to_owned(),
+            url: url.to_owned(),
+            channel: endpoint.connect_with_connector_lazy(connector),
+            slots: Semaphore::new(options.max_concurrency),
+            tls,
+            options,
+            metadata,
+        }))
+    }
+
+    /// The name given at construction.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A client on the shared channel, decoding at most
+    /// [`GrpcOptions::max_message_bytes`] per message.
+    pub(crate) fn client(&self) -> Grpc<Channel> {
+        Grpc::new(self.channel.clone()).max_decoding_message_size(self.options.max_message_bytes)
+    }
+
+    /// `message` as a request carrying the configured metadata.
+    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        *request.metadata_mut() = self.metadata.clone();
+        request
+    }
+}
+
+/// The configured metadata as gRPC metadata; a key or value gRPC cannot
+/// carry is `invalid_request` at `metadata.<key>` (the value never shown).
+fn metadata(entries: &BTreeMap<String, Secret>) -> Result<MetadataMap, Error> {
+    let mut map = MetadataMap::new();
+    for (key, value) in entries {
+        let field = format!("metadata.{key}");
+        let bad = |why: &str| Error::invalid_request(&field, why);
+        let lower = key.to_ascii_lowercase();
+        if lower.starts_with("grpc-") || matches!(lower.as_str(), "te" | "content-type") {
+            return Err(bad("reserved by gRPC"));
+        }
+        if lower.ends_with("-bin") {
+            let key = MetadataKey::from_bytes(lower.as_bytes())
+                .map_err(|_| bad("not a valid metadata key"))?;
+            let bytes =
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, value.expose())
+                    .map_err(|_| bad("a -bin value must be base64"))?;
+            map.insert_bin(key, BinaryMetadataValue::from_bytes(&bytes));
+        } else {
+            let key = MetadataKey::from_bytes(lower.as_bytes())
+                .map_err(|_| bad("not a valid metadata key"))?;
+            let value: AsciiMetadataValue = value
+                .expose()
+                .parse()
+                .map_err(|_| bad("the value must be visible ASCII"))?;
+            map.insert(key, value);
+        }
+    }
+    Ok(map)
+}
