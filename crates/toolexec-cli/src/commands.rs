@@ -159,7 +159,8 @@ impl From<io::Error> for Failure {
 }
 
 /// The catalog the configuration describes: enabled built-ins, command
-/// tools, the operations of every OpenAPI document, plain HTTP tools, and
+/// tools, the operations of every OpenAPI document, plain HTTP tools, the
+/// methods of every gRPC service, and
 /// every upstream server's tools (connected before returning, unless
 /// `lazy`).
 async fn build_exec(
@@ -181,6 +182,13 @@ async fn build_exec(
     for (tool, client) in &config.http {
         let (definition, backend) = tool.clone().build(client.clone())?;
         catalog.register(definition, backend)?;
+    }
+    for options in &config.grpc {
+        let import = toolexec_grpc::import(options.clone()).await?;
+        for s in &import.skipped {
+            tracing::warn!(service = %options.name, method = %s.method, "method skipped: {}", s.reason);
+        }
+        catalog.register_many(import.tools(), false)?;
     }
     let mut upstreams = Vec::with_capacity(config.servers.len());
     for server in &config.servers {

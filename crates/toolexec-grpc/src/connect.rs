@@ -19,6 +19,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// Default most messages of a server stream kept.
 pub const DEFAULT_MAX_STREAM_MESSAGES: usize = 10_000;
+/// Most calls in flight that can be configured.
+pub const MAX_CONCURRENCY: usize = 10_000;
 /// Default calls in flight at once.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 64;
 
@@ -43,6 +45,64 @@ pub struct GrpcOptions {
     /// Metadata sent with every call (secrets: never logged or shown).
     /// Keys ending in `-bin` carry base64 of binary values.
     pub metadata: BTreeMap<String, Secret>,
+}
+
+impl GrpcOptions {
+    /// Checks `url` and these options as [`Service::new`] does, without
+    /// connecting or needing a runtime: `invalid_request` naming the field
+    /// (`url`, `max_concurrency`, `max_message_bytes`,
+    /// `max_stream_messages`, `metadata.<key>`, `tls.*`).
+    ///
+    /// ```
+    /// let options = toolexec_grpc::GrpcOptions::default();
+    /// assert!(options.check("http://127.0.0.1:50051").is_ok());
+    /// assert_eq!(options.check("ftp://x").unwrap_err().field(), Some("url"));
+    /// ```
+    pub fn check(&self, url: &str) -> Result<(), Error> {
+        self.checked(url).map(drop)
+    }
+
+    /// Whether `url` is `https://`, and the metadata as gRPC carries it.
+    fn checked(&self, url: &str) -> Result<(bool, MetadataMap), Error> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| Error::invalid_request("url", format!("{url:?} is not a URL: {e}")))?;
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => {
+                return Err(Error::invalid_request(
+                    "url",
+                    format!("{url:?}: the scheme must be http or https"),
+                ));
+            }
+        };
+        if uri.host().is_none() {
+            return Err(Error::invalid_request(
+                "url",
+                format!("{url:?} has no host"),
+            ));
+        }
+        for (field, value) in [
+            ("max_concurrency", self.max_concurrency),
+            ("max_message_bytes", self.max_message_bytes),
+            ("max_stream_messages", self.max_stream_messages),
+        ] {
+            if value == 0 {
+                return Err(Error::invalid_request(field, "must be greater than 0"));
+            }
+        }
+        if self.max_concurrency > MAX_CONCURRENCY {
+            return Err(Error::invalid_request(
+                "max_concurrency",
+                format!("at most {MAX_CONCURRENCY}"),
+            ));
+        }
+        if https && !self.tls.is_empty() {
+            self.tls.check()?;
+        }
+        Ok((https, metadata(&self.metadata)?))
+    }
 }
 
 impl Default for GrpcOptions {
@@ -87,35 +147,12 @@ impl Service {
     /// inside a Tokio runtime. Bad options are `invalid_request` naming
     /// the field (`url`, `max_concurrency`, `metadata.<key>`, `tls.*`).
     pub fn new(name: &str, url: &str, options: GrpcOptions) -> Result<Arc<Service>, Error> {
-        let uri: http::Uri = url
-            .parse()
-            .map_err(|e| Error::invalid_request("url", format!("{url:?} is not a URL: {e}")))?;
-        let tls = match uri.scheme_str() {
-            Some("https") => options.tls.client_config(name)?,
-            Some("http") => Tls::unused(),
-            _ => {
-                return Err(Error::invalid_request(
-                    "url",
-                    format!("{url:?}: the scheme must be http or https"),
-                ));
-            }
+        let (https, metadata) = options.checked(url)?;
+        let tls = if https {
+            options.tls.client_config(name)?
+        } else {
+            Tls::unused()
         };
-        if uri.host().is_none() {
-            return Err(Error::invalid_request(
-                "url",
-                format!("{url:?} has no host"),
-            ));
-        }
-        for (field, value) in [
-            ("max_concurrency", options.max_concurrency),
-            ("max_message_bytes", options.max_message_bytes),
-            ("max_stream_messages", options.max_stream_messages),
-        ] {
-            if value == 0 {
-                return Err(Error::invalid_request(field, "must be greater than 0"));
-            }
-        }
-        let metadata = metadata(&options.metadata)?;
         let mut config = tls.config.clone();
         config.alpn_protocols.clear();
         let mut http = HttpConnector::new();

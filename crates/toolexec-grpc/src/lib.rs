@@ -51,7 +51,7 @@ mod status;
 
 pub use connect::{
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_STREAM_MESSAGES,
-    DEFAULT_TIMEOUT, GrpcOptions, Service,
+    DEFAULT_TIMEOUT, GrpcOptions, MAX_CONCURRENCY, Service,
 };
 pub use import::{Import, ImportOptions, Skipped, Source, import};
 pub use method::Method;

@@ -24,6 +24,7 @@ mod apis;
 mod commands;
 mod error;
 mod gateway;
+mod grpc;
 mod runtimes;
 mod servers;
 #[cfg(test)]
@@ -58,6 +59,8 @@ pub(crate) struct Config {
     pub openapi: Vec<ImportOptions>,
     /// `[[http]]`: plain HTTP tools, each with its client options.
     pub http: Vec<(PlainTool, ClientOptions)>,
+    /// `[[grpc]]`: gRPC services.
+    pub grpc: Vec<toolexec_grpc::ImportOptions>,
 }
 
 /// The file as written.
@@ -80,6 +83,8 @@ struct File {
     openapi: Vec<apis::OpenApiTable>,
     #[serde(default)]
     http: Vec<apis::HttpTable>,
+    #[serde(default)]
+    grpc: Vec<grpc::GrpcTable>,
 }
 
 impl Config {
@@ -94,6 +99,7 @@ impl Config {
             commands: Vec::new(),
             openapi: Vec::new(),
             http: Vec::new(),
+            grpc: Vec::new(),
         }
     }
 
@@ -144,6 +150,13 @@ impl File {
         let openapi =
             apis::resolve_openapi(self.openapi, base, &server_names, &builtins, &self.limits)?;
         let http = apis::resolve_http(self.http, base, &self.limits)?;
+        let taken: Vec<String> = builtins
+            .iter()
+            .map(|g| g.as_str().to_owned())
+            .chain(server_names)
+            .chain(openapi.iter().map(|o| o.name.clone()))
+            .collect();
+        let grpc = grpc::resolve(self.grpc, base, &taken, &self.limits)?;
         Ok(Config {
             builtins,
             limits: self.limits,
@@ -153,6 +166,7 @@ impl File {
             commands,
             openapi,
             http,
+            grpc,
         })
     }
 }

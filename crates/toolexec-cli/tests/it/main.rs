@@ -9,6 +9,7 @@ mod support;
 mod cli;
 mod code;
 mod config;
+mod grpc_apis;
 mod http_apis;
 mod remote;
 mod runtimes;
