@@ -22,6 +22,8 @@ use crate::status::{code_name, status_error};
 /// Most files a server may describe; a server that keeps naming new ones
 /// is refused past it.
 const MAX_FILES: usize = 10_000;
+/// Most bytes of file descriptors a server may send in all.
+const MAX_DESCRIPTOR_BYTES: usize = 64 << 20;
 
 /// The reflection services, newest first: grpcio serves only `v1alpha`,
 /// whose messages are the same on the wire.
@@ -39,6 +41,7 @@ pub(crate) async fn discover(service: &Service) -> Result<(Vec<String>, Descript
         service,
         path: None,
         deadline,
+        received: 0,
     };
     let names = match asker
         .ask(MessageRequest::ListServices(String::new()))
@@ -138,6 +141,8 @@ struct Asker<'a> {
     /// The version that answered, once one has.
     path: Option<&'static str>,
     deadline: Instant,
+    /// Bytes of file descriptors received so far.
+    received: usize,
 }
 
 impl Asker<'_> {
@@ -215,7 +220,7 @@ impl Asker<'_> {
 
     /// Adds the files of a `FileDescriptorResponse` that are new.
     fn collect(
-        &self,
+        &mut self,
         answer: MessageResponse,
         files: &mut BTreeMap<String, FileDescriptorProto>,
         pool: &DescriptorPool,
@@ -224,6 +229,15 @@ impl Asker<'_> {
             return Err(self.unexpected("a file request", &answer));
         };
         for bytes in response.file_descriptor_proto {
+            self.received = self.received.saturating_add(bytes.len());
+            if self.received > MAX_DESCRIPTOR_BYTES {
+                return Err(Error::backend_unavailable(
+                    self.service.name(),
+                    format!(
+                        "server reflection sent more than {MAX_DESCRIPTOR_BYTES} bytes of descriptors"
+                    ),
+                ));
+            }
             let file = FileDescriptorProto::decode(bytes.as_slice()).map_err(|e| {
                 Error::backend_unavailable(
                     self.service.name(),

@@ -43,8 +43,15 @@ pub fn message_schema(message: &MessageDescriptor, direction: Direction) -> Valu
     let mut builder = Builder {
         direction,
         defs: BTreeMap::new(),
+        pending: Vec::new(),
     };
     let mut root = builder.object(message);
+    // Definitions are built from a work list, not by recursion: a chain of
+    // thousands of nested message types cannot exhaust the stack.
+    while let Some(next) = builder.pending.pop() {
+        let def = Value::Object(builder.object(&next));
+        builder.defs.insert(next.full_name().to_owned(), def);
+    }
     if !builder.defs.is_empty() {
         let defs: Map<String, Value> = builder.defs.into_iter().collect();
         root.insert("$defs".into(), Value::Object(defs));
@@ -64,8 +71,10 @@ pub fn comment(file: &FileDescriptorProto, path: &[i32]) -> Option<String> {
 
 struct Builder {
     direction: Direction,
-    /// Every message met by full name; `Null` while being built.
+    /// Every message met by full name; `Null` until built.
     defs: BTreeMap<String, Value>,
+    /// Messages met and not built yet.
+    pending: Vec<MessageDescriptor>,
 }
 
 impl Builder {
@@ -167,8 +176,7 @@ impl Builder {
                 let name = m.full_name().to_owned();
                 if !self.defs.contains_key(&name) {
                     self.defs.insert(name.clone(), Value::Null);
-                    let def = Value::Object(self.object(m));
-                    self.defs.insert(name.clone(), def);
+                    self.pending.push(m.clone());
                 }
                 json!({"$ref": format!("#/$defs/{name}")})
             }
@@ -288,6 +296,53 @@ mod tests {
         assert!(syntax.as_array().unwrap().contains(&json!(1)));
         let output = message_schema(&message("google.protobuf.Type"), Direction::Output);
         assert!(output.get("additionalProperties").is_none());
+    }
+
+    /// A chain of thousands of nested message types (as a hostile server
+    /// could describe) builds without deep recursion.
+    #[test]
+    fn long_chains_of_message_types_stay_off_the_stack() {
+        use prost_types::field_descriptor_proto::{Label, Type};
+        use prost_types::{DescriptorProto, FieldDescriptorProto};
+        const N: usize = 5_000;
+        let messages = (0..N)
+            .map(|i| DescriptorProto {
+                name: Some(format!("M{i}")),
+                field: if i + 1 < N {
+                    vec![FieldDescriptorProto {
+                        name: Some("next".into()),
+                        number: Some(1),
+                        label: Some(Label::Optional as i32),
+                        r#type: Some(Type::Message as i32),
+                        type_name: Some(format!(".deep.M{}", i + 1)),
+                        json_name: Some("next".into()),
+                        ..Default::default()
+                    }]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            })
+            .collect();
+        let file = FileDescriptorProto {
+            name: Some("deep.proto".into()),
+            package: Some("deep".into()),
+            syntax: Some("proto3".into()),
+            message_type: messages,
+            ..Default::default()
+        };
+        let mut pool = DescriptorPool::new();
+        pool.add_file_descriptor_proto(file).unwrap();
+        let root = pool.get_message_by_name("deep.M0").unwrap();
+        // On a small stack, as a worker thread might have.
+        let schema = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || message_schema(&root, Direction::Input))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(schema["$defs"].as_object().unwrap().len(), N - 1);
+        assert_eq!(schema["properties"]["next"]["$ref"], "#/$defs/deep.M1");
     }
 
     #[test]
