@@ -1,6 +1,11 @@
 //! gRPC providers for toolexec: every unary and server-streaming method of
 //! a gRPC service as a validated, searchable tool.
 //!
+//! In ARCHITECTURE.md's call flow this is a backend (step 3), beside the
+//! HTTP providers: the CLI imports `[[grpc]]` blocks with [`import`], and
+//! the pipeline calls a [`Method`]. It depends on the core, and on
+//! `toolexec-http` for the TLS every outbound client shares.
+//!
 //! The services come from the server itself, by server reflection
 //! (`grpc.reflection.v1`, or `v1alpha` as grpcio serves it), or from a
 //! descriptor set file (`protoc --include_imports --descriptor_set_out`).

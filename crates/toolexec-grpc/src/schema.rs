@@ -40,6 +40,11 @@ pub fn non_object_well_known(full_name: &str) -> bool {
 /// assert_eq!(schema["properties"]["sourceContext"]["$ref"], "#/$defs/google.protobuf.SourceContext");
 /// ```
 pub fn message_schema(message: &MessageDescriptor, direction: Direction) -> Value {
+    // A well-known type at the root has its JSON form (`Struct`: any
+    // object), not its fields.
+    if let Some(schema) = well_known(message.full_name(), direction) {
+        return schema;
+    }
     let mut builder = Builder {
         direction,
         defs: BTreeMap::new(),
@@ -296,6 +301,9 @@ mod tests {
         assert!(syntax.as_array().unwrap().contains(&json!(1)));
         let output = message_schema(&message("google.protobuf.Type"), Direction::Output);
         assert!(output.get("additionalProperties").is_none());
+        // At the root too, a well-known type has its JSON form.
+        let root = message_schema(&message("google.protobuf.Struct"), Direction::Input);
+        assert_eq!(root, json!({"type": "object"}));
     }
 
     /// A chain of thousands of nested message types (as a hostile server
@@ -348,9 +356,8 @@ mod tests {
     #[test]
     fn sixty_four_bit_integers_are_strings_out_and_either_in() {
         let input = message_schema(&message("google.protobuf.Int64Value"), Direction::Input);
-        let value = &input["properties"]["value"];
-        assert_eq!(value["anyOf"][1]["pattern"], "^-?[0-9]+$");
+        assert_eq!(input["anyOf"][0]["anyOf"][1]["pattern"], "^-?[0-9]+$");
         let output = message_schema(&message("google.protobuf.Int64Value"), Direction::Output);
-        assert_eq!(output["properties"]["value"]["type"], "string");
+        assert_eq!(output["anyOf"][0]["type"], "string");
     }
 }
