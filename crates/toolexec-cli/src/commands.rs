@@ -184,10 +184,8 @@ async fn build_exec(
         catalog.register(definition, backend)?;
     }
     for options in &config.grpc {
+        // Skipped methods are logged by the import.
         let import = toolexec_grpc::import(options.clone()).await?;
-        for s in &import.skipped {
-            tracing::warn!(service = %options.name, method = %s.method, "method skipped: {}", s.reason);
-        }
         catalog.register_many(import.tools(), false)?;
     }
     let mut upstreams = Vec::with_capacity(config.servers.len());

@@ -19,6 +19,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// Default most messages of a server stream kept.
 pub const DEFAULT_MAX_STREAM_MESSAGES: usize = 10_000;
+/// Longest deadline or connect timeout that can be configured.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 86_400);
 /// Most calls in flight that can be configured.
 pub const MAX_CONCURRENCY: usize = 10_000;
 /// Default calls in flight at once.
@@ -91,6 +93,28 @@ impl GrpcOptions {
             if value == 0 {
                 return Err(Error::invalid_request(field, "must be greater than 0"));
             }
+        }
+        for (field, value) in [
+            ("timeout", self.timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if value.is_zero() || value > MAX_TIMEOUT {
+                return Err(Error::invalid_request(
+                    field,
+                    format!(
+                        "must be between 1 ms and {} days",
+                        MAX_TIMEOUT.as_secs() / 86_400
+                    ),
+                ));
+            }
+        }
+        if !https && !self.tls.is_empty() {
+            return Err(Error::invalid_request(
+                "url",
+                format!(
+                    "{url:?}: TLS options (ca_file, client_cert, client_key) need an https:// URL"
+                ),
+            ));
         }
         if self.max_concurrency > MAX_CONCURRENCY {
             return Err(Error::invalid_request(
@@ -213,6 +237,9 @@ fn metadata(entries: &BTreeMap<String, Secret>) -> Result<MetadataMap, Error> {
         let field = format!("metadata.{key}");
         let bad = |why: &str| Error::invalid_request(&field, why);
         let lower = key.to_ascii_lowercase();
+        if map.contains_key(lower.as_str()) {
+            return Err(bad("given twice (keys are case-insensitive)"));
+        }
         if lower.starts_with("grpc-") || matches!(lower.as_str(), "te" | "content-type") {
             return Err(bad("reserved by gRPC"));
         }
@@ -222,14 +249,18 @@ fn metadata(entries: &BTreeMap<String, Secret>) -> Result<MetadataMap, Error> {
             let bytes =
                 base64::Engine::decode(&base64::engine::general_purpose::STANDARD, value.expose())
                     .map_err(|_| bad("a -bin value must be base64"))?;
-            map.insert_bin(key, BinaryMetadataValue::from_bytes(&bytes));
+            let mut value = BinaryMetadataValue::from_bytes(&bytes);
+            value.set_sensitive(true);
+            map.insert_bin(key, value);
         } else {
             let key = MetadataKey::from_bytes(lower.as_bytes())
                 .map_err(|_| bad("not a valid metadata key"))?;
-            let value: AsciiMetadataValue = value
+            let mut value: AsciiMetadataValue = value
                 .expose()
                 .parse()
                 .map_err(|_| bad("the value must be visible ASCII"))?;
+            // Never added to the HPACK table, where it could outlive the call.
+            value.set_sensitive(true);
             map.insert(key, value);
         }
     }

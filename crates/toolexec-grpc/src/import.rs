@@ -1,5 +1,6 @@
 //! [`import`]: a server's methods as tools.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -8,10 +9,16 @@ use prost_types::method_options::IdempotencyLevel;
 use serde_json::json;
 use toolexec::{Backend, Error, Tool, ToolAnnotations};
 
+use crate::check;
 use crate::connect::{GrpcOptions, Service};
 use crate::method::Method;
 use crate::reflect;
 use crate::schema::{self, Direction};
+
+/// Most methods one server may describe.
+const MAX_METHODS: usize = 10_000;
+/// Largest JSON Schema (serialized) of one tool's input or output.
+const MAX_SCHEMA_BYTES: usize = 1 << 20;
 
 /// Where the service descriptions come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,16 +117,26 @@ pub async fn import(options: ImportOptions) -> Result<Import, Error> {
         Source::DescriptorSet(path) => reflect::from_file(path)?,
     };
     let methods = methods(&pool, &services);
+    if methods.len() > MAX_METHODS {
+        return Err(Error::backend_unavailable(
+            &name,
+            format!(
+                "the server describes {} methods, more than {MAX_METHODS}",
+                methods.len()
+            ),
+        ));
+    }
     for (field, entries) in [("include", &include), ("exclude", &exclude)] {
         if let Some(entry) = entries
             .iter()
             .find(|e| !methods.iter().any(|m| selects(e, m)))
         {
-            let known: Vec<&str> = services.iter().map(String::as_str).collect();
+            let known: Vec<&str> = services.iter().take(20).map(String::as_str).collect();
+            let more = if services.len() > 20 { ", ..." } else { "" };
             return Err(Error::invalid_request(
                 field,
                 format!(
-                    "{entry:?} names no service or method of {name} (its services: {})",
+                    "{entry:?} names no service or method of {name} (its services: {}{more})",
                     known.join(", ")
                 ),
             ));
@@ -143,22 +160,26 @@ pub async fn import(options: ImportOptions) -> Result<Import, Error> {
             }),
         }
     }
-    let originals: Vec<String> = chosen.iter().map(tool_name).collect();
-    let mapping = toolexec::names::map_names(originals.iter().map(String::as_str));
+    // `service_method`, or with the package when two services share a
+    // short name; a name still taken keeps its first method.
+    let short: Vec<String> = chosen.iter().map(|m| tool_name(m, false)).collect();
+    let mut claimed: HashSet<String> = HashSet::new();
     let mut tools = Vec::new();
-    for (method, original) in chosen.into_iter().zip(&originals) {
-        let Some(mapped) = mapping
-            .kept
-            .iter()
-            .find(|(_, o)| *o == original)
-            .map(|(m, _)| m.clone())
-        else {
+    for (i, method) in chosen.into_iter().enumerate() {
+        let shared = short.iter().filter(|s| **s == short[i]).count() > 1;
+        let original = if shared {
+            tool_name(&method, true)
+        } else {
+            short[i].clone()
+        };
+        let mapped = toolexec::names::map_name(&original);
+        if !claimed.insert(mapped.clone()) {
             skipped.push(Skipped {
                 method: full_name(&method),
-                reason: format!("its tool name {original:?} collides with another method's"),
+                reason: format!("its tool name {mapped:?} is taken by another method"),
             });
             continue;
-        };
+        }
         let id = format!("{name}:{mapped}");
         match build(&service, &id, &method) {
             Ok(tool) => tools.push(tool),
@@ -180,10 +201,13 @@ pub async fn import(options: ImportOptions) -> Result<Import, Error> {
     })
 }
 
-/// Every method of the named services, in order.
+/// Every method of the named services, in order, each once (a server may
+/// list a service twice).
 fn methods(pool: &DescriptorPool, services: &[String]) -> Vec<MethodDescriptor> {
+    let mut seen = HashSet::new();
     services
         .iter()
+        .filter(|s| seen.insert(s.as_str()))
         .filter_map(|s| pool.get_service_by_name(s))
         .flat_map(|s| s.methods().collect::<Vec<_>>())
         .collect()
@@ -199,13 +223,17 @@ fn selects(entry: &str, method: &MethodDescriptor) -> bool {
 }
 
 /// The tool name before mapping: `service_method` in snake case
-/// (`Echo/SayHello` → `echo_say_hello`).
-fn tool_name(method: &MethodDescriptor) -> String {
-    format!(
-        "{}_{}",
-        snake(method.parent_service().name()),
-        snake(method.name())
-    )
+/// (`Echo/SayHello` → `echo_say_hello`), with the package in front when
+/// `qualified` (`acme.v1.Echo/Say` → `acme_v1_echo_say`).
+fn tool_name(method: &MethodDescriptor, qualified: bool) -> String {
+    let service = method.parent_service();
+    let package = service.package_name();
+    let prefix = if qualified && !package.is_empty() {
+        format!("{}_", package.replace('.', "_"))
+    } else {
+        String::new()
+    };
+    format!("{prefix}{}_{}", snake(service.name()), snake(method.name()))
 }
 
 fn snake(name: &str) -> String {
@@ -237,6 +265,8 @@ fn importable(method: &MethodDescriptor) -> Result<(), String> {
         });
     }
     let input = method.input();
+    check::messages(&input).map_err(|why| format!("its request: {why}"))?;
+    check::messages(&method.output()).map_err(|why| format!("its answer: {why}"))?;
     if schema::non_object_well_known(input.full_name()) {
         return Err(format!(
             "its request {} is not a JSON object in the proto3 JSON mapping",
@@ -252,12 +282,10 @@ fn build(
     id: &str,
     method: &MethodDescriptor,
 ) -> Result<(Tool, Arc<Method>), String> {
-    let file = method
-        .parent_service()
-        .parent_file_descriptor_proto()
-        .clone();
+    let service_descriptor = method.parent_service();
+    let file = service_descriptor.parent_file_descriptor_proto();
     let streaming = method.is_server_streaming();
-    let description = schema::comment(&file, method.path()).unwrap_or_else(|| {
+    let description = schema::comment(file, method.path()).unwrap_or_else(|| {
         format!(
             "Calls the gRPC method {} ({} → {}{}).",
             full_name(method),
@@ -268,6 +296,14 @@ fn build(
     });
     let input = schema::message_schema(&method.input(), Direction::Input);
     let mut output = schema::message_schema(&method.output(), Direction::Output);
+    for (side, schema) in [("request", &input), ("answer", &output)] {
+        let bytes = schema.to_string().len();
+        if bytes > MAX_SCHEMA_BYTES {
+            return Err(format!(
+                "the schema of its {side} is {bytes} bytes, more than {MAX_SCHEMA_BYTES}"
+            ));
+        }
+    }
     if streaming {
         let defs = output.as_object_mut().and_then(|o| o.remove("$defs"));
         let mut wrapped = json!({

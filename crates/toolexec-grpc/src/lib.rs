@@ -46,6 +46,7 @@
 //! `RESOURCE_EXHAUSTED` is `limit_exceeded`, anything else
 //! `execution_failed`), with the status code and message in the error.
 
+mod check;
 mod codec;
 mod connect;
 mod import;
@@ -56,7 +57,7 @@ mod status;
 
 pub use connect::{
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_STREAM_MESSAGES,
-    DEFAULT_TIMEOUT, GrpcOptions, MAX_CONCURRENCY, Service,
+    DEFAULT_TIMEOUT, GrpcOptions, MAX_CONCURRENCY, MAX_TIMEOUT, Service,
 };
 pub use import::{Import, ImportOptions, Skipped, Source, import};
 pub use method::Method;

@@ -3,17 +3,15 @@
 use std::sync::Arc;
 
 use http::uri::PathAndQuery;
-use prost::Message as _;
-use prost_reflect::{
-    DeserializeOptions, DynamicMessage, MethodDescriptor, ReflectMessage, SerializeOptions,
-};
+use prost_reflect::{DeserializeOptions, DynamicMessage, MethodDescriptor, SerializeOptions};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tonic::Status;
 use tonic::client::Grpc;
 use tonic::transport::Channel;
-use toolexec::{Backend, BoxFuture, Call, Error, ErrorCode, LimitKind, ToolContext, ToolOutput};
+use toolexec::{Backend, BoxFuture, Call, Error, LimitKind, ToolContext, ToolOutput};
 
+use crate::check;
 use crate::codec::DynamicCodec;
 use crate::connect::Service;
 use crate::status::status_error;
@@ -96,7 +94,10 @@ impl Method {
                         .unary(request, self.path.clone(), codec)
                         .await
                         .map_err(|s| self.status(&s))?;
-                    Ok(ToolOutput::structured(to_json(&answer.into_inner())?))
+                    let answer = answer.into_inner();
+                    Ok(ToolOutput::structured(
+                        self.to_json(&answer, options.max_message_bytes)?,
+                    ))
                 }
             };
         let timeout = || Error::Timeout {
@@ -107,9 +108,7 @@ impl Method {
             done = tokio::time::timeout_at(deadline, work) => match done {
                 // tonic ends a call whose `grpc-timeout` passed with its own
                 // CANCELLED, racing the deadline here.
-                Ok(Err(e)) if e.code() == ErrorCode::Cancelled && Instant::now() >= deadline => {
-                    Err(timeout())
-                }
+                Ok(Err(_)) if Instant::now() >= deadline => Err(timeout()),
                 Ok(done) => done,
                 Err(_) => Err(timeout()),
             },
@@ -136,7 +135,9 @@ impl Method {
         let mut messages = Vec::new();
         let mut bytes = 0usize;
         while let Some(message) = stream.message().await.map_err(|s| self.status(&s))? {
-            bytes = bytes.saturating_add(message.encoded_len());
+            let left = options.max_message_bytes.saturating_sub(bytes);
+            let value = self.to_json(&message, left)?;
+            bytes = bytes.saturating_add(value.to_string().len());
             if messages.len() >= options.max_stream_messages || bytes > options.max_message_bytes {
                 return Err(Error::limit_exceeded(
                     LimitKind::OutputBytes,
@@ -146,7 +147,6 @@ impl Method {
                     ),
                 ));
             }
-            let value = to_json(&message)?;
             ctx.chunk(value.clone()).await;
             messages.push(value);
         }
@@ -155,6 +155,41 @@ impl Method {
 
     fn status(&self, status: &Status) -> Error {
         status_error(&self.service, &self.tool, status)
+    }
+
+    /// `message` in the proto3 JSON mapping, every field present, at most
+    /// `max` bytes of JSON (defaults spelled out can make a small message
+    /// a large document): past it `limit_exceeded`, found while writing.
+    fn to_json(&self, message: &DynamicMessage, max: usize) -> Result<Value, Error> {
+        check::any_depth(message).map_err(|why| {
+            Error::execution_failed(&self.tool, format!("the answer is refused: {why}"))
+        })?;
+        let mut out = Capped {
+            bytes: Vec::new(),
+            max,
+        };
+        let mut serializer = serde_json::Serializer::new(&mut out);
+        let written = message.serialize_with_options(
+            &mut serializer,
+            &SerializeOptions::new().skip_default_fields(false),
+        );
+        if let Err(e) = written {
+            if out.bytes.len() >= max || e.to_string().contains(OVER) {
+                return Err(Error::limit_exceeded(
+                    LimitKind::OutputBytes,
+                    format!(
+                        "the answer of {} is more than {max} bytes as JSON (max_message_bytes)",
+                        self.tool
+                    ),
+                ));
+            }
+            return Err(Error::execution_failed(
+                &self.tool,
+                format!("the answer has no JSON form: {e}"),
+            ));
+        }
+        serde_json::from_slice(&out.bytes)
+            .map_err(|e| Error::execution_failed(&self.tool, format!("the answer's JSON: {e}")))
     }
 }
 
@@ -168,17 +203,25 @@ impl Backend for Method {
     }
 }
 
-/// A message in the proto3 JSON mapping, every field present.
-fn to_json(message: &DynamicMessage) -> Result<Value, Error> {
-    message
-        .serialize_with_options(
-            serde_json::value::Serializer,
-            &SerializeOptions::new().skip_default_fields(false),
-        )
-        .map_err(|e| {
-            Error::execution_failed(
-                message.descriptor().full_name(),
-                format!("the answer has no JSON form: {e}"),
-            )
-        })
+/// The error a [`Capped`] writer stops with.
+const OVER: &str = "JSON size limit reached";
+
+/// A writer that refuses to grow past `max` bytes.
+struct Capped {
+    bytes: Vec<u8>,
+    max: usize,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > self.max {
+            return Err(std::io::Error::other(OVER));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

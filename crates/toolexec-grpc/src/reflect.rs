@@ -16,8 +16,9 @@ use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
 use toolexec::Error;
 
+use crate::check;
 use crate::connect::Service;
-use crate::status::{code_name, status_error};
+use crate::status::{code_name, excerpt, status_error};
 
 /// Most files a server may describe; a server that keeps naming new ones
 /// is refused past it.
@@ -70,6 +71,8 @@ pub(crate) async fn discover(service: &Service) -> Result<(Vec<String>, Descript
             .flat_map(|f| f.dependency.iter())
             .filter(|d| !files.contains_key(*d) && pool.get_file_by_name(d).is_none())
             .cloned()
+            .collect::<std::collections::BTreeSet<String>>()
+            .into_iter()
             .collect();
         if missing.is_empty() {
             break;
@@ -87,13 +90,16 @@ pub(crate) async fn discover(service: &Service) -> Result<(Vec<String>, Descript
             }
         }
     }
-    pool.add_file_descriptor_protos(files.into_values())
-        .map_err(|e| {
-            Error::backend_unavailable(
-                service.name(),
-                format!("the descriptors from server reflection do not fit together: {e}"),
-            )
-        })?;
+    let files: Vec<FileDescriptorProto> = files.into_values().collect();
+    check::acyclic(&files).map_err(|why| {
+        Error::backend_unavailable(service.name(), format!("server reflection: {why}"))
+    })?;
+    pool.add_file_descriptor_protos(files).map_err(|e| {
+        Error::backend_unavailable(
+            service.name(),
+            format!("the descriptors from server reflection do not fit together: {e}"),
+        )
+    })?;
     Ok((names, pool))
 }
 
@@ -122,6 +128,8 @@ pub(crate) fn from_file(path: &Path) -> Result<(Vec<String>, DescriptorPool), Er
             })
         })
         .collect();
+    check::acyclic(&set.file)
+        .map_err(|why| Error::invalid_request(field, format!("{}: {why}", path.display())))?;
     pool.add_file_descriptor_protos(set.file).map_err(|e| {
         Error::invalid_request(
             field,
@@ -170,7 +178,7 @@ impl Asker<'_> {
             format!(
                 "the server does not offer server reflection ({}: {}); give a descriptor set instead",
                 code_name(status.code()),
-                status.message()
+                excerpt(status.message())
             ),
         ))
     }
@@ -267,7 +275,7 @@ impl Asker<'_> {
                 format!(
                     "server reflection failed: {}: {}",
                     code_name(status.code()),
-                    status.message()
+                    excerpt(status.message())
                 ),
             ),
         }

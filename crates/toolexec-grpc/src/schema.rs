@@ -1,6 +1,7 @@
 //! JSON Schemas of protobuf messages under the proto3 JSON mapping: field
 //! names in lowerCamelCase (`json_name`), 64-bit integers as strings
-//! (numbers accepted on input), `bytes` as base64, enums by name, the
+//! (numbers accepted on input), `bytes` as base64, enums by name (in
+//! `$defs`, once however many fields use them), the
 //! well-known types in their JSON forms (a `Timestamp` is an RFC 3339
 //! string, a `Duration` `"1.5s"`, a `Struct` any object, wrappers nullable
 //! scalars). Nested messages become `$defs` keyed by their full name, so
@@ -166,13 +167,20 @@ impl Builder {
                 json!({"type": "null"})
             }
             Kind::Enum(e) => {
-                let names: Vec<Value> = e.values().map(|v| v.name().into()).collect();
-                if input {
-                    let numbers = e.values().map(|v| Value::from(v.number()));
-                    json!({"enum": names.into_iter().chain(numbers).collect::<Vec<_>>()})
-                } else {
-                    json!({"anyOf": [{"enum": names}, {"type": "integer"}]})
+                // Once, in `$defs`: a large enum used by many fields is not
+                // copied into each.
+                let name = e.full_name().to_owned();
+                if !self.defs.contains_key(&name) {
+                    let names: Vec<Value> = e.values().map(|v| v.name().into()).collect();
+                    let def = if input {
+                        let numbers = e.values().map(|v| Value::from(v.number()));
+                        json!({"enum": names.into_iter().chain(numbers).collect::<Vec<_>>()})
+                    } else {
+                        json!({"anyOf": [{"enum": names}, {"type": "integer"}]})
+                    };
+                    self.defs.insert(name.clone(), def);
                 }
+                json!({"$ref": format!("#/$defs/{name}")})
             }
             Kind::Message(m) => {
                 if let Some(schema) = well_known(m.full_name(), self.direction) {
@@ -296,7 +304,11 @@ mod tests {
             schema["properties"]["fields"],
             json!({"type": "array", "items": {"$ref": "#/$defs/google.protobuf.Field"}})
         );
-        let syntax = &schema["properties"]["syntax"]["enum"];
+        assert_eq!(
+            schema["properties"]["syntax"]["$ref"],
+            "#/$defs/google.protobuf.Syntax"
+        );
+        let syntax = &schema["$defs"]["google.protobuf.Syntax"]["enum"];
         assert!(syntax.as_array().unwrap().contains(&json!("SYNTAX_PROTO3")));
         assert!(syntax.as_array().unwrap().contains(&json!(1)));
         let output = message_schema(&message("google.protobuf.Type"), Direction::Output);

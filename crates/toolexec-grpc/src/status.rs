@@ -32,7 +32,10 @@ pub(crate) fn status_error(service: &Service, tool: &str, status: &Status) -> Er
     }
     let message = excerpt(status.message());
     let name = code_name(status.code());
-    if std::error::Error::source(status).is_none() && is_local_size_limit(&message) {
+    if status.code() == Code::OutOfRange
+        && std::error::Error::source(status).is_none()
+        && is_local_size_limit(status.message())
+    {
         return Error::limit_exceeded(
             LimitKind::OutputBytes,
             format!(
@@ -47,7 +50,6 @@ pub(crate) fn status_error(service: &Service, tool: &str, status: &Status) -> Er
         Code::Unauthenticated | Code::PermissionDenied => ErrorCode::NotAllowed,
         Code::Unavailable | Code::Unimplemented => ErrorCode::BackendUnavailable,
         Code::ResourceExhausted => ErrorCode::LimitExceeded,
-        Code::Cancelled => ErrorCode::Cancelled,
         _ => {
             return Error::ExecutionFailed {
                 tool: tool.to_owned(),
@@ -65,9 +67,11 @@ pub(crate) fn status_error(service: &Service, tool: &str, status: &Status) -> Er
 }
 
 /// tonic's own refusal of a message over `max_decoding_message_size`
-/// (an `OUT_OF_RANGE` status it makes up, not the server's).
+/// (an `OUT_OF_RANGE` status it makes up, not the server's; a server could
+/// send the same words, and then gets `limit_exceeded` for an answer that
+/// was indeed refused as too large by its own account).
 fn is_local_size_limit(message: &str) -> bool {
-    message.contains("decoded message length too large")
+    message.starts_with("Error, decoded message length too large")
 }
 
 /// The status code's canonical name (`INVALID_ARGUMENT`).
@@ -93,13 +97,17 @@ pub(crate) fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// `text` on one line, cut to [`MESSAGE_BYTES`] on a character boundary.
-fn excerpt(text: &str) -> String {
+/// `text` on one line without control characters, cut to
+/// [`MESSAGE_BYTES`] on a character boundary.
+pub(crate) fn excerpt(text: &str) -> String {
     let mut end = text.len().min(MESSAGE_BYTES);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    let mut out = text[..end].replace(['\n', '\r'], " ");
+    let mut out: String = text[..end]
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if end < text.len() {
         out.push('…');
     }
@@ -113,6 +121,7 @@ mod tests {
     #[test]
     fn excerpts_are_one_line_and_bounded() {
         assert_eq!(excerpt("a\nb"), "a b");
+        assert_eq!(excerpt("a\u{1b}[31mb"), "a [31mb");
         let long = "é".repeat(MESSAGE_BYTES);
         let cut = excerpt(&long);
         assert!(cut.len() <= MESSAGE_BYTES + '…'.len_utf8());

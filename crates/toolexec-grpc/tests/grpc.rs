@@ -104,11 +104,11 @@ async fn reflection_describes_every_method_with_its_schemas() {
     assert_eq!(props["text"], json!({"type": "string"}));
     assert_eq!(props["big"]["anyOf"][1]["pattern"], "^-?[0-9]+$");
     assert_eq!(props["blob"]["contentEncoding"], "base64");
+    assert_eq!(props["mood"]["$ref"], "#/$defs/toolexec.test.v1.Mood");
+    let moods = &input["$defs"]["toolexec.test.v1.Mood"]["enum"];
     assert!(
-        props["mood"]["enum"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("GRUMPY"))
+        moods.as_array().unwrap().contains(&json!("GRUMPY")),
+        "{moods}"
     );
     assert_eq!(
         props["points"]["items"]["$ref"],
@@ -325,6 +325,13 @@ async fn statuses_deadlines_and_limits_become_typed_errors() {
         .unwrap_err();
     assert_eq!(big.code(), ErrorCode::LimitExceeded, "{big}");
     assert!(big.to_string().contains("max_message_bytes"), "{big}");
+    // Under the limit on the wire, over it as JSON (defaults spelled out):
+    // refused while writing, not after.
+    let wide = run(&exec, "echo:echo_say", json!({"pad": 65_500}))
+        .await
+        .unwrap_err();
+    assert_eq!(wide.code(), ErrorCode::LimitExceeded, "{wide}");
+    assert!(wide.to_string().contains("as JSON"), "{wide}");
     let long = run(&exec, "echo:echo_count", json!({"to": 50}))
         .await
         .unwrap_err();
