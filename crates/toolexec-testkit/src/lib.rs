@@ -22,6 +22,7 @@
 //! - [`TempDir`], [`free_port`], [`python3`]: small helpers more than one
 //!   crate's tests used to copy.
 //! - [`tls`]: a CA and certificates made in the test (for TLS upstreams).
+//! - [`retrieval`]: the StableToolBench tool-retrieval set and its metrics.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -35,6 +36,7 @@
 #![forbid(unsafe_code)]
 mod catalog;
 mod deps;
+pub mod retrieval;
 mod skip;
 mod temp;
 pub mod tls;

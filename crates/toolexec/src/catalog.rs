@@ -15,7 +15,11 @@ use crate::error::{Error, truncate_for_message};
 use crate::id::{ToolIdRef, compare_versions};
 use crate::local::{Handler, LocalTool};
 use crate::schema::CompiledSchema;
-use crate::search::{SearchDoc, SearchIndex, SearchQuery, schema_params};
+use crate::search::embedding::{EmbeddingIndex, EmbeddingStatus};
+use crate::search::{
+    Embedder, SearchDoc, SearchIndex, SearchMode, SearchQuery, fuse, passage, query_passages,
+    schema_params,
+};
 use crate::tool::Tool;
 
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -172,9 +176,14 @@ pub struct Page {
 pub struct SearchResult {
     /// The tool.
     pub tool: Arc<RegisteredTool>,
-    /// BM25F score; higher is better.
+    /// Higher is better: the BM25F score (lexical), the cosine similarity
+    /// (semantic) or the fused reciprocal-rank score (hybrid).
     pub score: f32,
 }
+
+/// How deep each ranking is read before hybrid fusion (BENCHMARKS.md,
+/// issue 17).
+const HYBRID_DEPTH: usize = 100;
 
 #[derive(Default)]
 struct State {
@@ -247,6 +256,10 @@ fn version_order(a: Option<&str>, b: Option<&str>) -> std::cmp::Ordering {
 pub struct Catalog {
     state: RwLock<State>,
     index: RwLock<SearchIndex>,
+    /// Tool vectors, once [`Catalog::set_embedder`] gave a model.
+    semantic: RwLock<Option<Arc<EmbeddingIndex>>>,
+    /// The mode [`Catalog::search`] uses, when set.
+    mode: RwLock<Option<SearchMode>>,
     writer: Mutex<()>,
     events: broadcast::Sender<CatalogEvent>,
 }
@@ -271,6 +284,8 @@ impl Catalog {
         Catalog {
             state: RwLock::new(State::default()),
             index: RwLock::new(SearchIndex::new()),
+            semantic: RwLock::new(None),
+            mode: RwLock::new(None),
             writer: Mutex::new(()),
             events: broadcast::channel(1024).0,
         }
@@ -361,7 +376,11 @@ impl Catalog {
 
     /// Caller holds `writer`.
     fn insert_locked(&self, id: String, entry: Arc<RegisteredTool>) {
-        self.index.write().upsert(&entry.search_doc(&id));
+        let doc = entry.search_doc(&id);
+        self.index.write().upsert(&doc);
+        if let Some(semantic) = &*self.semantic.read() {
+            semantic.want(&id, passage(&doc));
+        }
         self.state.write().insert(id, entry);
     }
 
@@ -374,6 +393,9 @@ impl Catalog {
             return Err(Error::ToolNotFound { id: id.to_owned() });
         };
         self.index.write().remove(id);
+        if let Some(semantic) = &*self.semantic.read() {
+            semantic.forget(id);
+        }
         let _ = self
             .events
             .send(CatalogEvent::Unregistered { id: id.to_owned() });
@@ -477,9 +499,154 @@ impl Catalog {
             .collect()
     }
 
-    /// Ranked full-text search over names, namespaces, tags, descriptions and
-    /// parameters.
+    /// Gives the catalog a sentence-embedding model: every tool, present
+    /// and future, is embedded in the background (in batches, off the
+    /// request path; until then it is found lexically), and searches
+    /// default to [`SearchMode::Hybrid`].
+    pub fn set_embedder(&self, embedder: Arc<dyn Embedder>) -> Result<(), Error> {
+        let index = Arc::new(EmbeddingIndex::start(embedder)?);
+        let _w = self.writer.lock();
+        for (id, entry) in &self.state.read().by_id {
+            index.want(id, passage(&entry.search_doc(id)));
+        }
+        *self.semantic.write() = Some(index);
+        Ok(())
+    }
+
+    /// How far embedding has got; `None` without a model.
+    pub fn embedding_status(&self) -> Option<EmbeddingStatus> {
+        self.semantic.read().as_ref().map(|s| s.status())
+    }
+
+    /// Waits until every tool registered so far is embedded (or failed),
+    /// at most `timeout`; whether that happened (true without a model).
+    pub fn wait_for_embeddings(&self, timeout: std::time::Duration) -> bool {
+        let semantic = self.semantic.read().clone();
+        semantic.is_none_or(|s| s.wait_idle(timeout))
+    }
+
+    /// The mode [`Catalog::search`] uses: the one set with
+    /// [`Catalog::set_search_mode`], else hybrid with a model and lexical
+    /// without.
+    pub fn default_search_mode(&self) -> SearchMode {
+        if let Some(mode) = *self.mode.read() {
+            return mode;
+        }
+        if self.semantic.read().is_some() {
+            SearchMode::Hybrid
+        } else {
+            SearchMode::Lexical
+        }
+    }
+
+    /// Sets the mode [`Catalog::search`] uses. Semantic and hybrid need a
+    /// model ([`Catalog::set_embedder`] first): else `invalid_request` at
+    /// `mode`.
+    pub fn set_search_mode(&self, mode: SearchMode) -> Result<(), Error> {
+        if mode != SearchMode::Lexical && self.semantic.read().is_none() {
+            return Err(Error::invalid_request(
+                "mode",
+                format!("{mode} search needs an embedding model"),
+            ));
+        }
+        *self.mode.write() = Some(mode);
+        Ok(())
+    }
+
+    /// Ranked search in the [default mode](Catalog::default_search_mode):
+    /// full text over names, namespaces, tags, descriptions and parameters,
+    /// fused with embedding similarity when a model is set. A query the
+    /// model fails on is answered lexically (and logged).
     pub fn search(&self, query: &str, limit: usize, namespace: Option<&str>) -> Vec<SearchResult> {
+        let mode = self.default_search_mode();
+        self.search_with(query, limit, namespace, mode)
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "semantic search failed; answering lexically");
+                self.lexical(query, limit, namespace)
+            })
+    }
+
+    /// Ranked search in `mode`. Semantic and hybrid need a model
+    /// ([`Catalog::set_embedder`]): without one they are `invalid_request`
+    /// at `mode`; a query the model fails on is `backend_unavailable`. A
+    /// query that is exactly a tool id puts that tool first in every mode.
+    pub fn search_with(
+        &self,
+        query: &str,
+        limit: usize,
+        namespace: Option<&str>,
+        mode: SearchMode,
+    ) -> Result<Vec<SearchResult>, Error> {
+        if mode == SearchMode::Lexical {
+            return Ok(self.lexical(query, limit, namespace));
+        }
+        let Some(semantic) = self.semantic.read().clone() else {
+            return Err(Error::invalid_request(
+                "mode",
+                format!(
+                    "{mode} search needs an embedding model ([search] model); lexical is available"
+                ),
+            ));
+        };
+        let depth = match mode {
+            SearchMode::Hybrid => limit.max(HYBRID_DEPTH),
+            _ => limit,
+        };
+        let passages = query_passages(query);
+        let texts: Vec<&str> = passages.iter().map(String::as_str).collect();
+        let vectors = semantic.embedder().embed(&texts)?;
+        let prefix = namespace.map(|ns| format!("{ns}:"));
+        let nearest = semantic.nearest_any(&vectors, depth, |id| {
+            prefix.as_deref().is_none_or(|p| id.starts_with(p))
+        });
+        let ranked: Vec<(Arc<str>, f32)> = if mode == SearchMode::Semantic {
+            nearest
+        } else {
+            let lexical: Vec<(Arc<str>, f32)> = self
+                .index
+                .read()
+                .search(&SearchQuery {
+                    text: query,
+                    limit: depth,
+                    namespace,
+                })
+                .into_iter()
+                .map(|h| (h.id, h.score))
+                .collect();
+            fuse(&lexical, &nearest, limit)
+        };
+        let exact = query.trim();
+        let state = self.state.read();
+        let mut out: Vec<SearchResult> = Vec::with_capacity(limit);
+        if let Some(tool) = state
+            .by_id
+            .get(exact)
+            .filter(|t| namespace.is_none_or(|ns| t.tool.namespace() == ns))
+        {
+            out.push(SearchResult {
+                tool: tool.clone(),
+                score: f32::INFINITY,
+            });
+        }
+        for (id, score) in ranked {
+            if out.len() == limit {
+                break;
+            }
+            if &*id == exact {
+                continue;
+            }
+            if let Some(tool) = state.by_id.get(&*id) {
+                out.push(SearchResult {
+                    tool: tool.clone(),
+                    score,
+                });
+            }
+        }
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    fn lexical(&self, query: &str, limit: usize, namespace: Option<&str>) -> Vec<SearchResult> {
         let hits = self.index.read().search(&SearchQuery {
             text: query,
             limit,

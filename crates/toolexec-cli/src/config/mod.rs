@@ -26,6 +26,7 @@ mod error;
 mod gateway;
 mod grpc;
 mod runtimes;
+mod search;
 mod servers;
 #[cfg(test)]
 mod tests;
@@ -34,6 +35,7 @@ mod values;
 pub(crate) use error::ConfigError;
 pub(crate) use gateway::GatewayConfig;
 pub(crate) use runtimes::RuntimesConfig;
+pub(crate) use search::SearchConfig;
 
 use error::{Document, Fault};
 
@@ -61,6 +63,8 @@ pub(crate) struct Config {
     pub http: Vec<(PlainTool, ClientOptions)>,
     /// `[[grpc]]`: gRPC services.
     pub grpc: Vec<toolexec_grpc::ImportOptions>,
+    /// `[search]`: the embedding model and the default search mode.
+    pub search: SearchConfig,
 }
 
 /// The file as written.
@@ -85,6 +89,8 @@ struct File {
     http: Vec<apis::HttpTable>,
     #[serde(default)]
     grpc: Vec<grpc::GrpcTable>,
+    #[serde(default)]
+    search: search::SearchTable,
 }
 
 impl Config {
@@ -100,6 +106,7 @@ impl Config {
             openapi: Vec::new(),
             http: Vec::new(),
             grpc: Vec::new(),
+            search: search::SearchConfig::default(),
         }
     }
 
@@ -157,6 +164,7 @@ impl File {
             .chain(openapi.iter().map(|o| o.name.clone()))
             .collect();
         let grpc = grpc::resolve(self.grpc, base, &taken, &self.limits)?;
+        let search = self.search.resolve(base)?;
         Ok(Config {
             builtins,
             limits: self.limits,
@@ -167,6 +175,7 @@ impl File {
             openapi,
             http,
             grpc,
+            search,
         })
     }
 }

@@ -65,14 +65,20 @@ impl Gateway {
                         meta::MAX_SEARCH_LIMIT
                     )));
                 }
-                let results: Vec<ToolMatch> = self
-                    .exec()
-                    .catalog()
-                    .search(&a.query, limit, a.namespace.as_deref())
-                    .iter()
-                    .map(ToolMatch::from)
-                    .collect();
-                Ok(result::success(json!({ "results": results }), &[]))
+                let catalog = self.exec().catalog();
+                let found = match a.mode {
+                    Some(mode) => {
+                        catalog.search_with(&a.query, limit, a.namespace.as_deref(), mode)
+                    }
+                    None => Ok(catalog.search(&a.query, limit, a.namespace.as_deref())),
+                };
+                Ok(match found {
+                    Ok(found) => {
+                        let results: Vec<ToolMatch> = found.iter().map(ToolMatch::from).collect();
+                        result::success(json!({ "results": results }), &[])
+                    }
+                    Err(e) => result::error(&e.to_body()),
+                })
             }
             meta::LIST_NAMESPACES => {
                 let _: meta::NoArgs = meta::parse(name, args).map_err(bad)?;

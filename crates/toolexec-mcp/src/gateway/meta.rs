@@ -59,6 +59,8 @@ pub(super) struct SearchArgs {
     pub limit: Option<usize>,
     #[serde(default)]
     pub namespace: Option<String>,
+    #[serde(default)]
+    pub mode: Option<toolexec::search::SearchMode>,
 }
 
 /// Arguments of `list_namespaces`.
@@ -192,7 +194,11 @@ fn search() -> MetaTool {
                     "type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT,
                     "default": DEFAULT_SEARCH_LIMIT, "description": "Most results to return"
                 },
-                "namespace": {"type": "string", "description": "Only search this namespace"}
+                "namespace": {"type": "string", "description": "Only search this namespace"},
+                "mode": {
+                    "type": "string", "enum": ["lexical", "semantic", "hybrid"],
+                    "description": "How to rank: by words (lexical), by meaning (semantic, needs the server's embedding model) or both (hybrid); default: the server's"
+                }
             },
             "required": ["query"],
             "additionalProperties": false

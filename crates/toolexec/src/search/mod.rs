@@ -17,13 +17,19 @@
 //! whose identifier parts equal a tool name's (`get_weather`, `getWeather`, `get weather`)
 //! puts the tools with that name right after, ahead of all other hits.
 
+pub(crate) mod embedding;
 mod schema;
+mod semantic;
 mod tokenize;
 
 #[cfg(test)]
 mod tests;
 
+pub use embedding::EmbeddingStatus;
 pub use schema::schema_params;
+pub use semantic::{
+    Embedder, SEMANTIC_WEIGHT, SearchMode, VectorIndex, fuse, passage, query_passages,
+};
 
 use std::cell::RefCell;
 use std::cmp::Ordering;

@@ -6,3 +6,4 @@ mod chains_streams;
 mod examples;
 mod pipeline;
 mod retrieval_eval;
+mod semantic;

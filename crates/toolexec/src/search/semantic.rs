@@ -1,0 +1,360 @@
+//! The semantic half of search: tools as unit vectors of a sentence
+//! embedding model, nearest neighbours by cosine similarity, and the fusion
+//! with the lexical ranking.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::SearchDoc;
+use crate::error::Error;
+
+/// Turns passages into vectors. `toolexec-embed` implements it with a
+/// sentence-transformers model run by candle; the catalog calls it off the
+/// request path for tools and on it for queries.
+pub trait Embedder: Send + Sync + 'static {
+    /// Names the model and its files (a digest of them): vectors of
+    /// different models are never mixed.
+    fn model_id(&self) -> &str;
+
+    /// One unit vector per passage, in order, all of the same length.
+    fn embed(&self, passages: &[&str]) -> Result<Vec<Vec<f32>>, Error>;
+}
+
+/// The text a tool is embedded from: the fields BM25F indexes, as one
+/// passage (`namespace name: title. description Parameters: p: what p is;
+/// ...`), identifiers split into words (`getWeather` → `get Weather`).
+pub fn passage(doc: &SearchDoc<'_>) -> String {
+    let mut out = format!("{} {}", words(doc.namespace), words(doc.name));
+    if let Some(title) = doc.title.filter(|t| !t.trim().is_empty()) {
+        out.push_str(": ");
+        out.push_str(title.trim());
+    }
+    if !doc.description.trim().is_empty() {
+        out.push_str(". ");
+        out.push_str(doc.description.trim());
+    }
+    if !doc.params.is_empty() {
+        out.push_str(" Parameters: ");
+        for (i, (name, description)) in doc.params.iter().enumerate() {
+            if i > 0 {
+                out.push_str("; ");
+            }
+            out.push_str(&words(name));
+            if !description.trim().is_empty() {
+                out.push_str(": ");
+                out.push_str(description.trim());
+            }
+        }
+    }
+    out
+}
+
+/// `get_weather`, `getWeather`, `get-weather` → `get weather`, `get Weather`.
+fn words(identifier: &str) -> String {
+    let mut out = String::with_capacity(identifier.len() + 4);
+    let mut prev: Option<char> = None;
+    for c in identifier.chars() {
+        if matches!(c, '_' | '-' | '.' | '/' | ':') {
+            out.push(' ');
+        } else {
+            if c.is_uppercase() && prev.is_some_and(char::is_lowercase) {
+                out.push(' ');
+            }
+            out.push(c);
+        }
+        prev = Some(c);
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// How a search ranks tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// BM25F over names, descriptions, tags and parameters.
+    Lexical,
+    /// Cosine similarity of the query's and the tools' embeddings.
+    Semantic,
+    /// Both rankings fused ([`fuse`]).
+    Hybrid,
+}
+
+impl SearchMode {
+    /// The mode's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::Lexical => "lexical",
+            SearchMode::Semantic => "semantic",
+            SearchMode::Hybrid => "hybrid",
+        }
+    }
+
+    /// Parses `lexical`, `semantic` or `hybrid`.
+    pub fn parse(s: &str) -> Option<SearchMode> {
+        match s {
+            "lexical" => Some(SearchMode::Lexical),
+            "semantic" => Some(SearchMode::Semantic),
+            "hybrid" => Some(SearchMode::Hybrid),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SearchMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Tool vectors, searched exhaustively (a dot product per tool: about 2 ms
+/// for 10,000 tools of 384 dimensions on one core; an approximate index such
+/// as HNSW pays off from about a million).
+#[derive(Debug, Default)]
+pub struct VectorIndex {
+    dim: usize,
+    ids: Vec<Arc<str>>,
+    /// `ids.len() × dim` components, row by row.
+    data: Vec<f32>,
+    slot: HashMap<Arc<str>, usize>,
+}
+
+impl VectorIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        VectorIndex::default()
+    }
+
+    /// Number of tools with a vector.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when no tool has a vector.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Whether `id` has a vector.
+    pub fn contains(&self, id: &str) -> bool {
+        self.slot.contains_key(id)
+    }
+
+    /// Sets `id`'s vector. A vector of another length than the index's
+    /// first one is ignored (a model changed under a running index).
+    pub fn upsert(&mut self, id: &str, vector: &[f32]) {
+        if self.dim == 0 {
+            self.dim = vector.len();
+        }
+        if vector.len() != self.dim || self.dim == 0 {
+            return;
+        }
+        match self.slot.get(id) {
+            Some(&i) => self.data[i * self.dim..(i + 1) * self.dim].copy_from_slice(vector),
+            None => {
+                let id: Arc<str> = Arc::from(id);
+                self.slot.insert(id.clone(), self.ids.len());
+                self.ids.push(id);
+                self.data.extend_from_slice(vector);
+            }
+        }
+    }
+
+    /// Drops `id`'s vector.
+    pub fn remove(&mut self, id: &str) -> bool {
+        let Some(i) = self.slot.remove(id) else {
+            return false;
+        };
+        let last = self.ids.len() - 1;
+        if i != last {
+            self.ids.swap(i, last);
+            let (head, tail) = self.data.split_at_mut(last * self.dim);
+            head[i * self.dim..(i + 1) * self.dim].copy_from_slice(&tail[..self.dim]);
+            self.slot.insert(self.ids[i].clone(), i);
+        }
+        self.ids.pop();
+        self.data.truncate(last * self.dim);
+        true
+    }
+
+    /// The `limit` tools most similar to `query` (dot product of unit
+    /// vectors), best first, among those `keep` accepts.
+    pub fn nearest(
+        &self,
+        query: &[f32],
+        limit: usize,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<(Arc<str>, f32)> {
+        if query.len() != self.dim || limit == 0 {
+            return Vec::new();
+        }
+        let mut scored: Vec<(usize, f32)> = self
+            .data
+            .chunks_exact(self.dim)
+            .enumerate()
+            .map(|(i, row)| (i, dot(row, query)))
+            .filter(|(i, _)| keep(&self.ids[*i]))
+            .collect();
+        let by_score = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1);
+        if scored.len() > limit {
+            scored.select_nth_unstable_by(limit - 1, by_score);
+            scored.truncate(limit);
+        }
+        scored.sort_by(by_score);
+        scored
+            .into_iter()
+            .map(|(i, s)| (self.ids[i].clone(), s))
+            .collect()
+    }
+}
+
+impl VectorIndex {
+    /// The `limit` tools most similar to any of `queries`, each scored by
+    /// its best similarity.
+    pub fn nearest_any(
+        &self,
+        queries: &[Vec<f32>],
+        limit: usize,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<(Arc<str>, f32)> {
+        if let [one] = queries {
+            return self.nearest(one, limit, keep);
+        }
+        let mut best: HashMap<Arc<str>, f32> = HashMap::new();
+        for query in queries {
+            for (id, score) in self.nearest(query, limit, &keep) {
+                let e = best.entry(id).or_insert(f32::MIN);
+                *e = e.max(score);
+            }
+        }
+        let mut out: Vec<(Arc<str>, f32)> = best.into_iter().collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        out.truncate(limit);
+        out
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The weight of the semantic score in [`fuse`] (the lexical one weighs
+/// `1 − SEMANTIC_WEIGHT`); measured best on StableToolBench (BENCHMARKS.md,
+/// issue 17).
+pub const SEMANTIC_WEIGHT: f32 = 0.35;
+
+/// Fuses a lexical and a semantic ranking (ids with scores, best first):
+/// each list's scores are scaled to 0–1 by its own minimum and maximum,
+/// then summed with weights `1 − SEMANTIC_WEIGHT` and `SEMANTIC_WEIGHT`; a
+/// tool missing from a list scores 0 there. The `limit` best, ties broken
+/// by id. (Reciprocal rank fusion measured worse here: BM25F's score gaps
+/// carry information ranks throw away.)
+pub fn fuse(
+    lexical: &[(Arc<str>, f32)],
+    semantic: &[(Arc<str>, f32)],
+    limit: usize,
+) -> Vec<(Arc<str>, f32)> {
+    let mut scores: HashMap<Arc<str>, f32> = HashMap::new();
+    for (list, weight) in [
+        (lexical, 1.0 - SEMANTIC_WEIGHT),
+        (semantic, SEMANTIC_WEIGHT),
+    ] {
+        let max = list.iter().map(|h| h.1).fold(f32::MIN, f32::max);
+        let min = list.iter().map(|h| h.1).fold(f32::MAX, f32::min);
+        let span = (max - min).max(1e-6);
+        for (id, score) in list {
+            *scores.entry(id.clone()).or_default() += weight * (score - min) / span;
+        }
+    }
+    let mut out: Vec<(Arc<str>, f32)> = scores.into_iter().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out.truncate(limit);
+    out
+}
+
+/// What a query is embedded as: the whole query and, when it has several
+/// sentences, each of them. A tool's similarity is its best against any
+/// ([`VectorIndex::nearest_any`]): a request that asks for three things
+/// finds the tool for each, where one averaged vector blurs them.
+pub fn query_passages(query: &str) -> Vec<String> {
+    let mut out = vec![query.trim().to_owned()];
+    let mut sentences = Vec::new();
+    let mut current = String::new();
+    for c in query.chars() {
+        current.push(c);
+        if matches!(c, '.' | '?' | '!') && current.trim().len() > 3 {
+            sentences.push(current.trim().to_owned());
+            current.clear();
+        }
+    }
+    if current.trim().len() > 3 {
+        sentences.push(current.trim().to_owned());
+    }
+    if sentences.len() > 1 {
+        out.extend(sentences.into_iter().take(MAX_QUERY_SENTENCES));
+    }
+    out
+}
+
+/// Most sentences of a query embedded on their own.
+const MAX_QUERY_SENTENCES: usize = 8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_neighbours_and_removal() {
+        let mut index = VectorIndex::new();
+        index.upsert("a:x", &[1.0, 0.0]);
+        index.upsert("a:y", &[0.0, 1.0]);
+        index.upsert("b:z", &[0.6, 0.8]);
+        let hits = index.nearest(&[1.0, 0.0], 2, |_| true);
+        assert_eq!(hits[0].0.as_ref(), "a:x");
+        assert_eq!(hits[1].0.as_ref(), "b:z");
+        let only_a = index.nearest(&[0.6, 0.8], 5, |id| id.starts_with("a:"));
+        assert_eq!(only_a.len(), 2);
+        assert!(index.remove("a:x"));
+        assert!(!index.remove("a:x"));
+        assert_eq!(index.len(), 2);
+        assert_eq!(index.nearest(&[1.0, 0.0], 1, |_| true)[0].0.as_ref(), "b:z");
+        // The moved row kept its vector.
+        assert_eq!(index.nearest(&[0.0, 1.0], 1, |_| true)[0].0.as_ref(), "a:y");
+        index.upsert("a:y", &[1.0, 0.0]);
+        assert_eq!(index.nearest(&[1.0, 0.0], 1, |_| true)[0].0.as_ref(), "a:y");
+        // Wrong lengths are ignored.
+        index.upsert("c:w", &[1.0]);
+        assert!(!index.contains("c:w"));
+    }
+
+    #[test]
+    fn fusion_weighs_normalised_scores() {
+        let hits = |v: &[(&str, f32)]| {
+            v.iter()
+                .map(|(id, s)| (Arc::from(*id), *s))
+                .collect::<Vec<(Arc<str>, f32)>>()
+        };
+        // Lexical: a far ahead; semantic: c ahead of b.
+        let lexical = hits(&[("a", 20.0), ("b", 5.0), ("c", 4.0)]);
+        let semantic = hits(&[("c", 0.9), ("b", 0.8), ("d", 0.1)]);
+        let fused = fuse(&lexical, &semantic, 3);
+        let names: Vec<&str> = fused.iter().map(|(id, _)| id.as_ref()).collect();
+        assert_eq!(names, ["a", "c", "b"]);
+        assert!((fused[0].1 - (1.0 - SEMANTIC_WEIGHT)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn queries_are_split_into_sentences() {
+        assert_eq!(query_passages("get the weather"), ["get the weather"]);
+        let parts = query_passages("I need the weather. Also convert 5 USD to EUR!");
+        assert_eq!(
+            parts,
+            [
+                "I need the weather. Also convert 5 USD to EUR!",
+                "I need the weather.",
+                "Also convert 5 USD to EUR!"
+            ]
+        );
+    }
+}
