@@ -13,5 +13,6 @@ mod grpc_apis;
 mod http_apis;
 mod remote;
 mod runtimes;
+mod search;
 mod serve;
 mod serve_hostile;
