@@ -101,6 +101,12 @@ impl<E: Embedder> Embedder for CachedEmbedder<E> {
             .map(|k| state.known.get(k).cloned().unwrap_or_default())
             .collect())
     }
+
+    /// Queries go to the model every time: cached, every query anyone
+    /// typed would grow the file without bound.
+    fn embed_query(&self, passages: &[&str]) -> Result<Vec<Vec<f32>>, Error> {
+        self.inner.embed_query(passages)
+    }
 }
 
 impl<E: Embedder> CachedEmbedder<E> {

@@ -594,7 +594,7 @@ impl Catalog {
         };
         let passages = query_passages(query);
         let texts: Vec<&str> = passages.iter().map(String::as_str).collect();
-        let vectors = semantic.embedder().embed(&texts)?;
+        let vectors = semantic.embedder().embed_query(&texts)?;
         let prefix = namespace.map(|ns| format!("{ns}:"));
         let nearest = semantic.nearest_any(&vectors, depth, |id| {
             prefix.as_deref().is_none_or(|p| id.starts_with(p))

@@ -20,6 +20,13 @@ pub trait Embedder: Send + Sync + 'static {
 
     /// One unit vector per passage, in order, all of the same length.
     fn embed(&self, passages: &[&str]) -> Result<Vec<Vec<f32>>, Error>;
+
+    /// The vectors of a search query's passages: as [`Embedder::embed`],
+    /// but an embedder that keeps what it embeds (a cache) should not keep
+    /// these, which are as many as the queries people type.
+    fn embed_query(&self, passages: &[&str]) -> Result<Vec<Vec<f32>>, Error> {
+        self.embed(passages)
+    }
 }
 
 /// The text a tool is embedded from: the fields BM25F indexes, as one
@@ -108,9 +115,11 @@ impl std::fmt::Display for SearchMode {
     }
 }
 
-/// Tool vectors, searched exhaustively (a dot product per tool: about 2 ms
-/// for 10,000 tools of 384 dimensions on one core; an approximate index such
-/// as HNSW pays off from about a million).
+/// Tool vectors, searched exhaustively: a dot product per tool, linear in
+/// the catalog (a few ms for 10,000 tools of 384 dimensions, less than
+/// embedding the query). An approximate index such as HNSW becomes worth
+/// its memory and build time past about 100,000 tools, where the scan
+/// would outgrow the query's embedding.
 #[derive(Debug, Default)]
 pub struct VectorIndex {
     dim: usize,
