@@ -95,9 +95,8 @@ impl Method {
                         .await
                         .map_err(|s| self.status(&s))?;
                     let answer = answer.into_inner();
-                    Ok(ToolOutput::structured(
-                        self.to_json(&answer, options.max_message_bytes)?,
-                    ))
+                    let (value, _) = self.to_json(&answer, options.max_message_bytes)?;
+                    Ok(ToolOutput::structured(value))
                 }
             };
         let timeout = || Error::Timeout {
@@ -136,8 +135,8 @@ impl Method {
         let mut bytes = 0usize;
         while let Some(message) = stream.message().await.map_err(|s| self.status(&s))? {
             let left = options.max_message_bytes.saturating_sub(bytes);
-            let value = self.to_json(&message, left)?;
-            bytes = bytes.saturating_add(value.to_string().len());
+            let (value, size) = self.to_json(&message, left)?;
+            bytes = bytes.saturating_add(size);
             if messages.len() >= options.max_stream_messages || bytes > options.max_message_bytes {
                 return Err(Error::limit_exceeded(
                     LimitKind::OutputBytes,
@@ -160,7 +159,8 @@ impl Method {
     /// `message` in the proto3 JSON mapping, every field present, at most
     /// `max` bytes of JSON (defaults spelled out can make a small message
     /// a large document): past it `limit_exceeded`, found while writing.
-    fn to_json(&self, message: &DynamicMessage, max: usize) -> Result<Value, Error> {
+    /// Also the JSON's size in bytes.
+    fn to_json(&self, message: &DynamicMessage, max: usize) -> Result<(Value, usize), Error> {
         check::any_depth(message).map_err(|why| {
             Error::execution_failed(&self.tool, format!("the answer is refused: {why}"))
         })?;
@@ -188,8 +188,9 @@ impl Method {
                 format!("the answer has no JSON form: {e}"),
             ));
         }
-        serde_json::from_slice(&out.bytes)
-            .map_err(|e| Error::execution_failed(&self.tool, format!("the answer's JSON: {e}")))
+        let value = serde_json::from_slice(&out.bytes)
+            .map_err(|e| Error::execution_failed(&self.tool, format!("the answer's JSON: {e}")))?;
+        Ok((value, out.bytes.len()))
     }
 }
 
