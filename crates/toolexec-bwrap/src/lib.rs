@@ -294,7 +294,7 @@ impl BubblewrapRuntime {
         let tripped: Mutex<Option<RunStatus>> = Mutex::new(None);
         let run = tokio::select! {
             run = spawned.drive(limits, &inner) => run,
-            _ = watch(cgroup.as_ref(), limits, &stop, &tripped) => unreachable!("watch never ends"),
+            _ = verdict::stop_on_limit(cgroup.as_ref().map(|c| move || c.events()), limits, CGROUP_POLL, &stop, &tripped) => unreachable!("the watch never ends"),
         };
         let launcher_sigxcpu = run.launcher_sigxcpu();
         let signal = run.signal(true);
@@ -429,23 +429,6 @@ struct Started {
     lease: Option<users::Lease>,
     /// Why the run has no cgroup, when cgroups were expected.
     cgroup_problem: Option<String>,
-}
-
-/// Watches the cgroup while the unit runs ([`verdict::watch`]): an OOM
-/// kill, a refused fork or CPU time past the limit stops the run (through
-/// `stop`) and records why. Never ends.
-async fn watch(
-    cgroup: Option<&RunCgroup>,
-    limits: &RuntimeLimits,
-    stop: &toolexec::CancellationToken,
-    tripped: &Mutex<Option<RunStatus>>,
-) {
-    if let Some(cgroup) = cgroup {
-        let status = verdict::watch(|| cgroup.events(), limits, CGROUP_POLL).await;
-        *tripped.lock() = Some(status);
-        stop.cancel();
-    }
-    std::future::pending().await
 }
 
 impl Shared {

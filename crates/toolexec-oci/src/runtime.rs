@@ -339,7 +339,7 @@ impl OciRuntime {
             let tripped: Mutex<Option<RunStatus>> = Mutex::new(None);
             let run = tokio::select! {
                 run = run_process(process, limits, &inner_ctx) => run,
-                _ = watch(guard.cgroup(), limits, &run_cancel, &tripped) => unreachable!("watch never ends"),
+                _ = verdict::stop_on_limit(guard.cgroup().map(|c| move || c.events()), limits, CGROUP_POLL, &run_cancel, &tripped) => unreachable!("the watch never ends"),
             };
             // A launcher that exited by itself: the channel takes the unit's
             // last frames first. Stopped by toolexec, or never started: the
@@ -475,22 +475,6 @@ fn worker_command(script: &ScriptUnit, limits: &RuntimeLimits) -> CommandUnit {
         cwd: Some("/tmp".into()),
         ..CommandUnit::default()
     }
-}
-
-/// Watches the run's cgroup ([`verdict::watch`]): a limit hit stops the
-/// run (through `stop`) and records why. Never ends.
-async fn watch(
-    cgroup: Option<&RunCgroup>,
-    limits: &RuntimeLimits,
-    stop: &toolexec::CancellationToken,
-    tripped: &Mutex<Option<RunStatus>>,
-) {
-    if let Some(cgroup) = cgroup {
-        let status = verdict::watch(|| cgroup.events(), limits, CGROUP_POLL).await;
-        *tripped.lock() = Some(status);
-        stop.cancel();
-    }
-    std::future::pending().await
 }
 
 impl Runtime for OciRuntime {

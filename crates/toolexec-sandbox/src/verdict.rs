@@ -80,6 +80,24 @@ pub async fn watch(
     }
 }
 
+/// [`watch`] for a run that may have no cgroup (`sample` is `None`): the
+/// first limit hit is recorded in `tripped` and the run stopped through
+/// `stop`. Never ends: race it against the run.
+pub async fn stop_on_limit(
+    sample: Option<impl FnMut() -> CgroupEvents>,
+    limits: &RuntimeLimits,
+    period: Duration,
+    stop: &toolexec::CancellationToken,
+    tripped: &parking_lot::Mutex<Option<RunStatus>>,
+) {
+    if let Some(sample) = sample {
+        let status = watch(sample, limits, period).await;
+        *tripped.lock() = Some(status);
+        stop.cancel();
+    }
+    std::future::pending().await
+}
+
 /// `limit_exceeded: memory`: the OOM killer ended `kills` processes.
 pub fn memory_exceeded(limits: &RuntimeLimits, kills: u64) -> RunStatus {
     RunStatus::LimitExceeded {
