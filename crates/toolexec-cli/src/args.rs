@@ -17,6 +17,10 @@ pub(crate) struct Cli {
     /// built-in catalog alone).
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
+    /// Log line format on stderr (`json`: one object per line, with the
+    /// current span's fields and trace id).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormatArg,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -44,6 +48,16 @@ pub(crate) enum Command {
     /// The sandboxed side of hardened code mode (started by sandbox runtimes).
     #[command(name = "__script-worker", hide = true)]
     ScriptWorker,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormatArg {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// JSON Lines.
+    Json,
 }
 
 /// Where a code-mode script runs.
@@ -81,6 +95,12 @@ pub(crate) struct ServeArgs {
     /// gateway.code_profile, else standard].
     #[arg(long, value_enum)]
     pub code_profile: Option<CodeProfile>,
+    /// Also serve Prometheus metrics at `http://ADDR/metrics` (`PORT` or
+    /// `IP:PORT`; loopback when only a port), unauthenticated: bind it
+    /// where only the scraper reaches. With --http they are also at
+    /// `/metrics` behind the gateway's token.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 #[derive(Debug, Args)]

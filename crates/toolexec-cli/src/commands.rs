@@ -20,6 +20,7 @@ use crate::args::{
 };
 use crate::config::Config;
 use crate::render;
+use toolexec_telemetry::Telemetry;
 
 /// Success.
 pub(crate) const EXIT_OK: u8 = 0;
@@ -64,6 +65,21 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
             return report(&body, json, EXIT_USAGE);
         }
     };
+    let serving = matches!(cli.command, Command::Serve(_));
+    let telemetry = match crate::telemetry::install(&config, cli.log_format, serving) {
+        Ok(t) => t,
+        Err(e) => {
+            let body = e.to_body();
+            return report(&body, json, exit_code(&body));
+        }
+    };
+    let code = dispatch_command(cli, config, &telemetry).await;
+    telemetry.shutdown(std::time::Duration::from_secs(5));
+    code
+}
+
+async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8 {
+    let json = cli.json;
     // The runtime server needs the runtimes only, not the catalog.
     if let Command::RuntimeServer(args) = &cli.command {
         return runtime_server(&config, args, json).await;
@@ -80,7 +96,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         _ => None,
     };
     let runtimes = Arc::new(crate::runtimes::build(&config.runtimes));
-    let (exec, upstreams) = match build_exec(&config, &runtimes).await {
+    let (exec, upstreams) = match build_exec(&config, &runtimes, telemetry.observer()).await {
         Ok(x) => x,
         Err(e) => {
             let body = e.to_body();
@@ -99,7 +115,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::ScriptWorker | Command::RuntimeServer(_) => Ok(EXIT_USAGE),
         Command::Serve(_) => {
             let plan = serve_plan.expect("planned before connecting");
-            crate::serve::serve(exec, runtimes.clone(), upstreams.clone(), plan)
+            crate::serve::serve(exec, runtimes.clone(), upstreams.clone(), plan, telemetry)
                 .await
                 .map(|()| EXIT_OK)
                 .map_err(Failure::Error)
@@ -166,6 +182,7 @@ impl From<io::Error> for Failure {
 async fn build_exec(
     config: &Config,
     runtimes: &Arc<toolexec_runtime::Runtimes>,
+    observer: Option<Arc<dyn toolexec::telemetry::CallObserver>>,
 ) -> Result<(Exec, Vec<Arc<Upstream>>), Error> {
     let catalog = Arc::new(toolexec::Catalog::new());
     toolexec_builtins::register(&catalog, &config.builtins)?;
@@ -195,10 +212,13 @@ async fn build_exec(
         ));
     }
     attach_model(&catalog, &config.search)?;
-    let exec = Exec::builder()
+    let mut exec = Exec::builder()
         .catalog(catalog)
-        .limits(config.limits.clone())
-        .build();
+        .limits(config.limits.clone());
+    if let Some(observer) = observer {
+        exec = exec.observer(observer);
+    }
+    let exec = exec.build();
     Ok((exec, upstreams))
 }
 

@@ -8,6 +8,7 @@ mod render;
 mod runtime_server;
 mod runtimes;
 mod serve;
+mod telemetry;
 
 use std::process::ExitCode;
 
@@ -21,17 +22,20 @@ fn main() -> ExitCode {
         return toolexec_bwrap::init::main(&raw);
     }
     let cli = args::Cli::parse();
-    // Logs go to stderr: stdout carries results (and, for `serve`, the protocol).
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TOOLEXEC_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
     if matches!(cli.command, args::Command::ScriptWorker) {
+        // Logs go to stderr: stdout carries the tool channel.
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env(telemetry::LOG_ENV)
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .init();
         return script_worker();
     }
+    // Other commands install logging and telemetry once their configuration
+    // is read (`commands::dispatch`); logs go to stderr, as stdout carries
+    // results (and, for `serve`, the protocol).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -14,6 +14,7 @@ use toolexec_runtime::{Profile, Runtimes};
 
 use crate::args::{CodeProfile, ExposeArg, ServeArgs};
 use crate::config::Config;
+use toolexec_telemetry::Telemetry;
 
 /// Environment variable holding the HTTP bearer token.
 pub(crate) const TOKEN_ENV: &str = "TOOLEXEC_TOKEN";
@@ -26,6 +27,7 @@ pub(crate) struct Plan {
     code_profile: Profile,
     runs: RunLimits,
     http: Option<HttpOptions>,
+    metrics: Option<SocketAddr>,
 }
 
 pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
@@ -41,12 +43,27 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
         None => config.gateway.code_profile.unwrap_or(Profile::Standard),
     };
     let runs = config.gateway.runs;
+    let metrics = match args.metrics.as_deref() {
+        Some(addr) => {
+            if config.telemetry.metrics.is_none() {
+                return Err(Error::invalid_request(
+                    "metrics",
+                    "--metrics needs metrics on (the config says telemetry.metrics = false)",
+                ));
+            }
+            Some(parse_bind(addr).map_err(|_| {
+                Error::invalid_request("metrics", format!("expected PORT or IP:PORT, got {addr:?}"))
+            })?)
+        }
+        None => None,
+    };
     let Some(http) = args.http.as_deref() else {
         return Ok(Plan {
             expose,
             code_profile,
             runs,
             http: None,
+            metrics,
         });
     };
     let bind = parse_bind(http)?;
@@ -73,6 +90,7 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
         code_profile,
         runs,
         http: Some(http),
+        metrics,
     })
 }
 
@@ -83,6 +101,7 @@ pub(crate) async fn serve(
     runtimes: Arc<Runtimes>,
     upstreams: Vec<Arc<Upstream>>,
     plan: Plan,
+    telemetry: &Telemetry,
 ) -> Result<(), Error> {
     let gateway = Gateway::with_upstreams(
         exec,
@@ -97,13 +116,39 @@ pub(crate) async fn serve(
             runtimes: Some(runtimes),
             runs: plan.runs,
         },
-        upstreams,
+        upstreams.clone(),
     );
-    let Some(options) = plan.http else {
-        return gateway::serve_stdio(gateway).await;
+    let shutdown = CancellationToken::new();
+    let mut http = plan.http;
+    if let Some(metrics) = telemetry.metrics() {
+        register_gauges(metrics, &gateway, upstreams);
+        if let Some(http) = &mut http {
+            http.routes = Some(toolexec_telemetry::metrics_router(metrics.clone()));
+        }
+        if let Some(addr) = plan.metrics {
+            let stop = shutdown.clone();
+            let (bound, server) =
+                toolexec_telemetry::serve_metrics(addr, metrics.clone(), async move {
+                    stop.cancelled().await
+                })
+                .await
+                .map_err(|e| {
+                    Error::backend_unavailable("metrics", format!("cannot listen on {addr}: {e}"))
+                })?;
+            tracing::info!(%bound, "metrics at http://{bound}/metrics");
+            tokio::spawn(async move {
+                if let Err(e) = server.await {
+                    tracing::warn!(error = %e, "the metrics listener stopped");
+                }
+            });
+        }
+    }
+    let Some(options) = http else {
+        let served = gateway::serve_stdio(gateway).await;
+        shutdown.cancel();
+        return served;
     };
     let signal = shutdown_signal("gateway")?;
-    let shutdown = CancellationToken::new();
     {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
@@ -114,6 +159,44 @@ pub(crate) async fn serve(
     gateway::serve_http(gateway, options, shutdown)
         .await
         .map(|_| ())
+}
+
+/// Gauges read at each scrape: tool runs in flight and waiting, and each
+/// upstream server's state (1 connected, 0 not).
+fn register_gauges(
+    metrics: &toolexec_telemetry::Metrics,
+    gateway: &Gateway,
+    upstreams: Vec<Arc<Upstream>>,
+) {
+    let g = gateway.clone();
+    metrics.gauge_fn(
+        "toolexec_runs_in_flight",
+        "Tool runs (run_tool, run_chain, direct tools) running now",
+        move || g.run_load().0 as i64,
+    );
+    let g = gateway.clone();
+    metrics.gauge_fn(
+        "toolexec_runs_queued",
+        "Tool runs waiting for a slot now",
+        move || g.run_load().1 as i64,
+    );
+    metrics.labelled_gauge_fn(
+        "toolexec_upstream_up",
+        "Upstream MCP servers: 1 when connected, 0 while connecting, restarting or failed",
+        "server",
+        move || {
+            upstreams
+                .iter()
+                .map(|u| {
+                    let up = matches!(
+                        u.status(),
+                        toolexec_mcp::upstream::UpstreamStatus::Connected { .. }
+                    );
+                    (u.name().to_owned(), i64::from(up))
+                })
+                .collect()
+        },
+    );
 }
 
 /// A future resolving on SIGTERM (what service managers send) or SIGINT

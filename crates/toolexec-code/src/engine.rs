@@ -205,7 +205,9 @@ impl CodeEngine {
             spec: JobSpec {
                 code: req.code,
                 limits: req.limits,
-                tools: self.tools.clone(),
+                // The script's tool calls, made on its worker thread, stay
+                // in this task's trace and are made for its caller.
+                tools: toolexec::telemetry::scoped_access(self.tools.clone()),
                 handle,
                 started,
                 deadline,

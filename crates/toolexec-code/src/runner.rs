@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use toolexec::{CancellationToken, ErrorBody, Exec};
 use toolexec_runtime::{Profile, RunRequest, Runtimes, Unit};
+use tracing::Instrument;
 
 use crate::unit::{outcome_from_run, runtime_limits_from_code};
 use crate::{CodeEngine, CodeLimit, CodeOutcome, CodeRequest, CodeStatus};
@@ -141,6 +142,35 @@ impl CodeRunner {
     /// `limit_exceeded: timeout` (a sandbox gets up to [`CANCEL_GRACE`] to
     /// wind down). Dropping the future stops the script too.
     pub async fn run(
+        &self,
+        request: CodeRequest,
+        cancel: &CancellationToken,
+    ) -> Result<CodeOutcome, ErrorBody> {
+        let span = tracing::info_span!(
+            target: "toolexec::code",
+            "execute_code",
+            toolexec.outcome = tracing::field::Empty,
+            toolexec.code.tool_calls = tracing::field::Empty,
+        );
+        let result = self
+            .run_script(request, cancel)
+            .instrument(span.clone())
+            .await;
+        let outcome = match &result {
+            Ok(o) => {
+                span.record("toolexec.code.tool_calls", o.tool_calls.len());
+                match o.status.failure_text(None) {
+                    None => "ok".to_owned(),
+                    Some(text) => text.split(':').next().unwrap_or("error").to_owned(),
+                }
+            }
+            Err(body) => body.code.as_str().to_owned(),
+        };
+        span.record("toolexec.outcome", outcome.as_str());
+        result
+    }
+
+    async fn run_script(
         &self,
         request: CodeRequest,
         cancel: &CancellationToken,

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use reqwest::Response;
@@ -221,6 +222,34 @@ impl Api {
         security: &[Requirement],
         build: impl Fn() -> Result<RequestParts, Error>,
     ) -> Result<Response, Error> {
+        let span = tracing::info_span!(
+            target: "toolexec::upstream",
+            "upstream_request",
+            otel.kind = "client",
+            gen_ai.tool.name = tool,
+            toolexec.upstream = %self.name,
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let result = self
+            .send_attempts(tool, idempotent, deadline, security, build)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(response) => span.record("http.response.status_code", response.status().as_u16()),
+            Err(e) => span.record("error.type", e.code().as_str()),
+        };
+        result
+    }
+
+    async fn send_attempts(
+        &self,
+        tool: &str,
+        idempotent: bool,
+        deadline: Instant,
+        security: &[Requirement],
+        build: impl Fn() -> Result<RequestParts, Error>,
+    ) -> Result<Response, Error> {
         let policy = &self.options.retry;
         let mut retry = 0;
         let mut reauthenticated = false;
@@ -228,6 +257,7 @@ impl Api {
             let mut parts = build()?;
             let tokens = self.auth.apply(&self.name, security, &mut parts).await?;
             parts.operator_headers(&self.headers);
+            parts.trace_context();
             let request = parts.into_request(&self.client)?;
             let may_retry = idempotent && retry < policy.max_retries;
             self.tls.new_attempt();

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use serde_json::json;
 use toolexec::{Availability, CancellationToken, ErrorBody, ErrorCode, Exec};
+use tracing::Instrument;
 
 use crate::{
     Profile, ProfileMap, RunContext, RunOutcome, RunRequest, RunStatus, Runtime, RuntimeInfo,
@@ -137,6 +138,33 @@ impl Runtimes {
         exec: Option<&Exec>,
         cancel: CancellationToken,
     ) -> RunOutcome {
+        let span = tracing::info_span!(
+            target: "toolexec::sandbox",
+            "sandbox_run",
+            toolexec.sandbox.profile = request.profile.as_str(),
+            toolexec.sandbox.unit = request.unit.kind().as_str(),
+            toolexec.sandbox.runtime = tracing::field::Empty,
+            toolexec.sandbox.ended_by = tracing::field::Empty,
+        );
+        let outcome = self
+            .run_unit(request, exec, cancel)
+            .instrument(span.clone())
+            .await;
+        span.record("toolexec.sandbox.runtime", outcome.runtime.as_str());
+        let ended_by = match outcome.status.limit() {
+            Some(limit) => limit.as_str(),
+            None => outcome.status.as_str(),
+        };
+        span.record("toolexec.sandbox.ended_by", ended_by);
+        outcome
+    }
+
+    async fn run_unit(
+        &self,
+        request: RunRequest,
+        exec: Option<&Exec>,
+        cancel: CancellationToken,
+    ) -> RunOutcome {
         let started = Instant::now();
         let fail = |runtime: &str, error: ErrorBody| {
             let mut outcome = RunOutcome::new(runtime, RunStatus::Error { error });
@@ -151,7 +179,12 @@ impl Runtimes {
             Err(error) => return fail("none", error),
         };
         let host = match exec {
-            Some(exec) => ToolHost::new(exec.clone(), &request.limits, cancel.clone()),
+            // Calls from the unit stay in this task's trace and caller.
+            Some(exec) => ToolHost::with_tools(
+                toolexec::telemetry::scoped_access(Arc::new(exec.clone())),
+                &request.limits,
+                cancel.clone(),
+            ),
             None => ToolHost::without_tools(&request.limits),
         };
         runtime.run(request, RunContext::new(host, cancel)).await

@@ -577,6 +577,13 @@ impl Catalog {
         namespace: Option<&str>,
         mode: SearchMode,
     ) -> Result<Vec<SearchResult>, Error> {
+        let _span = tracing::info_span!(
+            target: "toolexec::search",
+            "search_tools",
+            toolexec.search.mode = mode.as_str(),
+            toolexec.search.limit = limit,
+        )
+        .entered();
         if mode == SearchMode::Lexical {
             return Ok(self.lexical(query, limit, namespace));
         }

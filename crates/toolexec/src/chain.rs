@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::context::EventTx;
 use crate::error::{Error, ErrorBody, LimitKind, ValidationFailure};
@@ -142,7 +143,24 @@ impl ChainResult {
     }
 }
 
+/// Runs a chain in a `chain` span, each step an `execute_tool` span in it.
 pub(crate) async fn run_chain(
+    pipeline: &Pipeline,
+    steps: &[ChainStep],
+    opts: &RunOptions,
+    events: Option<&tokio::sync::mpsc::Sender<StreamEvent>>,
+) -> Result<ChainResult, Error> {
+    let span = tracing::info_span!(
+        target: "toolexec::call",
+        "chain",
+        toolexec.chain.steps = steps.len()
+    );
+    run_steps(pipeline, steps, opts, events)
+        .instrument(span)
+        .await
+}
+
+async fn run_steps(
     pipeline: &Pipeline,
     steps: &[ChainStep],
     opts: &RunOptions,

@@ -16,6 +16,7 @@ use crate::limits::Limits;
 use crate::output::ToolOutput;
 use crate::run::{Pipeline, RunOptions};
 use crate::stream::{EventStream, RunResult, STREAM_BUFFER, StreamEvent};
+use crate::telemetry::{CallObserver, CallScope};
 
 /// Runs tools from a catalog. Cheap to clone; share one per process.
 ///
@@ -45,6 +46,7 @@ pub struct ExecBuilder {
     limits: Limits,
     skip_input_validation: bool,
     skip_output_validation: bool,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl ExecBuilder {
@@ -72,6 +74,13 @@ impl ExecBuilder {
         self
     }
 
+    /// Tells `observer` of every call (metrics, audit). Without one, a
+    /// call pays nothing for observation.
+    pub fn observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Builds the executor.
     pub fn build(self) -> Exec {
         Exec {
@@ -80,6 +89,7 @@ impl ExecBuilder {
                 limits: self.limits,
                 validate_input: !self.skip_input_validation,
                 validate_output: !self.skip_output_validation,
+                observer: self.observer,
             }),
         }
     }
@@ -193,7 +203,9 @@ impl Exec {
             cancel: Some(cancel),
         };
         let pipeline = self.pipeline.clone();
-        tokio::spawn(async move {
+        // The run keeps the caller's span and identity on its own task.
+        let scope = CallScope::capture();
+        let run = async move {
             let last = match request {
                 StreamRequest::Tool { id, args } => {
                     let ev = EventTx {
@@ -217,7 +229,8 @@ impl Exec {
                 }
             };
             let _ = tx.send(last).await;
-        });
+        };
+        tokio::spawn(scope.bind(run));
         EventStream {
             rx,
             _cancel_on_drop: guard,

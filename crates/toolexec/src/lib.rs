@@ -52,6 +52,7 @@ pub mod schema;
 pub mod search;
 pub mod secret;
 pub mod stream;
+pub mod telemetry;
 pub mod tool;
 pub mod units;
 

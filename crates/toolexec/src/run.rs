@@ -7,11 +7,13 @@ use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::backend::Call;
 use crate::catalog::{Catalog, RegisteredTool};
@@ -21,6 +23,7 @@ use crate::id::ToolIdRef;
 use crate::limits::{Limits, Side, check_json};
 use crate::output::ToolOutput;
 use crate::schema::{CompiledSchema, Violation, json_kind};
+use crate::telemetry::{CallObserver, CallRecord, current_caller};
 use crate::tool::Tool;
 
 /// Per-call options.
@@ -49,6 +52,7 @@ pub(crate) struct Pipeline {
     pub(crate) limits: Limits,
     pub(crate) validate_input: bool,
     pub(crate) validate_output: bool,
+    pub(crate) observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl Pipeline {
@@ -59,11 +63,106 @@ impl Pipeline {
         opts: &RunOptions,
         events: Option<EventTx>,
     ) -> Result<ToolOutput, Error> {
-        let entry = self.catalog.resolve(&ToolIdRef::parse(id)?)?;
-        self.run_entry(&entry, args, opts, events).await
+        // Span fields follow OpenTelemetry's GenAI conventions for tool
+        // execution; the span name is set once it is known to be wanted.
+        let span = tracing::info_span!(
+            target: "toolexec::call",
+            "execute_tool",
+            otel.name = Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = id,
+            toolexec.namespace = Empty,
+            toolexec.backend = Empty,
+            toolexec.validation_us = Empty,
+            gen_ai.tool.call.arguments = Empty,
+            error.type = Empty,
+            otel.status_code = Empty,
+        );
+        if span.is_disabled() && self.observer.is_none() {
+            let entry = self.catalog.resolve(&ToolIdRef::parse(id)?)?;
+            let args = self.check_input(&entry, args)?;
+            return self.run_checked(&entry, args, opts, events).await;
+        }
+        if !span.is_disabled() {
+            span.record("otel.name", format!("execute_tool {id}"));
+        }
+        self.run_observed(id, args, opts, events, &span)
+            .instrument(span.clone())
+            .await
     }
 
-    pub(crate) async fn run_entry(
+    /// [`Self::run`] with a span that is wanted or an observer to tell.
+    async fn run_observed(
+        &self,
+        id: &str,
+        args: Value,
+        opts: &RunOptions,
+        events: Option<EventTx>,
+        span: &tracing::Span,
+    ) -> Result<ToolOutput, Error> {
+        let start = Instant::now();
+        let caller = current_caller();
+        let finish = |namespace: &str,
+                      backend: &str,
+                      arguments: Option<&Value>,
+                      validation: Duration,
+                      error: Option<&Error>| {
+            if let Some(e) = error {
+                span.record("error.type", e.code().as_str());
+                span.record("otel.status_code", "ERROR");
+            }
+            if let Some(observer) = &self.observer {
+                observer.call_finished(&CallRecord {
+                    tool: id,
+                    namespace,
+                    backend,
+                    arguments,
+                    error,
+                    validation,
+                    duration: start.elapsed(),
+                    caller: caller.as_deref(),
+                });
+            }
+        };
+        let entry = match ToolIdRef::parse(id).and_then(|r| self.catalog.resolve(&r)) {
+            Ok(entry) => entry,
+            Err(e) => {
+                finish("", "none", None, Duration::ZERO, Some(&e));
+                return Err(e);
+            }
+        };
+        let namespace = entry.tool().id.namespace();
+        let backend = entry.backend().kind();
+        span.record("toolexec.namespace", namespace);
+        span.record("toolexec.backend", backend);
+        let checked = self.check_input(&entry, args);
+        let validation = start.elapsed();
+        span.record("toolexec.validation_us", validation.as_micros() as u64);
+        let args = match checked {
+            Ok(args) => args,
+            Err(e) => {
+                finish(namespace, backend, None, validation, Some(&e));
+                return Err(e);
+            }
+        };
+        let kept = self
+            .observer
+            .as_ref()
+            .is_some_and(|o| o.wants_arguments())
+            .then(|| args.clone());
+        let result = self.run_checked(&entry, args, opts, events).await;
+        finish(
+            namespace,
+            backend,
+            kept.as_ref(),
+            validation,
+            result.as_ref().err(),
+        );
+        result
+    }
+
+    /// Runs validated `args`: execute, normalize, check the output.
+    async fn run_checked(
         &self,
         entry: &RegisteredTool,
         args: Value,
@@ -71,7 +170,6 @@ impl Pipeline {
         events: Option<EventTx>,
     ) -> Result<ToolOutput, Error> {
         let tool = entry.tool();
-        let args = self.check_input(entry, args)?;
         let timeout = opts.timeout.unwrap_or(self.limits.default_timeout);
         let ctx = ToolContext::new(opts.cancel.clone(), events);
         let mut out = execute(entry, args, ctx, timeout, opts.cancel.as_ref()).await?;

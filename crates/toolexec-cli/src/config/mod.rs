@@ -28,6 +28,7 @@ mod grpc;
 mod runtimes;
 mod search;
 mod servers;
+mod telemetry;
 #[cfg(test)]
 mod tests;
 mod values;
@@ -36,6 +37,7 @@ pub(crate) use error::ConfigError;
 pub(crate) use gateway::GatewayConfig;
 pub(crate) use runtimes::RuntimesConfig;
 pub(crate) use search::SearchConfig;
+pub(crate) use telemetry::TelemetryConfig;
 
 use error::{Document, Fault};
 
@@ -65,6 +67,8 @@ pub(crate) struct Config {
     pub grpc: Vec<toolexec_grpc::ImportOptions>,
     /// `[search]`: the embedding model and the default search mode.
     pub search: SearchConfig,
+    /// `[telemetry]` and `[audit]`: traces, metrics, the audit log.
+    pub telemetry: TelemetryConfig,
 }
 
 /// The file as written.
@@ -91,6 +95,10 @@ struct File {
     grpc: Vec<grpc::GrpcTable>,
     #[serde(default)]
     search: search::SearchTable,
+    #[serde(default)]
+    telemetry: telemetry::TelemetryTable,
+    #[serde(default)]
+    audit: telemetry::AuditTable,
 }
 
 impl Config {
@@ -107,6 +115,7 @@ impl Config {
             http: Vec::new(),
             grpc: Vec::new(),
             search: search::SearchConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 
@@ -165,6 +174,7 @@ impl File {
             .collect();
         let grpc = grpc::resolve(self.grpc, base, &taken, &self.limits)?;
         let search = self.search.resolve(base)?;
+        let telemetry = self.telemetry.resolve(self.audit, base)?;
         Ok(Config {
             builtins,
             limits: self.limits,
@@ -176,6 +186,7 @@ impl File {
             http,
             grpc,
             search,
+            telemetry,
         })
     }
 }

@@ -16,3 +16,4 @@ mod runtimes;
 mod search;
 mod serve;
 mod serve_hostile;
+mod telemetry;

@@ -291,6 +291,58 @@ pub(crate) fn post_status(port: u16, headers: &[&str], body: &str) -> u16 {
         .unwrap_or_else(|| panic!("bad status line {line:?}"))
 }
 
+/// A raw HTTP/1.1 GET of `127.0.0.1:port{path}` with extra `headers`;
+/// returns the status code and the body (the server closes the connection).
+pub(crate) fn get_with(port: u16, path: &str, headers: &[&str]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for h in headers {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let _ = s.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("bad response from port {port}: {text:?}"));
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (status, body)
+}
+
+/// The body of a `200` GET (panics on another status).
+pub(crate) fn get(port: u16, path: &str) -> String {
+    let (status, body) = get_with(port, path, &[]);
+    assert_eq!(status, 200, "GET {path}: {body}");
+    body
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n.min(rest.len())]);
+        body = rest.get(n + 2..).unwrap_or("");
+    }
+    out
+}
+
 /// A JSON-RPC `initialize` request body.
 pub(crate) const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
 

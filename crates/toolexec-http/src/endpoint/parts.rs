@@ -109,6 +109,25 @@ impl RequestParts {
         }
     }
 
+    /// W3C trace context of the current span (`traceparent`, `tracestate`),
+    /// replacing any an argument gave, so the provider continues the trace.
+    pub(crate) fn trace_context(&mut self) {
+        let Some(trace) = toolexec::telemetry::current_trace() else {
+            return;
+        };
+        if let Ok(v) = HeaderValue::from_str(&trace.traceparent) {
+            self.headers
+                .insert(HeaderName::from_static("traceparent"), v);
+        }
+        if let Some(v) = trace
+            .tracestate
+            .and_then(|s| HeaderValue::from_str(&s).ok())
+        {
+            self.headers
+                .insert(HeaderName::from_static("tracestate"), v);
+        }
+    }
+
     /// The `Authorization` header (replacing one set before).
     pub(crate) fn authorization(&mut self, value: &str) -> Result<(), Error> {
         let (_, value) = crate::client::header("auth", AUTHORIZATION.as_str(), value)?;

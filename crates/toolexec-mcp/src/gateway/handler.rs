@@ -26,6 +26,7 @@ use rmcp::model::{
 
 use super::meta::DEFAULT_INSTRUCTIONS;
 use super::server::Gateway;
+use rmcp::model::CallToolResult;
 
 impl Gateway {
     /// Without upstreams to relay, `M` is not a method of this server
@@ -102,9 +103,11 @@ impl ServerHandler for Gateway {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        self.list_page(request.and_then(|r| r.cursor))
+        let page = async { self.list_page(request.and_then(|r| r.cursor)) };
+        self.traced("tools/list", None, &context, rpc_failure, page)
+            .await
     }
 
     async fn call_tool(
@@ -112,9 +115,21 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call(request, &context)
-            .await
-            .map(CallToolResponse::from)
+        let name = request.name.clone();
+        let failed = |r: &Result<CallToolResult, McpError>| match r {
+            Ok(result) if result.is_error == Some(true) => Some("tool_error"),
+            Ok(_) => None,
+            Err(_) => Some("jsonrpc_error"),
+        };
+        self.traced(
+            "tools/call",
+            Some(&name),
+            &context,
+            failed,
+            self.call(request, &context),
+        )
+        .await
+        .map(CallToolResponse::from)
     }
 
     async fn set_level(
@@ -235,4 +250,9 @@ impl ServerHandler for Gateway {
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         self.register_peer(context.peer);
     }
+}
+
+/// `error.type` for a JSON-RPC error answer.
+fn rpc_failure<T>(r: &Result<T, McpError>) -> Option<&'static str> {
+    r.is_err().then_some("jsonrpc_error")
 }

@@ -20,6 +20,7 @@ use toolexec::{Error, Secret};
 
 use super::Gateway;
 use super::limits::{BACKEND, HttpLimits};
+use super::trace::Principal;
 
 /// The header naming a request's MCP session.
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -59,6 +60,9 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Connections, header and body time, sessions.
     pub limits: HttpLimits,
+    /// More routes served beside [`MCP_PATH`] behind the same
+    /// authentication, `Origin` checks and limits (`/metrics`).
+    pub routes: Option<Router>,
 }
 
 impl HttpOptions {
@@ -69,6 +73,7 @@ impl HttpOptions {
             auth,
             allowed_origins: Vec::new(),
             limits: HttpLimits::default(),
+            routes: None,
         }
     }
 }
@@ -146,8 +151,11 @@ pub async fn bind_http(
         StreamableHttpService::new(move || Ok(gateway.for_new_connection()), sessions, config);
     // The last layer runs first: origin and auth, then the body, then the
     // session count.
-    let router = Router::new()
-        .route_service(MCP_PATH, service)
+    let mut router = Router::new().route_service(MCP_PATH, service);
+    if let Some(routes) = options.routes {
+        router = router.merge(routes);
+    }
+    let router = router
         .layer(middleware::from_fn_with_state(
             guard.clone(),
             limit_sessions,
@@ -216,6 +224,12 @@ async fn check_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
         )
             .into_response();
     }
+    let principal = match guard.auth {
+        HttpAuth::Bearer(_) => "bearer_token",
+        HttpAuth::InsecureNoAuth => "anonymous",
+    };
+    let mut req = req;
+    req.extensions_mut().insert(Principal(principal));
     next.run(req).await
 }
 

@@ -174,6 +174,15 @@ impl RunSlots {
         })
     }
 
+    /// Runs in flight and runs waiting for a slot, now.
+    pub(crate) fn load(&self) -> (usize, usize) {
+        let running = self.limits.max_concurrent.max(1);
+        let admitted_total = running.saturating_add(self.limits.max_queued);
+        let in_flight = running - self.slots.available_permits().min(running);
+        let admitted = admitted_total - self.admitted.available_permits().min(admitted_total);
+        (in_flight, admitted.saturating_sub(in_flight))
+    }
+
     fn at_capacity(&self) -> ErrorBody {
         let RunLimits {
             max_concurrent,

@@ -115,6 +115,7 @@ mod run;
 mod server;
 mod session;
 mod stdio;
+mod trace;
 
 #[cfg(feature = "code")]
 pub use code::CodeModeOptions;

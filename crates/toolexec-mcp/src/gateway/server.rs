@@ -142,6 +142,12 @@ impl Gateway {
         &self.shared.options
     }
 
+    /// Tool runs in flight and waiting for a slot, over every client (the
+    /// bound of [`GatewayOptions::runs`]), for metrics.
+    pub fn run_load(&self) -> (usize, usize) {
+        self.shared.runs.load()
+    }
+
     /// A copy sharing the executor and notifications but with fresh
     /// per-connection state.
     pub fn for_new_connection(&self) -> Self {

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    ProgressToken, RequestId, ServerResult,
+    ProgressToken, RequestId, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpError;
 use rmcp::{ErrorData, Peer, RoleClient};
 use serde_json::{Map, Value, json};
 use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolOutput};
+use tracing::Instrument;
 
 use super::routing::Router;
 use super::session::error_chain;
@@ -61,14 +62,42 @@ pub(crate) enum RequestError {
 }
 
 impl Shared {
+    /// `tools/call` on the upstream, in an `upstream_request` span whose
+    /// trace context goes with the request (`_meta.traceparent`).
     async fn call_tool(&self, remote: &str, call: Call<'_>) -> Result<ToolOutput, Error> {
+        let span = tracing::info_span!(
+            target: "toolexec::upstream",
+            "upstream_request",
+            otel.name = format!("tools/call {remote}"),
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            gen_ai.tool.name = remote,
+            toolexec.upstream = %self.name,
+            error.type = tracing::field::Empty,
+        );
+        let result = self.send_call(remote, call).instrument(span.clone()).await;
+        if let Err(e) = &result {
+            span.record("error.type", e.code().as_str());
+        }
+        result
+    }
+
+    async fn send_call(&self, remote: &str, call: Call<'_>) -> Result<ToolOutput, Error> {
         let tool = call.tool.id.to_string();
         let args = match call.args {
             Value::Object(m) => m,
             Value::Null => Map::new(),
             _ => return Err(Error::invalid_request("args", "must be a JSON object")),
         };
-        let params = CallToolRequestParams::new(remote.to_owned()).with_arguments(args);
+        let mut params = CallToolRequestParams::new(remote.to_owned()).with_arguments(args);
+        if let Some(trace) = toolexec::telemetry::current_trace() {
+            let mut meta = RequestMetaObject::new();
+            meta.set_traceparent(trace.traceparent);
+            if let Some(state) = trace.tracestate {
+                meta.set_tracestate(state);
+            }
+            params.meta = Some(meta);
+        }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let result = self
             .request(&tool, request, &call.ctx)

@@ -1,0 +1,303 @@
+//! Telemetry end to end: spans exported to a real OTLP receiver (built on
+//! the official OpenTelemetry protobuf package) with one trace from the
+//! client through toolexec to an upstream MCP server; Prometheus (Debian's)
+//! scraping `serve --metrics`; `/metrics` behind the HTTP gateway's token;
+//! and the audit log.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{Background, StdioSession, TempDir, dep, free_port, toml_str, toolexec};
+
+const RECEIVER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/otlp_receiver.py"
+);
+const TRACED_UPSTREAM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/py_traced_upstream.py"
+);
+
+/// The client's own trace: toolexec must continue it.
+const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// A code execution calling an upstream tool, started by a client that sent
+/// `_meta.traceparent`: every span lands in one trace, parented as the
+/// work nested (mcp_request → execute_code → execute_tool →
+/// upstream_request), and the upstream received the upstream span's
+/// context. The audit log has the call with its trace id and caller.
+#[test]
+fn one_trace_spans_client_toolexec_and_upstream() {
+    let test = "one_trace_spans_client_toolexec_and_upstream";
+    let Some(python) = dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let dir = TempDir::new("otlp");
+    let spans = dir.path().join("spans.jsonl");
+    let upstream_log = dir.path().join("upstream.jsonl");
+    let audit = dir.path().join("audit.jsonl");
+    let mut receiver = Background::spawn(
+        std::process::Command::new(&python).args([RECEIVER, spans.to_str().unwrap()]),
+    );
+    let port = receiver.wait_stdout_line("listening ");
+    std::fs::write(
+        dir.path().join("toolexec.toml"),
+        format!(
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\nservice_name = \"toolexec-test\"\n\
+             [audit]\npath = {}\n\
+             [[servers]]\nname = \"up\"\ncommand = {}\nargs = [{}, {}]\n",
+            toml_str(audit.to_str().unwrap()),
+            toml_str(&python),
+            toml_str(TRACED_UPSTREAM),
+            toml_str(upstream_log.to_str().unwrap()),
+        ),
+    )
+    .unwrap();
+    let mut session = StdioSession::start(&mut toolexec(dir.path(), &["serve"]));
+    let r = session.request(
+        7,
+        "tools/call",
+        json!({
+            "name": "execute_code",
+            "arguments": {"code": "return (await tools.up.echo({text: 'hi'})).text"},
+            "_meta": {"traceparent": format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01")},
+        }),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}\n{}", session.stderr());
+    // The exporter sends what is queued when serve exits.
+    assert!(session.finish().success(), "{}", session.stderr());
+
+    let all = lines(&spans);
+    let ours: Vec<&Value> = all
+        .iter()
+        .filter(|s| s["trace_id"] == CLIENT_TRACE)
+        .collect();
+    let find = |name: &str| -> &Value {
+        ours.iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no span {name:?} in trace {CLIENT_TRACE}: {all:#?}"))
+    };
+    let request = find("tools/call execute_code");
+    let code = find("execute_code");
+    let tool = find("execute_tool up:echo");
+    let upstream = find("tools/call echo");
+    assert_eq!(request["parent_span_id"], CLIENT_SPAN, "{request}");
+    assert_eq!(request["attributes"]["mcp.method.name"], "tools/call");
+    assert_eq!(request["service"], "toolexec-test");
+    // Nested as the work was, though code-mode calls cross tasks.
+    let parent_of = |child: &Value, parent: &Value| {
+        let mut id = child["parent_span_id"].clone();
+        while id != parent["span_id"] {
+            let next = ours
+                .iter()
+                .find(|s| s["span_id"] == id)
+                .unwrap_or_else(|| panic!("{child} is not under {parent}: {ours:#?}"));
+            id = next["parent_span_id"].clone();
+        }
+    };
+    parent_of(code, request);
+    parent_of(tool, code);
+    parent_of(upstream, tool);
+    assert_eq!(tool["attributes"]["gen_ai.tool.name"], "up:echo");
+    assert_eq!(tool["attributes"]["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(tool["attributes"]["toolexec.backend"], "mcp", "{tool}");
+    assert!(
+        tool["attributes"]
+            .get("gen_ai.tool.call.arguments")
+            .is_none(),
+        "arguments are opt-in: {tool}"
+    );
+    // The upstream got the upstream span's context.
+    let seen = lines(&upstream_log);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let traceparent = format!(
+        "00-{CLIENT_TRACE}-{}-01",
+        upstream["span_id"].as_str().unwrap()
+    );
+    assert_eq!(seen[0]["traceparent"], traceparent.as_str(), "{seen:?}");
+    // The audit record of the inner call: caller, trace, digest, no arguments.
+    let records = lines(&audit);
+    let echo = records
+        .iter()
+        .find(|r| r["tool"] == "up:echo")
+        .unwrap_or_else(|| panic!("{records:?}"));
+    assert_eq!(echo["outcome"], "ok");
+    assert_eq!(echo["trace_id"], CLIENT_TRACE);
+    assert_eq!(echo["caller"]["principal"], "stdio", "{echo}");
+    assert!(
+        echo["args_digest"].as_str().unwrap().starts_with("sha256:"),
+        "{echo}"
+    );
+    assert!(echo.get("args").is_none(), "{echo}");
+}
+
+/// Prometheus scrapes `serve --metrics` and its query API returns the
+/// calls of a scripted workload by tool and outcome.
+#[test]
+fn prometheus_scrapes_the_workload() {
+    let test = "prometheus_scrapes_the_workload";
+    let Some(prometheus) = dep(test, "TOOLEXEC_PROMETHEUS") else {
+        return;
+    };
+    let dir = TempDir::new("prom");
+    let metrics_port = free_port();
+    let mut session = StdioSession::start(&mut toolexec(
+        dir.path(),
+        &[
+            "serve",
+            "--expose",
+            "both",
+            "--metrics",
+            &format!("127.0.0.1:{metrics_port}"),
+        ],
+    ));
+    for id in 10..15 {
+        let r = session.request(
+            id,
+            "tools/call",
+            json!({"name": "math__add", "arguments": {"a": 1, "b": id}}),
+        );
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    for id in 20..22 {
+        let r = session.request(
+            id,
+            "tools/call",
+            json!({"name": "math__add", "arguments": {"a": "x"}}),
+        );
+        assert_eq!(r["result"]["isError"], true, "{r}");
+    }
+    let r = session.request(
+        30,
+        "tools/call",
+        json!({"name": "search_tools", "arguments": {"query": "add numbers"}}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+
+    let prom_port = free_port();
+    std::fs::write(
+        dir.path().join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: toolexec\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .unwrap();
+    let mut prom = Background::spawn(std::process::Command::new(prometheus).args([
+        &format!(
+            "--config.file={}",
+            dir.path().join("prometheus.yml").display()
+        ),
+        &format!("--storage.tsdb.path={}", dir.path().join("data").display()),
+        &format!("--web.listen-address=127.0.0.1:{prom_port}"),
+    ]));
+    prom.wait_listening(prom_port);
+    let query = |q: &str| -> Value {
+        let url = format!("/api/v1/query?query={}", q.replace(' ', "%20"));
+        let body = crate::support::get(prom_port, &url);
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    };
+    // Prometheus answers 503 until its storage is ready.
+    let start = Instant::now();
+    while crate::support::get_with(prom_port, "/-/ready", &[]).0 != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not ready after 60s:\n{}",
+            prom.output()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let value = |v: &Value| -> f64 { v[1].as_str().unwrap().parse().unwrap() };
+    let start = Instant::now();
+    let ok = loop {
+        let r = query(r#"toolexec_tool_calls_total{tool="math:add",outcome="ok"}"#);
+        if let Some(first) = r["data"]["result"].as_array().and_then(|a| a.first()) {
+            break first.clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no series after 60s: {r}\n{}",
+            prom.output()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(value(&ok["value"]), 5.0, "{ok}");
+    assert_eq!(ok["metric"]["namespace"], "math");
+    assert_eq!(ok["metric"]["backend"], "local");
+    let failed = query(r#"toolexec_tool_calls_total{tool="math:add",outcome="validation_input"}"#);
+    assert_eq!(
+        value(&failed["data"]["result"][0]["value"]),
+        2.0,
+        "{failed}"
+    );
+    let latency = query(r#"toolexec_tool_call_duration_seconds_count{tool="math:add"}"#);
+    assert_eq!(
+        value(&latency["data"]["result"][0]["value"]),
+        7.0,
+        "{latency}"
+    );
+    let searches = query(r#"toolexec_search_duration_seconds_count{mode="lexical"}"#);
+    assert_eq!(
+        value(&searches["data"]["result"][0]["value"]),
+        1.0,
+        "{searches}"
+    );
+    let in_flight = query("toolexec_runs_in_flight");
+    assert_eq!(
+        value(&in_flight["data"]["result"][0]["value"]),
+        0.0,
+        "{in_flight}"
+    );
+    assert!(session.finish().success());
+}
+
+/// Over HTTP, `/metrics` is behind the gateway's token.
+#[test]
+fn metrics_over_http_need_the_token() {
+    let dir = TempDir::new("metrics-http");
+    std::fs::write(dir.path().join("token"), "s3cret-token-for-metrics").unwrap();
+    let port = free_port();
+    let mut cmd = toolexec(
+        dir.path(),
+        &[
+            "serve",
+            "--http",
+            &port.to_string(),
+            "--token-file",
+            "token",
+        ],
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.path().join("token"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+    }
+    let mut server = Background::spawn(&mut cmd);
+    server.wait_listening(port);
+    let (status, _) = crate::support::get_with(port, "/metrics", &[]);
+    assert_eq!(status, 401);
+    let (status, body) = crate::support::get_with(
+        port,
+        "/metrics",
+        &["Authorization: Bearer s3cret-token-for-metrics"],
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("# TYPE toolexec_runs_in_flight gauge"),
+        "{body}"
+    );
+}

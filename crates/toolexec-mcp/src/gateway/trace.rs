@@ -1,0 +1,95 @@
+//! Each MCP request in a span and for a [`Caller`]: the span follows the
+//! OpenTelemetry MCP conventions (`{method} {target}`, `mcp.method.name`,
+//! `mcp.session.id`, `jsonrpc.request.id`) and continues the client's
+//! trace from `_meta.traceparent` or the HTTP `traceparent` header; the
+//! caller (principal, session, client name) reaches the pipeline's
+//! observers (metrics, audit log) through [`with_caller`].
+
+use std::future::Future;
+use std::sync::Arc;
+
+use rmcp::RoleServer;
+use rmcp::service::RequestContext;
+use toolexec::telemetry::{Caller, TraceContext, current_trace, set_parent, with_caller};
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use super::server::Gateway;
+
+/// Who the HTTP layer authenticated, put in the request's extensions.
+#[derive(Debug, Clone)]
+pub(super) struct Principal(pub(super) &'static str);
+
+/// The principal of requests over stdio: the local user who started it.
+const STDIO_PRINCIPAL: &str = "stdio";
+
+impl Gateway {
+    /// Runs `work`, the answer to the request `method` (about `target`, a
+    /// tool or resource name, when there is one), in its span and for its
+    /// caller. `failed` says whether the answer is a failure, for
+    /// `error.type`.
+    pub(super) async fn traced<T>(
+        &self,
+        method: &'static str,
+        target: Option<&str>,
+        context: &RequestContext<RoleServer>,
+        failed: impl FnOnce(&T) -> Option<&'static str>,
+        work: impl Future<Output = T>,
+    ) -> T {
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let client = context
+            .peer
+            .peer_info()
+            .map(|info| info.client_info.name.clone());
+        let session = match parts.and_then(|p| p.headers.get("mcp-session-id")) {
+            Some(v) => v.to_str().unwrap_or_default().to_owned(),
+            None => self.session.id.to_string(),
+        };
+        let principal = match parts {
+            Some(p) => p.extensions.get::<Principal>().map(|p| p.0),
+            None => Some(STDIO_PRINCIPAL),
+        };
+        let span = tracing::info_span!(
+            target: "toolexec::gateway",
+            "mcp_request",
+            otel.name = Empty,
+            otel.kind = "server",
+            mcp.method.name = method,
+            mcp.session.id = %session,
+            jsonrpc.request.id = %context.id,
+            client.name = client.as_deref(),
+            trace_id = Empty,
+            error.type = Empty,
+        );
+        if !span.is_disabled() {
+            span.record(
+                "otel.name",
+                match target {
+                    Some(t) => format!("{method} {t}"),
+                    None => method.to_owned(),
+                },
+            );
+            let parent = TraceContext::extract(|k| context.meta.get(k).and_then(|v| v.as_str()))
+                .or_else(|| {
+                    let headers = &parts?.headers;
+                    TraceContext::extract(|k| headers.get(k).and_then(|v| v.to_str().ok()))
+                });
+            if let Some(parent) = &parent {
+                set_parent(&span, parent);
+            }
+            if let Some(trace) = span.in_scope(current_trace) {
+                span.record("trace_id", trace.trace_id());
+            }
+        }
+        let caller = Arc::new(Caller {
+            principal: principal.map(str::to_owned),
+            session: Some(session),
+            client,
+        });
+        let out = with_caller(caller, work).instrument(span.clone()).await;
+        if let Some(kind) = failed(&out) {
+            span.record("error.type", kind);
+        }
+        out
+    }
+}

@@ -1,0 +1,370 @@
+//! OTLP export of finished spans, batched and bounded.
+//!
+//! Spans go from [`BoundedProcessor::on_end`] into a bounded queue with a
+//! non-blocking send; an exporter thread with its own single-threaded Tokio
+//! runtime (which the gRPC transport needs) sends them in batches, each
+//! export bounded by a timeout. A collector that is down, slow or hanging
+//! therefore never blocks or slows a call: the queue fills and further
+//! spans are dropped and counted ([`ExportStats`]), as are spans in a
+//! batch the collector refused or did not answer in time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use opentelemetry::Context;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use tokio::sync::mpsc;
+
+use crate::TelemetryError;
+
+/// The OTLP transport.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies (`POST {endpoint}/v1/traces`).
+    #[default]
+    HttpProtobuf,
+    /// OTLP/gRPC.
+    Grpc,
+}
+
+/// Where and how to export spans.
+#[derive(Debug, Clone)]
+pub struct OtlpOptions {
+    /// The collector: `http://host:4318` for HTTP (the `/v1/traces` path
+    /// is added), `http://host:4317` for gRPC.
+    pub endpoint: String,
+    /// Transport.
+    pub protocol: OtlpProtocol,
+    /// Extra request headers (or gRPC metadata), such as an API key.
+    pub headers: BTreeMap<String, String>,
+    /// Fraction of new traces sampled (0 to 1); a sampled parent's
+    /// decision is followed.
+    pub sampling_ratio: f64,
+    /// `service.name` of the resource.
+    pub service_name: String,
+    /// Spans waiting for export before new ones are dropped.
+    pub queue: usize,
+    /// Spans per export request.
+    pub batch: usize,
+    /// How often a partial batch is sent.
+    pub interval: Duration,
+    /// Bound on one export request.
+    pub timeout: Duration,
+}
+
+impl OtlpOptions {
+    /// Defaults for `endpoint`: HTTP/protobuf, every trace sampled, queue
+    /// 4,096, batches of 512 every second, 5 s per export.
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        OtlpOptions {
+            endpoint: endpoint.into(),
+            protocol: OtlpProtocol::HttpProtobuf,
+            headers: BTreeMap::new(),
+            sampling_ratio: 1.0,
+            service_name: "toolexec".into(),
+            queue: 4096,
+            batch: 512,
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Checks the options (what [`crate::Telemetry::install`] checks).
+    pub fn check(&self) -> Result<(), TelemetryError> {
+        let invalid = |field, message: &str| {
+            Err(TelemetryError::Invalid {
+                field,
+                message: message.to_owned(),
+            })
+        };
+        if !(0.0..=1.0).contains(&self.sampling_ratio) {
+            return invalid("telemetry.sampling_ratio", "must be between 0 and 1");
+        }
+        if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
+            return invalid(
+                "telemetry.otlp_endpoint",
+                "must be an http:// or https:// URL",
+            );
+        }
+        if self.queue == 0 || self.batch == 0 || self.timeout.is_zero() || self.interval.is_zero() {
+            return invalid(
+                "telemetry",
+                "queue, batch, interval and timeout must be positive",
+            );
+        }
+        Ok(())
+    }
+
+    pub(crate) fn resource(&self) -> Resource {
+        Resource::builder()
+            .with_service_name(self.service_name.clone())
+            .build()
+    }
+}
+
+/// What the exporter has done, for metrics.
+#[derive(Debug, Default)]
+pub struct ExportStats {
+    /// Spans the collector accepted.
+    pub exported: AtomicU64,
+    /// Spans lost: the queue was full, or their batch failed or timed out.
+    pub dropped: AtomicU64,
+    /// Export requests that failed or timed out.
+    pub failed_exports: AtomicU64,
+}
+
+enum Control {
+    Flush(std::sync::mpsc::SyncSender<()>),
+    Shutdown(std::sync::mpsc::SyncSender<()>),
+}
+
+/// The span processor: a bounded queue in front of an exporter thread.
+#[derive(Debug)]
+pub(crate) struct BoundedProcessor {
+    spans: mpsc::Sender<SpanData>,
+    control: mpsc::UnboundedSender<Control>,
+    stats: Arc<ExportStats>,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Control::Flush(_) => "Flush",
+            Control::Shutdown(_) => "Shutdown",
+        })
+    }
+}
+
+impl BoundedProcessor {
+    /// Builds the exporter on its own thread and runtime; fails when the
+    /// exporter cannot be built (a malformed endpoint).
+    pub(crate) fn start(options: &OtlpOptions) -> Result<(Self, Arc<ExportStats>), TelemetryError> {
+        options.check()?;
+        let (spans, rx) = mpsc::channel(options.queue);
+        let (control, control_rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(ExportStats::default());
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let thread_options = options.clone();
+        let thread_stats = stats.clone();
+        std::thread::Builder::new()
+            .name("toolexec-otlp".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(TelemetryError::Exporter(e.to_string())));
+                        return;
+                    }
+                };
+                // The gRPC channel binds to the runtime it is built in.
+                let exporter = runtime.block_on(async { build_exporter(&thread_options) });
+                let exporter = match exporter {
+                    Ok(mut e) => {
+                        // Spans carry no resource: the exporter adds it.
+                        e.set_resource(&thread_options.resource());
+                        let _ = ready_tx.send(Ok(()));
+                        e
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let worker = ExportWorker {
+                    exporter,
+                    options: thread_options,
+                    stats: thread_stats,
+                };
+                runtime.block_on(worker.run(rx, control_rx));
+            })
+            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+        ready_rx
+            .recv()
+            .map_err(|_| TelemetryError::Exporter("the exporter thread stopped".into()))??;
+        Ok((
+            BoundedProcessor {
+                spans,
+                control,
+                stats: stats.clone(),
+            },
+            stats,
+        ))
+    }
+
+    fn control(
+        &self,
+        make: fn(std::sync::mpsc::SyncSender<()>) -> Control,
+        wait: Duration,
+    ) -> OTelSdkResult {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.control
+            .send(make(tx))
+            .map_err(|_| OTelSdkError::AlreadyShutdown)?;
+        rx.recv_timeout(wait)
+            .map_err(|_| OTelSdkError::Timeout(wait))
+    }
+}
+
+fn build_exporter(
+    options: &OtlpOptions,
+) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
+    let built = match options.protocol {
+        OtlpProtocol::HttpProtobuf => {
+            // reqwest's TLS needs a process-wide rustls provider; install
+            // the workspace's (pure Rust) one unless the process has one.
+            let _ = rustls_graviola::default_provider().install_default();
+            let endpoint = format!("{}/v1/traces", options.endpoint.trim_end_matches('/'));
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_endpoint(endpoint)
+                .with_timeout(options.timeout)
+                .with_headers(options.headers.clone().into_iter().collect())
+                .build()
+        }
+        OtlpProtocol::Grpc => {
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            for (k, v) in &options.headers {
+                let key =
+                    tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+                        .map_err(|e| TelemetryError::Invalid {
+                            field: "telemetry.headers",
+                            message: format!("{k:?}: {e}"),
+                        })?;
+                let value = v.parse().map_err(|e| TelemetryError::Invalid {
+                    field: "telemetry.headers",
+                    message: format!("{k:?}: {e}"),
+                })?;
+                metadata.insert(key, value);
+            }
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(options.endpoint.clone())
+                .with_timeout(options.timeout)
+                .with_metadata(metadata)
+                .build()
+        }
+    };
+    built.map_err(|e| TelemetryError::Exporter(e.to_string()))
+}
+
+struct ExportWorker {
+    exporter: opentelemetry_otlp::SpanExporter,
+    options: OtlpOptions,
+    stats: Arc<ExportStats>,
+}
+
+impl ExportWorker {
+    async fn run(
+        mut self,
+        mut spans: mpsc::Receiver<SpanData>,
+        mut control: mpsc::UnboundedReceiver<Control>,
+    ) {
+        let mut batch = Vec::with_capacity(self.options.batch);
+        let mut tick = tokio::time::interval(self.options.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                span = spans.recv() => match span {
+                    Some(span) => {
+                        batch.push(span);
+                        if batch.len() >= self.options.batch {
+                            self.export(&mut batch).await;
+                        }
+                    }
+                    None => {
+                        self.export(&mut batch).await;
+                        return;
+                    }
+                },
+                _ = tick.tick() => self.export(&mut batch).await,
+                msg = control.recv() => {
+                    while let Ok(span) = spans.try_recv() {
+                        batch.push(span);
+                        if batch.len() >= self.options.batch {
+                            self.export(&mut batch).await;
+                        }
+                    }
+                    self.export(&mut batch).await;
+                    match msg {
+                        Some(Control::Flush(ack)) => { let _ = ack.send(()); }
+                        Some(Control::Shutdown(ack)) => {
+                            let _ = self.exporter.shutdown();
+                            let _ = ack.send(());
+                            return;
+                        }
+                        None => return,
+                    }
+                }
+            }
+        }
+    }
+
+    async fn export(&mut self, batch: &mut Vec<SpanData>) {
+        if batch.is_empty() {
+            return;
+        }
+        let spans = std::mem::take(batch);
+        let n = spans.len() as u64;
+        // The exporter's own timeout bounds the request; this bounds
+        // everything else (connecting, a hung TLS handshake).
+        let outcome = tokio::time::timeout(self.options.timeout, self.exporter.export(spans)).await;
+        match outcome {
+            Ok(Ok(())) => {
+                self.stats.exported.fetch_add(n, Ordering::Relaxed);
+            }
+            Ok(Err(e)) => self.failed(n, &e.to_string()),
+            Err(_) => self.failed(n, "timed out"),
+        }
+    }
+
+    fn failed(&self, spans: u64, why: &str) {
+        self.stats.dropped.fetch_add(spans, Ordering::Relaxed);
+        let failures = self.stats.failed_exports.fetch_add(1, Ordering::Relaxed);
+        // The first failure and every hundredth after, not every batch.
+        if failures % 100 == 0 {
+            tracing::warn!(
+                target: "toolexec_telemetry",
+                endpoint = %self.options.endpoint,
+                spans,
+                error = why,
+                "OTLP export failed; spans dropped (counted in toolexec_telemetry_spans_dropped_total)"
+            );
+        }
+    }
+}
+
+impl SpanProcessor for BoundedProcessor {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        if self.spans.try_send(span).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.control(Control::Flush, self.wait())
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.control(Control::Shutdown, timeout)
+    }
+}
+
+impl BoundedProcessor {
+    fn wait(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+}

@@ -1,0 +1,251 @@
+//! [`Telemetry::install`]: the process's `tracing` subscriber (logs, the
+//! OpenTelemetry layer, span metrics), propagation, metrics and the audit
+//! log, from one set of options.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use toolexec::telemetry::{CallObserver, CallRecord};
+use tracing_subscriber::filter::{EnvFilter, filter_fn};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, Registry};
+
+use crate::audit::{AuditLog, AuditOptions, AuditStats};
+use crate::export::{BoundedProcessor, ExportStats, OtlpOptions};
+use crate::metrics::{Metrics, MetricsOptions};
+use crate::propagate::W3cPropagation;
+use crate::span_metrics::{SpanMetrics, measured};
+use crate::{Observers, TelemetryError, redact};
+
+/// How logs are written to stderr.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, with the current span's fields (the MCP
+    /// request span carries `trace_id`).
+    Json,
+}
+
+/// What to turn on. The default is logs only, as without this crate.
+#[derive(Debug, Clone, Default)]
+pub struct TelemetryOptions {
+    /// Log line format.
+    pub log_format: LogFormat,
+    /// An `EnvFilter` directive for logs (`warn`, `toolexec=debug`, …);
+    /// `warn` when empty.
+    pub log_filter: String,
+    /// Export spans over OTLP.
+    pub otlp: Option<OtlpOptions>,
+    /// Keep Prometheus metrics.
+    pub metrics: Option<MetricsOptions>,
+    /// Write an audit log.
+    pub audit: Option<AuditOptions>,
+    /// Record each call's arguments on its span (secrets redacted), capped
+    /// at this many bytes. Off by default.
+    pub span_arguments: Option<usize>,
+}
+
+/// Installed telemetry: what the rest of the process wires in.
+#[derive(Debug)]
+pub struct Telemetry {
+    metrics: Option<Arc<Metrics>>,
+    observers: Observers,
+    provider: Option<SdkTracerProvider>,
+    export: Option<Arc<ExportStats>>,
+    audit: Option<Arc<AuditStats>>,
+}
+
+/// Every span toolexec opens has a target under `toolexec::`.
+fn toolexec_span(meta: &tracing::Metadata<'_>) -> bool {
+    meta.is_span() && meta.target().starts_with("toolexec::")
+}
+
+impl Telemetry {
+    /// Installs the global subscriber and propagation and starts the
+    /// exporter and audit writer. Call once, inside a Tokio runtime when
+    /// exporting over gRPC is not wanted either way (the exporter has its
+    /// own).
+    pub fn install(options: TelemetryOptions) -> Result<Telemetry, TelemetryError> {
+        let filter = if options.log_filter.is_empty() {
+            "warn"
+        } else {
+            &options.log_filter
+        };
+        let env = EnvFilter::try_new(filter).map_err(|e| TelemetryError::Invalid {
+            field: "log filter",
+            message: e.to_string(),
+        })?;
+        let logs = match options.log_format {
+            LogFormat::Text => tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(env)
+                .boxed(),
+            LogFormat::Json => tracing_subscriber::fmt::layer()
+                .json()
+                .with_current_span(true)
+                .with_span_list(true)
+                .with_writer(std::io::stderr)
+                .with_filter(env)
+                .boxed(),
+        };
+        let metrics = options.metrics.map(|o| Arc::new(Metrics::new(o)));
+        let span_metrics = metrics.as_ref().map(|m| {
+            SpanMetrics { metrics: m.clone() }
+                .with_filter(filter_fn(measured))
+                .boxed()
+        });
+        let (provider, export) = match &options.otlp {
+            Some(otlp) => {
+                let (processor, stats) = BoundedProcessor::start(otlp)?;
+                let provider = SdkTracerProvider::builder()
+                    .with_span_processor(processor)
+                    .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                        otlp.sampling_ratio,
+                    ))))
+                    .with_resource(otlp.resource())
+                    .build();
+                (Some(provider), Some(stats))
+            }
+            None => (None, None),
+        };
+        let otel = provider.as_ref().map(|p| {
+            tracing_opentelemetry::layer()
+                .with_tracer(p.tracer("toolexec"))
+                .with_location(false)
+                .with_threads(false)
+                .with_level(false)
+                .with_tracked_inactivity(false)
+                .with_filter(filter_fn(toolexec_span))
+                .boxed()
+        });
+        Registry::default()
+            .with(logs)
+            .with(span_metrics)
+            .with(otel)
+            .try_init()
+            .map_err(|_| TelemetryError::AlreadyInstalled)?;
+        if provider.is_some() {
+            toolexec::telemetry::install_propagation(Box::new(W3cPropagation::default()));
+        }
+        let mut observers = Observers::default();
+        if let Some(m) = &metrics {
+            observers.push(m.clone());
+        }
+        if let Some(cap) = options.span_arguments {
+            observers.push(Arc::new(SpanArguments { max_bytes: cap }));
+        }
+        let audit = match options.audit {
+            Some(o) => {
+                let log = AuditLog::open(o)?;
+                let stats = log.stats().clone();
+                observers.push(Arc::new(log));
+                Some(stats)
+            }
+            None => None,
+        };
+        let telemetry = Telemetry {
+            metrics,
+            observers,
+            provider,
+            export,
+            audit,
+        };
+        telemetry.register_own_counters();
+        Ok(telemetry)
+    }
+
+    fn register_own_counters(&self) {
+        let Some(m) = &self.metrics else { return };
+        if let Some(s) = &self.export {
+            let (a, b) = (s.clone(), s.clone());
+            m.counter_fn(
+                "toolexec_telemetry_spans_exported",
+                "Spans the OTLP collector accepted",
+                move || a.exported.load(Ordering::Relaxed),
+            );
+            m.counter_fn(
+                "toolexec_telemetry_spans_dropped",
+                "Spans dropped: the export queue was full, or the collector failed or timed out",
+                move || b.dropped.load(Ordering::Relaxed),
+            );
+        }
+        if let Some(s) = &self.audit {
+            let (a, b) = (s.clone(), s.clone());
+            m.counter_fn(
+                "toolexec_audit_records_dropped",
+                "Audit records lost: the queue was full or the write failed",
+                move || a.dropped.load(Ordering::Relaxed),
+            );
+            m.counter_fn(
+                "toolexec_audit_write_errors",
+                "Failed audit log writes (a full disk among them)",
+                move || b.write_errors.load(Ordering::Relaxed),
+            );
+        }
+    }
+
+    /// The metrics, when kept.
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
+    }
+
+    /// The observer to give [`ExecBuilder::observer`]: metrics, argument
+    /// recording and the audit log as configured; `None` when nothing
+    /// observes calls.
+    ///
+    /// [`ExecBuilder::observer`]: toolexec::ExecBuilder::observer
+    pub fn observer(&self) -> Option<Arc<dyn CallObserver>> {
+        (!self.observers.is_empty())
+            .then(|| Arc::new(self.observers.clone()) as Arc<dyn CallObserver>)
+    }
+
+    /// The exporter's counters, when exporting.
+    pub fn export_stats(&self) -> Option<&Arc<ExportStats>> {
+        self.export.as_ref()
+    }
+
+    /// The audit log's counters, when writing one.
+    pub fn audit_stats(&self) -> Option<&Arc<AuditStats>> {
+        self.audit.as_ref()
+    }
+
+    /// Sends the spans still queued (waiting up to `timeout`) and stops the
+    /// exporter.
+    pub fn shutdown(self, timeout: Duration) {
+        if let Some(p) = self.provider {
+            let _ = p.force_flush();
+            let _ = p.shutdown_with_timeout(timeout);
+        }
+    }
+}
+
+/// Records each call's arguments on its `execute_tool` span as
+/// `gen_ai.tool.call.arguments` (opt-in, redacted, capped).
+#[derive(Debug)]
+struct SpanArguments {
+    max_bytes: usize,
+}
+
+impl CallObserver for SpanArguments {
+    fn wants_arguments(&self) -> bool {
+        true
+    }
+
+    fn call_finished(&self, call: &CallRecord<'_>) {
+        if let Some(args) = call.arguments {
+            let span = tracing::Span::current();
+            if !span.is_disabled() {
+                span.record(
+                    "gen_ai.tool.call.arguments",
+                    redact::redacted_text(args, self.max_bytes),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Observability hooks: a [`CallObserver`] told of every finished call
+//! (metrics, audit), the [`Caller`] a call is made for, and W3C trace
+//! context ([`TraceContext`]) propagated through a [`Propagation`] the
+//! process installs once. With nothing installed each hook costs a branch.
+//!
+//! The pipeline also opens a `tracing` span per call (`execute_tool`, with
+//! OpenTelemetry GenAI attribute names) and per chain step; a subscriber
+//! that does not want them pays nothing for them.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::access::ToolAccess;
+use crate::backend::BoxFuture;
+use crate::docs::DetailLevel;
+use crate::error::Error;
+
+/// One finished call, as an observer sees it.
+#[derive(Debug)]
+pub struct CallRecord<'a> {
+    /// The id as called (`ns:name`); for an unresolved call, what was asked.
+    pub tool: &'a str,
+    /// The namespace; empty when the id did not parse.
+    pub namespace: &'a str,
+    /// The backend's kind (`local`, `mcp`, `http`, …); `none` when the tool
+    /// was not found.
+    pub backend: &'a str,
+    /// The validated arguments, when the observer
+    /// [wants them](CallObserver::wants_arguments).
+    pub arguments: Option<&'a Value>,
+    /// The failure; `None` on success.
+    pub error: Option<&'a Error>,
+    /// Time spent checking and validating the input.
+    pub validation: Duration,
+    /// Time from the start of the call to its end.
+    pub duration: Duration,
+    /// Who the call was made for, when the caller set one ([`with_caller`]).
+    pub caller: Option<&'a Caller>,
+}
+
+/// Told of every call that leaves the pipeline, successful or not. Called
+/// on the caller's task right after the call ends: keep it short and never
+/// block (hand slow work such as file writes to another thread).
+pub trait CallObserver: Send + Sync + fmt::Debug {
+    /// True when [`CallRecord::arguments`] should be filled (costs a clone
+    /// of the arguments per call).
+    fn wants_arguments(&self) -> bool {
+        false
+    }
+
+    /// One finished call.
+    fn call_finished(&self, call: &CallRecord<'_>);
+}
+
+/// Who a call is made for: the authenticated principal, the session and
+/// the client program, as far as the entry point knows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Caller {
+    /// The principal: a token's name or a subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The MCP session (or connection) id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The client program's name, as it introduced itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+}
+
+tokio::task_local! {
+    static CALLER: Arc<Caller>;
+}
+
+/// Runs `fut` with `caller` as the [`current_caller`] of every call made in
+/// it (on this task; tasks it spawns do not inherit it).
+pub async fn with_caller<F: Future>(caller: Arc<Caller>, fut: F) -> F::Output {
+    CALLER.scope(caller, fut).await
+}
+
+/// The caller set by the innermost [`with_caller`] around this task.
+pub fn current_caller() -> Option<Arc<Caller>> {
+    CALLER.try_with(Arc::clone).ok()
+}
+
+/// The current span and [`Caller`], captured to carry to work that runs
+/// elsewhere: a spawned task, or a script on a worker thread whose tool
+/// calls must stay in the caller's trace and be made for the caller.
+#[derive(Debug, Clone)]
+pub struct CallScope {
+    span: tracing::Span,
+    caller: Option<Arc<Caller>>,
+}
+
+impl CallScope {
+    /// The scope of the current task.
+    pub fn capture() -> Self {
+        CallScope {
+            span: tracing::Span::current(),
+            caller: current_caller(),
+        }
+    }
+
+    /// `fut` run in this scope (its span entered on every poll, its caller
+    /// current).
+    pub fn bind<'a, F>(&self, fut: F) -> BoxFuture<'a, F::Output>
+    where
+        F: Future + Send + 'a,
+    {
+        let fut = fut.instrument(self.span.clone());
+        match self.caller.clone() {
+            Some(caller) => Box::pin(with_caller(caller, fut)),
+            None => Box::pin(fut),
+        }
+    }
+}
+
+/// `tools` with every call, search and lookup made in the scope current
+/// now ([`CallScope::capture`]), wherever the returned futures are polled.
+pub fn scoped_access(tools: Arc<dyn ToolAccess>) -> Arc<dyn ToolAccess> {
+    Arc::new(Scoped {
+        tools,
+        scope: CallScope::capture(),
+    })
+}
+
+struct Scoped {
+    tools: Arc<dyn ToolAccess>,
+    scope: CallScope,
+}
+
+impl ToolAccess for Scoped {
+    fn call(
+        &self,
+        tool_id: &str,
+        args: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        let _entered = self.scope.span.enter();
+        self.scope.bind(self.tools.call(tool_id, args, cancel))
+    }
+
+    fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Result<Value, Error>> {
+        self.scope.bind(self.tools.search(query, limit))
+    }
+
+    fn describe(
+        &self,
+        tool_id: &str,
+        level: DetailLevel,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        self.scope.bind(self.tools.describe(tool_id, level))
+    }
+}
+
+/// W3C trace context (`traceparent`, `tracestate`) in its header form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// `version-traceid-spanid-flags`.
+    pub traceparent: String,
+    /// Vendor state, passed on as received.
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// Reads the context from headers or `_meta` keys through `get` (keys
+    /// asked for: `traceparent`, `tracestate`). `None` when `traceparent`
+    /// is missing or malformed.
+    pub fn extract<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Option<Self> {
+        let traceparent = get("traceparent")?.trim();
+        parse_traceparent(traceparent)?;
+        Some(TraceContext {
+            traceparent: traceparent.to_owned(),
+            tracestate: get("tracestate").map(|s| s.trim().to_owned()),
+        })
+    }
+
+    /// The 32 hex digits of the trace id.
+    pub fn trace_id(&self) -> &str {
+        parse_traceparent(&self.traceparent).map_or("", |(trace, _)| trace)
+    }
+}
+
+/// `(trace id, span id)` of a well-formed version-00 `traceparent` with
+/// non-zero ids.
+fn parse_traceparent(s: &str) -> Option<(&str, &str)> {
+    let mut parts = s.split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |p: &str, n: usize| {
+        p.len() == n
+            && p.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    };
+    let nonzero = |p: &str| p.bytes().any(|b| b != b'0');
+    (hex(version, 2)
+        && version != "ff"
+        && hex(trace, 32)
+        && nonzero(trace)
+        && hex(span, 16)
+        && nonzero(span)
+        && hex(flags, 2)
+        && (version != "00" || parts.next().is_none()))
+    .then_some((trace, span))
+}
+
+/// Connects `tracing` spans to a trace system: what the process's telemetry
+/// installs with [`install_propagation`].
+pub trait Propagation: Send + Sync {
+    /// The current span's context, to send with an outgoing request.
+    fn current(&self) -> Option<TraceContext>;
+    /// Makes `span` a child of the remote `parent` (an incoming request's).
+    fn set_parent(&self, span: &tracing::Span, parent: &TraceContext);
+}
+
+static PROPAGATION: OnceLock<Box<dyn Propagation>> = OnceLock::new();
+
+/// Installs the process's propagation; `false` when one already was.
+pub fn install_propagation(propagation: Box<dyn Propagation>) -> bool {
+    PROPAGATION.set(propagation).is_ok()
+}
+
+/// The current span's trace context, for an outgoing request's headers or
+/// `_meta`; `None` without installed propagation or outside a trace.
+pub fn current_trace() -> Option<TraceContext> {
+    PROPAGATION.get()?.current()
+}
+
+/// Makes `span` a child of the incoming `parent` (no-op without installed
+/// propagation).
+pub fn set_parent(span: &tracing::Span, parent: &TraceContext) {
+    if let Some(p) = PROPAGATION.get() {
+        p.set_parent(span, parent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparent_is_checked() {
+        let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let ctx = TraceContext::extract(|k| (k == "traceparent").then_some(ok)).unwrap();
+        assert_eq!(ctx.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(ctx.tracestate, None);
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "garbage",
+        ] {
+            assert!(TraceContext::extract(|_| Some(bad)).is_none(), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_caller_is_scoped_to_the_task() {
+        assert_eq!(current_caller(), None);
+        let caller = Arc::new(Caller {
+            principal: Some("ci".into()),
+            ..Caller::default()
+        });
+        let seen = with_caller(caller.clone(), async { current_caller() }).await;
+        assert_eq!(seen, Some(caller));
+    }
+}
