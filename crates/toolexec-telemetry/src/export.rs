@@ -330,7 +330,7 @@ impl ExportWorker {
         self.stats.dropped.fetch_add(spans, Ordering::Relaxed);
         let failures = self.stats.failed_exports.fetch_add(1, Ordering::Relaxed);
         // The first failure and every hundredth after, not every batch.
-        if failures % 100 == 0 {
+        if failures.is_multiple_of(100) {
             tracing::warn!(
                 target: "toolexec_telemetry",
                 endpoint = %self.options.endpoint,
