@@ -121,6 +121,12 @@ pub(crate) async fn send(
         if !body.is_empty() {
             builder = builder.header(header::CONTENT_TYPE, "application/json");
         }
+        if let Some(trace) = toolexec::telemetry::current_trace() {
+            builder = builder.header("traceparent", trace.traceparent);
+            if let Some(state) = trace.tracestate {
+                builder = builder.header("tracestate", state);
+            }
+        }
         if upgrade {
             builder = builder
                 .header(header::CONNECTION, "upgrade")

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use toolexec::telemetry::TraceContext;
+use tracing::Instrument;
 
 use axum::Router;
 use axum::body::Body;
@@ -333,6 +335,7 @@ async fn run_handler(State(state): State<Arc<ServerState>>, mut request: Request
             ),
         );
     };
+    let request_headers = request.headers().clone();
     let body =
         match gate::read_body(&state, request, state.config.max_body_bytes, &authenticated).await {
             Ok((_, body)) => body,
@@ -362,16 +365,32 @@ async fn run_handler(State(state): State<Arc<ServerState>>, mut request: Request
         }
     };
     let session_state = state.clone();
-    tokio::spawn(async move {
-        let _permit = permit;
-        match on_upgrade.await {
-            Ok(upgraded) => {
-                let io = hyper_util::rt::TokioIo::new(upgraded);
-                session::serve(session_state, runtime, run_request, io).await;
+    // The run continues the caller's trace (`traceparent` is tracing
+    // metadata, not covered by the signature: it decides nothing).
+    let span = tracing::info_span!(
+        target: "toolexec::remote",
+        "remote_run",
+        otel.kind = "server",
+        toolexec.sandbox.profile = run_request.profile.as_str(),
+    );
+    if let Some(parent) =
+        TraceContext::extract(|k| request_headers.get(k).and_then(|v| v.to_str().ok()))
+    {
+        toolexec::telemetry::set_parent(&span, &parent);
+    }
+    tokio::spawn(
+        async move {
+            let _permit = permit;
+            match on_upgrade.await {
+                Ok(upgraded) => {
+                    let io = hyper_util::rt::TokioIo::new(upgraded);
+                    session::serve(session_state, runtime, run_request, io).await;
+                }
+                Err(e) => tracing::warn!(error = %e, "remote run: upgrade failed"),
             }
-            Err(e) => tracing::warn!(error = %e, "remote run: upgrade failed"),
         }
-    });
+        .instrument(span),
+    );
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     response

@@ -50,7 +50,9 @@ fn a_hung_collector_and_a_full_disk_cost_calls_nothing() {
         .enable_all()
         .build()
         .unwrap();
-    let exec = Exec::builder().observer(telemetry.observer().unwrap()).build();
+    let exec = Exec::builder()
+        .observer(telemetry.observer().unwrap())
+        .build();
     exec.catalog()
         .tool("demo:echo", "Echoes", |v: serde_json::Value| async move {
             Ok::<_, ToolError>(v)
@@ -74,19 +76,42 @@ fn a_hung_collector_and_a_full_disk_cost_calls_nothing() {
     let audit = telemetry.audit_stats().unwrap();
     // Let the writer thread reach the records.
     let start = Instant::now();
-    while audit.write_errors.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-        assert!(start.elapsed() < Duration::from_secs(10), "no audit write error counted");
+    while audit
+        .write_errors
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no audit write error counted"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let dropped = export.dropped.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(dropped > 0, "a hung collector and a 64-span queue must drop spans");
-    assert_eq!(export.exported.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert!(
+        dropped > 0,
+        "a hung collector and a 64-span queue must drop spans"
+    );
+    assert_eq!(
+        export.exported.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
     let rendered = telemetry.metrics().unwrap().render();
-    assert!(rendered.contains("toolexec_telemetry_spans_dropped_total"), "{rendered}");
-    assert!(rendered.contains("toolexec_audit_write_errors_total"), "{rendered}");
+    assert!(
+        rendered.contains("toolexec_telemetry_spans_dropped_total"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("toolexec_audit_write_errors_total"),
+        "{rendered}"
+    );
     assert!(rendered.contains(r#"toolexec_tool_calls_total{tool="demo:echo",namespace="demo",backend="local",outcome="ok"} 2000"#), "{rendered}");
     drop(runtime);
     let t = Instant::now();
     telemetry.shutdown(Duration::from_secs(1));
-    assert!(t.elapsed() < Duration::from_secs(15), "shutdown took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "shutdown took {:?}",
+        t.elapsed()
+    );
 }

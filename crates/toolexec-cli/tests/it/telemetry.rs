@@ -301,3 +301,38 @@ fn metrics_over_http_need_the_token() {
         "{body}"
     );
 }
+
+/// `protocol = "grpc"` exports to an OTLP/gRPC receiver (grpcio with the
+/// official service definition); `toolexec run` flushes its spans at exit.
+#[test]
+fn spans_export_over_grpc() {
+    let test = "spans_export_over_grpc";
+    let Some(python) = dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let dir = TempDir::new("otlp-grpc");
+    let spans = dir.path().join("spans.jsonl");
+    let mut receiver = Background::spawn(std::process::Command::new(&python).args([
+        RECEIVER,
+        spans.to_str().unwrap(),
+        "grpc",
+    ]));
+    let port = receiver.wait_stdout_line("listening ");
+    std::fs::write(
+        dir.path().join("toolexec.toml"),
+        format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\nprotocol = \"grpc\"\n"),
+    )
+    .unwrap();
+    let out = crate::support::run(&mut toolexec(
+        dir.path(),
+        &["run", "math:add", r#"{"a": 1, "b": 2}"#],
+    ));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let all = lines(&spans);
+    let span = all
+        .iter()
+        .find(|s| s["name"] == "execute_tool math:add")
+        .unwrap_or_else(|| panic!("{all:#?}\n{}", receiver.output()));
+    assert_eq!(span["attributes"]["toolexec.backend"], "local");
+    assert_eq!(span["service"], "toolexec");
+}

@@ -148,9 +148,11 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let cursor = request.and_then(|r| r.cursor);
-        self.shared
+        let work = self
+            .shared
             .passthrough
-            .list_resources(cursor, context.ct)
+            .list_resources(cursor, context.ct.clone());
+        self.traced("resources/list", None, &context, rpc_failure, work)
             .await
     }
 
@@ -161,10 +163,18 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let cursor = request.and_then(|r| r.cursor);
-        self.shared
+        let work = self
+            .shared
             .passthrough
-            .list_resource_templates(cursor, context.ct)
-            .await
+            .list_resource_templates(cursor, context.ct.clone());
+        self.traced(
+            "resources/templates/list",
+            None,
+            &context,
+            rpc_failure,
+            work,
+        )
+        .await
     }
 
     #[cfg(feature = "upstream")]
@@ -174,9 +184,12 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         self.relaying::<rmcp::model::ReadResourceRequestMethod>()?;
-        self.shared
+        let uri = request.uri.clone();
+        let work = self
+            .shared
             .passthrough
-            .read_resource(request, context.ct)
+            .read_resource(request, context.ct.clone());
+        self.traced("resources/read", Some(&uri), &context, rpc_failure, work)
             .await
             .map(ReadResourceResponse::Complete)
     }
@@ -214,9 +227,11 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let cursor = request.and_then(|r| r.cursor);
-        self.shared
+        let work = self
+            .shared
             .passthrough
-            .list_prompts(cursor, context.ct)
+            .list_prompts(cursor, context.ct.clone());
+        self.traced("prompts/list", None, &context, rpc_failure, work)
             .await
     }
 
@@ -227,9 +242,12 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         self.relaying::<rmcp::model::GetPromptRequestMethod>()?;
-        self.shared
+        let name = request.name.clone();
+        let work = self
+            .shared
             .passthrough
-            .get_prompt(request, context.ct)
+            .get_prompt(request, context.ct.clone());
+        self.traced("prompts/get", Some(&name), &context, rpc_failure, work)
             .await
             .map(GetPromptResponse::Complete)
     }
@@ -244,7 +262,12 @@ impl ServerHandler for Gateway {
             // Nothing to complete: an empty answer, as rmcp's default.
             return Ok(CompleteResult::default());
         }
-        self.shared.passthrough.complete(request, context.ct).await
+        let work = self
+            .shared
+            .passthrough
+            .complete(request, context.ct.clone());
+        self.traced("completion/complete", None, &context, rpc_failure, work)
+            .await
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
