@@ -180,6 +180,18 @@ fn register_gauges(
         "Tool runs waiting for a slot now",
         move || g.run_load().1 as i64,
     );
+    let servers = upstreams.clone();
+    metrics.labelled_gauge_fn(
+        "toolexec_upstream_restarts",
+        "Sessions each upstream server started after its first (restarts, re-initialized HTTP sessions)",
+        "server",
+        move || {
+            servers
+                .iter()
+                .map(|u| (u.name().to_owned(), u.restarts() as i64))
+                .collect()
+        },
+    );
     metrics.labelled_gauge_fn(
         "toolexec_upstream_up",
         "Upstream MCP servers: 1 when connected, 0 while connecting, restarting or failed",

@@ -121,6 +121,7 @@ impl Telemetry {
                 .with_threads(false)
                 .with_level(false)
                 .with_tracked_inactivity(false)
+                .with_target(false)
                 .with_filter(filter_fn(toolexec_span))
                 .boxed()
         });

@@ -45,6 +45,15 @@ impl RunOptions {
     }
 }
 
+/// One observed call: what its span and observer are told.
+struct Observed<'a> {
+    id: &'a str,
+    namespace: &'a str,
+    backend: &'a str,
+    start: Instant,
+    span: &'a tracing::Span,
+}
+
 /// Everything the pipeline needs besides the call itself.
 #[derive(Debug)]
 pub(crate) struct Pipeline {
@@ -63,30 +72,44 @@ impl Pipeline {
         opts: &RunOptions,
         events: Option<EventTx>,
     ) -> Result<ToolOutput, Error> {
-        // Span fields follow OpenTelemetry's GenAI conventions for tool
-        // execution; the span name is set once it is known to be wanted.
+        if self.observer.is_none()
+            && !tracing::span_enabled!(target: "toolexec::call", tracing::Level::INFO)
+        {
+            let entry = self.catalog.resolve(&ToolIdRef::parse(id)?)?;
+            let args = self.check_input(&entry, args)?;
+            return self.run_checked(&entry, args, opts, events).await;
+        }
+        let start = Instant::now();
+        let resolved = ToolIdRef::parse(id).and_then(|r| self.catalog.resolve(&r));
+        let held = resolved.as_ref().ok().cloned();
+        let (namespace, backend) = match &held {
+            Some(entry) => (entry.tool().id.namespace(), entry.backend().kind()),
+            None => ("", "none"),
+        };
+        // Fields follow OpenTelemetry's GenAI conventions for tool
+        // execution, all known at creation but the validation time and the
+        // outcome (each later `record` costs a layer visit).
         let span = tracing::info_span!(
             target: "toolexec::call",
             "execute_tool",
-            otel.name = Empty,
+            otel.name = %format_args!("execute_tool {id}"),
             gen_ai.operation.name = "execute_tool",
             gen_ai.tool.name = id,
-            toolexec.namespace = Empty,
-            toolexec.backend = Empty,
+            toolexec.namespace = namespace,
+            toolexec.backend = backend,
             toolexec.validation_us = Empty,
             gen_ai.tool.call.arguments = Empty,
             error.type = Empty,
             otel.status_code = Empty,
         );
-        if span.is_disabled() && self.observer.is_none() {
-            let entry = self.catalog.resolve(&ToolIdRef::parse(id)?)?;
-            let args = self.check_input(&entry, args)?;
-            return self.run_checked(&entry, args, opts, events).await;
-        }
-        if !span.is_disabled() {
-            span.record("otel.name", format!("execute_tool {id}"));
-        }
-        self.run_observed(id, args, opts, events, &span)
+        let call = Observed {
+            id,
+            namespace,
+            backend,
+            start,
+            span: &span,
+        };
+        self.run_observed(call, resolved, args, opts, events)
             .instrument(span.clone())
             .await
     }
@@ -94,54 +117,27 @@ impl Pipeline {
     /// [`Self::run`] with a span that is wanted or an observer to tell.
     async fn run_observed(
         &self,
-        id: &str,
+        call: Observed<'_>,
+        resolved: Result<Arc<RegisteredTool>, Error>,
         args: Value,
         opts: &RunOptions,
         events: Option<EventTx>,
-        span: &tracing::Span,
     ) -> Result<ToolOutput, Error> {
-        let start = Instant::now();
-        let caller = current_caller();
-        let finish = |namespace: &str,
-                      backend: &str,
-                      arguments: Option<&Value>,
-                      validation: Duration,
-                      error: Option<&Error>| {
-            if let Some(e) = error {
-                span.record("error.type", e.code().as_str());
-                span.record("otel.status_code", "ERROR");
-            }
-            if let Some(observer) = &self.observer {
-                observer.call_finished(&CallRecord {
-                    tool: id,
-                    namespace,
-                    backend,
-                    arguments,
-                    error,
-                    validation,
-                    duration: start.elapsed(),
-                    caller: caller.as_deref(),
-                });
-            }
-        };
-        let entry = match ToolIdRef::parse(id).and_then(|r| self.catalog.resolve(&r)) {
+        let entry = match resolved {
             Ok(entry) => entry,
             Err(e) => {
-                finish("", "none", None, Duration::ZERO, Some(&e));
+                self.finish(&call, None, Duration::ZERO, Some(&e));
                 return Err(e);
             }
         };
-        let namespace = entry.tool().id.namespace();
-        let backend = entry.backend().kind();
-        span.record("toolexec.namespace", namespace);
-        span.record("toolexec.backend", backend);
         let checked = self.check_input(&entry, args);
-        let validation = start.elapsed();
-        span.record("toolexec.validation_us", validation.as_micros() as u64);
+        let validation = call.start.elapsed();
+        call.span
+            .record("toolexec.validation_us", validation.as_micros() as u64);
         let args = match checked {
             Ok(args) => args,
             Err(e) => {
-                finish(namespace, backend, None, validation, Some(&e));
+                self.finish(&call, None, validation, Some(&e));
                 return Err(e);
             }
         };
@@ -151,14 +147,35 @@ impl Pipeline {
             .is_some_and(|o| o.wants_arguments())
             .then(|| args.clone());
         let result = self.run_checked(&entry, args, opts, events).await;
-        finish(
-            namespace,
-            backend,
-            kept.as_ref(),
-            validation,
-            result.as_ref().err(),
-        );
+        self.finish(&call, kept.as_ref(), validation, result.as_ref().err());
         result
+    }
+
+    /// Records the outcome on the span and tells the observer.
+    fn finish(
+        &self,
+        call: &Observed<'_>,
+        arguments: Option<&Value>,
+        validation: Duration,
+        error: Option<&Error>,
+    ) {
+        if let Some(e) = error {
+            call.span.record("error.type", e.code().as_str());
+            call.span.record("otel.status_code", "ERROR");
+        }
+        if let Some(observer) = &self.observer {
+            let caller = current_caller();
+            observer.call_finished(&CallRecord {
+                tool: call.id,
+                namespace: call.namespace,
+                backend: call.backend,
+                arguments,
+                error,
+                validation,
+                duration: call.start.elapsed(),
+                caller: caller.as_deref(),
+            });
+        }
     }
 
     /// Runs validated `args`: execute, normalize, check the output.

@@ -304,6 +304,12 @@ impl Upstream {
         self.shared.conn.borrow().status.clone()
     }
 
+    /// Sessions started after the first (process restarts, re-initialized
+    /// HTTP sessions), for metrics.
+    pub fn restarts(&self) -> u64 {
+        self.shared.conn.borrow().generation.saturating_sub(1)
+    }
+
     /// The ids of the tools imported from this server, sorted.
     pub fn tool_ids(&self) -> Vec<String> {
         self.shared.tools.lock().tools.keys().cloned().collect()

@@ -4,6 +4,7 @@
 mod catalog;
 mod chains_streams;
 mod examples;
+mod observer;
 mod pipeline;
 mod retrieval_eval;
 mod semantic;
