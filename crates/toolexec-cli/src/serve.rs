@@ -123,7 +123,11 @@ pub(crate) async fn serve(
     if let Some(metrics) = telemetry.metrics() {
         register_gauges(metrics, &gateway, upstreams);
         if let Some(http) = &mut http {
-            http.routes = Some(toolexec_telemetry::metrics_router(metrics.clone()));
+            let loopback = http.bind.ip().is_loopback();
+            http.routes = Some(toolexec_telemetry::metrics_router(
+                metrics.clone(),
+                loopback,
+            ));
         }
         if let Some(addr) = plan.metrics {
             let stop = shutdown.clone();

@@ -40,6 +40,9 @@ pub struct AuditOptions {
     pub max_argument_bytes: usize,
     /// Records waiting for the writer before new ones are dropped.
     pub queue: usize,
+    /// Key of the arguments' digest (HMAC-SHA-256). Without one the digest
+    /// is a plain SHA-256, which a dictionary of likely arguments reverses.
+    pub digest_key: Option<toolexec::Secret>,
 }
 
 impl AuditOptions {
@@ -52,6 +55,7 @@ impl AuditOptions {
             record_arguments: false,
             max_argument_bytes: 4096,
             queue: 10_000,
+            digest_key: None,
         }
     }
 }
@@ -70,10 +74,21 @@ pub struct AuditStats {
 /// The audit log, as a [`CallObserver`].
 #[derive(Debug)]
 pub struct AuditLog {
-    tx: SyncSender<Vec<u8>>,
+    tx: SyncSender<Msg>,
     stats: Arc<AuditStats>,
     record_arguments: bool,
     max_argument_bytes: usize,
+    digest_key: Option<toolexec::Secret>,
+    path: PathBuf,
+    /// When a full queue was last logged.
+    last_warning: parking_lot::Mutex<Option<Instant>>,
+}
+
+/// What the writer thread is sent.
+enum Msg {
+    Line(Vec<u8>),
+    /// Acknowledged once every record sent before it is written.
+    Flush(SyncSender<()>),
 }
 
 #[derive(Serialize)]
@@ -112,7 +127,6 @@ impl AuditLog {
         let (tx, rx) = sync_channel(options.queue);
         let stats = Arc::new(AuditStats::default());
         let writer = Writer {
-            size: file.metadata().map(|m| m.len()).unwrap_or(0),
             file: Some(file),
             path: options.path.clone(),
             max_bytes: options.max_bytes,
@@ -132,7 +146,42 @@ impl AuditLog {
             stats,
             record_arguments: options.record_arguments,
             max_argument_bytes: options.max_argument_bytes,
+            digest_key: options.digest_key,
+            path: options.path,
+            last_warning: parking_lot::Mutex::new(None),
         })
+    }
+
+    /// Waits (up to `timeout`) until every record queued so far is written
+    /// or counted as dropped.
+    pub fn flush(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let (ack, done) = sync_channel(1);
+        let mut msg = Msg::Flush(ack);
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) if Instant::now() < deadline => {
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return,
+            }
+        }
+        let _ = done.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+    }
+
+    fn queue_full(&self) {
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        let mut last = self.last_warning.lock();
+        let now = Instant::now();
+        if last.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60)) {
+            *last = Some(now);
+            tracing::warn!(
+                path = %self.path.display(),
+                "audit log: the writer is behind; records dropped (counted in toolexec_audit_records_dropped_total)"
+            );
+        }
     }
 
     /// Its counters.
@@ -156,7 +205,9 @@ impl CallObserver for AuditLog {
             caller: call.caller,
             tool: call.tool,
             backend: call.backend,
-            args_digest: call.arguments.map(redact::digest),
+            args_digest: call
+                .arguments
+                .map(|a| redact::digest(a, self.digest_key.as_ref())),
             args: call
                 .arguments
                 .filter(|_| self.record_arguments)
@@ -171,11 +222,8 @@ impl CallObserver for AuditLog {
             return;
         };
         line.push(b'\n');
-        match self.tx.try_send(line) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        if self.tx.try_send(Msg::Line(line)).is_err() {
+            self.queue_full();
         }
     }
 }
@@ -228,7 +276,6 @@ fn last_newline(file: &mut File, len: u64) -> std::io::Result<u64> {
 
 struct Writer {
     file: Option<File>,
-    size: u64,
     path: PathBuf,
     max_bytes: u64,
     keep: usize,
@@ -237,65 +284,113 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(mut self, rx: Receiver<Vec<u8>>) {
-        while let Ok(line) = rx.recv() {
-            if let Err(e) = self.append(&line) {
-                self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                self.warn(&e);
-            } else {
-                self.stats.written.fetch_add(1, Ordering::Relaxed);
+    fn run(mut self, rx: Receiver<Msg>) {
+        while let Ok(msg) = rx.recv() {
+            match msg {
+                Msg::Line(line) => match self.append(&line) {
+                    Ok(()) => {
+                        self.stats.written.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        // Reopened on the next record: the path may have
+                        // been moved or deleted (log rotation by others).
+                        self.file = None;
+                        self.warn(&e);
+                    }
+                },
+                Msg::Flush(ack) => {
+                    let _ = ack.try_send(());
+                }
             }
         }
     }
 
+    /// Appends one record under an exclusive lock on the file, so several
+    /// processes may share a log: the size is the file's own, rotation is
+    /// decided under the lock, and a short write (a full disk) is trimmed
+    /// back before anyone else appends.
     fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
-        if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
-            self.rotate()?;
-        }
-        let file = match &mut self.file {
-            Some(f) => f,
-            None => self.file.insert(open_log(&self.path)?),
-        };
-        // One write for the whole line: a short write (a full disk) is
-        // trimmed back so the file never holds half a record.
-        match file.write(line) {
-            Ok(n) if n == line.len() => {
-                self.size += n as u64;
+        let max_bytes = self.max_bytes;
+        let file = self.current()?;
+        file.lock()?;
+        let written = (|| {
+            let size = file.metadata()?.len();
+            if size > 0 && size + line.len() as u64 > max_bytes && file.metadata()?.is_file() {
+                return Ok(Some(()));
+            }
+            match file.write(line) {
+                Ok(n) if n == line.len() => Ok(None),
+                Ok(n) => {
+                    let _ = file.set_len(size);
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        format!("short write ({n} of {} bytes)", line.len()),
+                    ))
+                }
+                Err(e) => Err(e),
+            }
+        })();
+        match written {
+            Ok(None) => {
+                let _ = file.unlock();
                 Ok(())
             }
-            Ok(n) => {
-                let _ = file.set_len(self.size);
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::StorageFull,
-                    format!("short write ({n} of {} bytes)", line.len()),
-                ))
+            Ok(Some(())) => {
+                // Full: rotate while holding the lock, then write to the new file.
+                let rotated = self.rotate();
+                if let Some(old) = &self.file {
+                    let _ = old.unlock();
+                }
+                rotated?;
+                self.file = None;
+                let file = self.current()?;
+                file.lock()?;
+                let result = file.write_all(line);
+                let _ = file.unlock();
+                result
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                let _ = file.unlock();
+                Err(e)
+            }
         }
     }
 
+    /// The open log, reopened when another process rotated it away.
+    fn current(&mut self) -> std::io::Result<&mut File> {
+        use std::os::unix::fs::MetadataExt;
+        let stale = match (&self.file, std::fs::metadata(&self.path)) {
+            (Some(f), Ok(on_disk)) => f
+                .metadata()
+                .map(|m| m.ino() != on_disk.ino() || m.dev() != on_disk.dev())
+                .unwrap_or(true),
+            (Some(_), Err(_)) | (None, _) => true,
+        };
+        if stale {
+            self.file = Some(open_log(&self.path)?);
+        }
+        Ok(self.file.as_mut().expect("opened above"))
+    }
+
+    /// Moves `PATH` to `PATH.1` (and older ones up to `PATH.keep`).
     fn rotate(&mut self) -> std::io::Result<()> {
-        self.file = None;
         let name = |i: usize| {
             let mut p = self.path.clone().into_os_string();
             p.push(format!(".{i}"));
             PathBuf::from(p)
         };
         if self.keep == 0 {
-            std::fs::remove_file(&self.path)?;
-        } else {
-            for i in (1..self.keep).rev() {
-                let from = name(i);
-                if from.exists() {
-                    std::fs::rename(&from, name(i + 1))?;
-                }
-            }
-            std::fs::rename(&self.path, name(1))?;
+            return std::fs::remove_file(&self.path);
         }
-        self.file = Some(open_log(&self.path)?);
-        self.size = 0;
-        Ok(())
+        for i in (1..self.keep).rev() {
+            let from = name(i);
+            if from.exists() {
+                std::fs::rename(&from, name(i + 1))?;
+            }
+        }
+        std::fs::rename(&self.path, name(1))
     }
 
     fn warn(&mut self, e: &std::io::Error) {
@@ -318,6 +413,60 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records rotate into `PATH.1`…`PATH.keep`, every line whole, none
+    /// lost but those rotated past `keep`, and `flush` waits for them.
+    #[test]
+    fn records_rotate_whole() {
+        let dir = std::env::temp_dir().join(format!("toolexec-audit-rot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.jsonl");
+        let mut options = AuditOptions::new(&path);
+        options.max_bytes = 2_000;
+        options.keep = 2;
+        let log = AuditLog::open(options).unwrap();
+        let args = serde_json::json!({"q": "x", "token": "t0p"});
+        for _ in 0..40 {
+            log.call_finished(&CallRecord {
+                tool: "demo:echo",
+                namespace: "demo",
+                backend: "local",
+                arguments: Some(&args),
+                error: None,
+                validation: Duration::ZERO,
+                duration: Duration::from_millis(1),
+                caller: None,
+            });
+        }
+        log.flush(Duration::from_secs(10));
+        assert_eq!(log.stats().written.load(Ordering::Relaxed), 40);
+        let mut lines = 0;
+        for p in [
+            path.clone(),
+            dir.join("audit.jsonl.1"),
+            dir.join("audit.jsonl.2"),
+        ] {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(
+                text.len() <= 2_000,
+                "{} is {} bytes",
+                p.display(),
+                text.len()
+            );
+            for line in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert_eq!(v["tool"], "demo:echo");
+                assert!(!line.contains("t0p"), "arguments are not recorded: {line}");
+                lines += 1;
+            }
+        }
+        assert!(
+            lines > 0 && lines < 40,
+            "older files past keep are gone: {lines}"
+        );
+        assert!(!dir.join("audit.jsonl.3").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_cut_record_is_trimmed_on_open() {

@@ -92,6 +92,12 @@ impl OtlpOptions {
                 "must be an http:// or https:// URL",
             );
         }
+        if self.protocol == OtlpProtocol::Grpc && self.endpoint.starts_with("https://") {
+            return invalid(
+                "telemetry.otlp_endpoint",
+                "OTLP/gRPC is built without TLS: use http:// (a local collector), or protocol = \"http_protobuf\" for https://",
+            );
+        }
         if self.queue == 0 || self.batch == 0 || self.timeout.is_zero() || self.interval.is_zero() {
             return invalid(
                 "telemetry",

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::header;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::get;
 
 use crate::Metrics;
@@ -15,14 +16,37 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// `GET /metrics` answering a scrape of `metrics`: what [`serve_metrics`]
 /// serves, and what an HTTP gateway mounts behind its authentication.
-pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+/// With `loopback_hosts` (a listener on a loopback address) a request
+/// whose `Host` is not `localhost`, `127.0.0.1` or `[::1]` gets `403`, so
+/// a web page cannot read the metrics through DNS rebinding.
+pub fn metrics_router(metrics: Arc<Metrics>, loopback_hosts: bool) -> Router {
     Router::new().route(
         "/metrics",
-        get(move || {
+        get(move |headers: HeaderMap| {
             let metrics = metrics.clone();
-            async move { ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.render()) }
+            async move {
+                if loopback_hosts && !loopback_host(&headers) {
+                    return (
+                        StatusCode::FORBIDDEN,
+                        "Forbidden: Host is not a loopback name\n",
+                    )
+                        .into_response();
+                }
+                ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.render()).into_response()
+            }
         }),
     )
+}
+
+fn loopback_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
 }
 
 /// Binds `addr` and serves `GET /metrics` until `shutdown` resolves;
@@ -37,7 +61,7 @@ pub async fn serve_metrics(
 )> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let app = metrics_router(metrics);
+    let app = metrics_router(metrics, bound.ip().is_loopback());
     let serve = async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)

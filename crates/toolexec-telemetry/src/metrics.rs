@@ -79,6 +79,15 @@ pub(crate) struct SandboxLabels {
     pub(crate) ended_by: String,
 }
 
+#[derive(Debug, Default)]
+struct SeriesIndex {
+    by_tool: HashMap<String, Arc<ToolSeries>>,
+    /// Tools with a label of their own.
+    labelled: usize,
+    /// The `other` series by (namespace label, backend).
+    others: HashMap<(String, String), Arc<ToolSeries>>,
+}
+
 /// The series of one (tool, backend): looked up by id without allocating.
 #[derive(Debug)]
 struct ToolSeries {
@@ -95,8 +104,11 @@ pub struct Metrics {
     registry: RwLock<Registry>,
     calls: Family<CallLabels, Counter>,
     latency: Family<LatencyLabels, Histogram>,
-    /// Known tools by id (capped; overflow maps to the `other` series).
-    tools: RwLock<HashMap<String, Arc<ToolSeries>>>,
+    /// Series by tool id: the first `max_tools` their own, later ones
+    /// sharing their namespace's and backend's `other` series. Keys are
+    /// catalog ids (an id that did not resolve arrives as `unknown`), so
+    /// the map is bounded by the catalog.
+    tools: RwLock<SeriesIndex>,
     namespaces: Mutex<Vec<String>>,
     pub(crate) searches: Family<ModeLabels, Histogram>,
     pub(crate) code_runs: Family<OutcomeLabels, Histogram>,
@@ -240,20 +252,43 @@ impl Metrics {
 
     /// The series for `tool` (or `other` past the cap).
     fn series(&self, call: &CallRecord<'_>) -> Arc<ToolSeries> {
-        if let Some(s) = self.tools.read().get(call.tool) {
+        if let Some(s) = self.tools.read().by_tool.get(call.tool) {
             return s.clone();
         }
-        let mut tools = self.tools.write();
-        if let Some(s) = tools.get(call.tool) {
+        let mut index = self.tools.write();
+        if let Some(s) = index.by_tool.get(call.tool) {
             return s.clone();
         }
-        let full = tools.len() >= self.options.max_tools;
-        let labels = LatencyLabels {
-            tool: if full { OTHER.into() } else { call.tool.into() },
-            namespace: self.namespace_label(call.namespace),
-            backend: call.backend.into(),
+        let namespace = self.namespace_label(call.namespace);
+        let series = if index.labelled < self.options.max_tools {
+            index.labelled += 1;
+            self.new_series(
+                toolexec::telemetry::clip(call.tool),
+                namespace,
+                call.backend,
+            )
+        } else {
+            let key = (namespace, call.backend.to_owned());
+            match index.others.get(&key) {
+                Some(s) => s.clone(),
+                None => {
+                    let s = self.new_series(OTHER, key.0.clone(), call.backend);
+                    index.others.insert(key, s.clone());
+                    s
+                }
+            }
         };
-        let series = Arc::new(ToolSeries {
+        index.by_tool.insert(call.tool.to_owned(), series.clone());
+        series
+    }
+
+    fn new_series(&self, tool: &str, namespace: String, backend: &str) -> Arc<ToolSeries> {
+        let labels = LatencyLabels {
+            tool: tool.to_owned(),
+            namespace,
+            backend: backend.to_owned(),
+        };
+        Arc::new(ToolSeries {
             ok: self.calls.get_or_create_owned(&CallLabels {
                 tool: labels.tool.clone(),
                 namespace: labels.namespace.clone(),
@@ -262,11 +297,7 @@ impl Metrics {
             }),
             latency: self.latency.get_or_create_owned(&labels),
             labels,
-        });
-        if !full {
-            tools.insert(call.tool.to_owned(), series.clone());
-        }
-        series
+        })
     }
 
     fn namespace_label(&self, namespace: &str) -> String {

@@ -1,6 +1,7 @@
 //! What of a call's arguments may leave the process: a digest always, the
 //! values only when configured, with secrets redacted and a size cap.
 
+use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -9,15 +10,19 @@ pub const REDACTED: &str = "[redacted]";
 
 /// Object keys whose values are never recorded (compared case-insensitively,
 /// ignoring `-` and `_`): credentials by their usual names.
-const SECRET_KEYS: [&str; 12] = [
+const SECRET_KEYS: [&str; 16] = [
     "password",
     "passwd",
+    "passphrase",
+    "pwd",
     "secret",
     "token",
     "apikey",
     "authorization",
+    "proxyauthorization",
     "auth",
     "cookie",
+    "setcookie",
     "credential",
     "credentials",
     "privatekey",
@@ -35,14 +40,28 @@ fn is_secret_key(key: &str) -> bool {
         || folded.ends_with("secret")
         || folded.ends_with("password")
         || folded.ends_with("apikey")
+        || folded.ends_with("key")
+            && (folded.contains("secret")
+                || folded.contains("access")
+                || folded.contains("private"))
 }
 
-/// `sha256:` and the hex digest of the arguments' JSON text.
-pub fn digest(args: &Value) -> String {
+/// The arguments' digest: `hmac-sha256:` and the hex HMAC of their JSON
+/// text under `key`, or without a key `sha256:` and the plain hash (which
+/// a dictionary of likely arguments reverses: configure a key).
+pub fn digest(args: &Value, key: Option<&toolexec::Secret>) -> String {
     let bytes = serde_json::to_vec(args).unwrap_or_default();
-    let sum = Sha256::digest(&bytes);
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
+    let (prefix, sum): (&str, Vec<u8>) = match key {
+        Some(key) => {
+            let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key.expose().as_bytes())
+                .expect("HMAC takes keys of any length");
+            mac.update(&bytes);
+            ("hmac-sha256:", mac.finalize().into_bytes().to_vec())
+        }
+        None => ("sha256:", Sha256::digest(&bytes).to_vec()),
+    };
+    let mut out = String::with_capacity(prefix.len() + 64);
+    out.push_str(prefix);
     for b in sum {
         out.push_str(&format!("{b:02x}"));
     }
@@ -107,9 +126,22 @@ mod tests {
 
     #[test]
     fn the_digest_is_stable_and_distinguishes() {
-        let a = digest(&json!({"a": 1}));
-        assert_eq!(a, digest(&json!({"a": 1})));
-        assert_ne!(a, digest(&json!({"a": 2})));
+        let a = digest(&json!({"a": 1}), None);
+        assert_eq!(a, digest(&json!({"a": 1}), None));
+        assert_ne!(a, digest(&json!({"a": 2}), None));
         assert_eq!(a.len(), 7 + 64);
+        let key = toolexec::Secret::new("k".to_owned());
+        let keyed = digest(&json!({"a": 1}), Some(&key));
+        assert!(
+            keyed.starts_with("hmac-sha256:") && keyed.len() == 12 + 64,
+            "{keyed}"
+        );
+        assert_ne!(
+            keyed,
+            digest(
+                &json!({"a": 1}),
+                Some(&toolexec::Secret::new("j".to_owned()))
+            )
+        );
     }
 }

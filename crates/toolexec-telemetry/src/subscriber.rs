@@ -59,6 +59,7 @@ pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
     export: Option<Arc<ExportStats>>,
     audit: Option<Arc<AuditStats>>,
+    audit_log: Option<Arc<AuditLog>>,
 }
 
 /// Every span toolexec opens has a target under `toolexec::`.
@@ -141,21 +142,22 @@ impl Telemetry {
         if let Some(cap) = options.span_arguments {
             observers.push(Arc::new(SpanArguments { max_bytes: cap }));
         }
-        let audit = match options.audit {
+        let audit_log = match options.audit {
             Some(o) => {
-                let log = AuditLog::open(o)?;
-                let stats = log.stats().clone();
-                observers.push(Arc::new(log));
-                Some(stats)
+                let log = Arc::new(AuditLog::open(o)?);
+                observers.push(log.clone());
+                Some(log)
             }
             None => None,
         };
+        let audit = audit_log.as_ref().map(|l| l.stats().clone());
         let telemetry = Telemetry {
             metrics,
             observers,
             provider,
             export,
             audit,
+            audit_log,
         };
         telemetry.register_own_counters();
         Ok(telemetry)
@@ -216,12 +218,17 @@ impl Telemetry {
         self.audit.as_ref()
     }
 
-    /// Sends the spans still queued (waiting up to `timeout`) and stops the
-    /// exporter.
+    /// Writes the audit records and sends the spans still queued, within
+    /// `timeout` in all, and stops the exporter.
     pub fn shutdown(self, timeout: Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        if let Some(audit) = &self.audit_log {
+            audit.flush(timeout);
+        }
         if let Some(p) = self.provider {
-            let _ = p.force_flush();
-            let _ = p.shutdown_with_timeout(timeout);
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            // Shutting down sends what is queued first.
+            let _ = p.shutdown_with_timeout(left.max(Duration::from_millis(100)));
         }
     }
 }

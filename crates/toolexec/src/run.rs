@@ -45,6 +45,10 @@ impl RunOptions {
     }
 }
 
+/// The tool an observer and a span are told of for an id that did not
+/// resolve (the id itself is the caller's, of any size).
+pub(crate) const UNKNOWN_TOOL: &str = "unknown";
+
 /// One observed call: what its span and observer are told.
 struct Observed<'a> {
     id: &'a str,
@@ -82,9 +86,11 @@ impl Pipeline {
         let start = Instant::now();
         let resolved = ToolIdRef::parse(id).and_then(|r| self.catalog.resolve(&r));
         let held = resolved.as_ref().ok().cloned();
-        let (namespace, backend) = match &held {
-            Some(entry) => (entry.tool().id.namespace(), entry.backend().kind()),
-            None => ("", "none"),
+        // An unresolved id is whatever the caller sent: it never becomes a
+        // label or a span name of its own.
+        let (id, namespace, backend) = match &held {
+            Some(entry) => (id, entry.tool().id.namespace(), entry.backend().kind()),
+            None => (UNKNOWN_TOOL, "", "none"),
         };
         // Fields follow OpenTelemetry's GenAI conventions for tool
         // execution, all known at creation but the validation time and the

@@ -25,7 +25,8 @@ use crate::error::Error;
 /// One finished call, as an observer sees it.
 #[derive(Debug)]
 pub struct CallRecord<'a> {
-    /// The id as called (`ns:name`); for an unresolved call, what was asked.
+    /// The id as called (`ns:name`, a tool of the catalog); `unknown` for
+    /// an id that did not resolve.
     pub tool: &'a str,
     /// The namespace; empty when the id did not parse.
     pub namespace: &'a str,
@@ -59,8 +60,26 @@ pub trait CallObserver: Send + Sync + fmt::Debug {
     fn call_finished(&self, call: &CallRecord<'_>);
 }
 
+/// Longest client-supplied text (a client's name, a URI) put in a span or
+/// a [`Caller`]: longer text is cut, so a client cannot make telemetry
+/// queues hold megabytes per record.
+pub const MAX_CLIENT_TEXT: usize = 256;
+
+/// `text` cut to [`MAX_CLIENT_TEXT`] bytes at a character boundary.
+pub fn clip(text: &str) -> &str {
+    if text.len() <= MAX_CLIENT_TEXT {
+        return text;
+    }
+    let mut end = MAX_CLIENT_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Who a call is made for: the authenticated principal, the session and
-/// the client program, as far as the entry point knows them.
+/// the client program, as far as the entry point knows them. `client` is
+/// what the client called itself: informative, never proof.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Caller {
     /// The principal: a token's name or a subject.

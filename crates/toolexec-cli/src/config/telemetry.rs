@@ -38,6 +38,7 @@ pub(super) struct AuditTable {
     keep: Option<usize>,
     record_arguments: Option<bool>,
     max_argument_bytes: Option<usize>,
+    digest_key: Option<SecretSource>,
 }
 
 /// `[telemetry]` and `[audit]`, resolved.
@@ -132,6 +133,9 @@ impl TelemetryTable {
                 a.record_arguments = audit.record_arguments.unwrap_or(false);
                 if let Some(n) = audit.max_argument_bytes {
                     a.max_argument_bytes = n;
+                }
+                if let Some(key) = &audit.digest_key {
+                    a.digest_key = Some(key.resolve("audit.digest_key", base)?);
                 }
                 Some(a)
             }

@@ -16,6 +16,9 @@ pub(super) struct Session {
     pub(super) id: u64,
     /// Lowest log level sent, as an index into [`LEVELS`].
     min_level: AtomicU8,
+    /// Who is on the other end when the transport says so without
+    /// per-request credentials (stdio: the local user).
+    principal: std::sync::OnceLock<&'static str>,
 }
 
 #[allow(deprecated)]
@@ -26,7 +29,18 @@ impl Session {
         Arc::new(Session {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             min_level: AtomicU8::new(level_index(LoggingLevel::Info)),
+            principal: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sets the connection's principal (once).
+    pub(super) fn set_principal(&self, principal: &'static str) {
+        let _ = self.principal.set(principal);
+    }
+
+    /// The connection's principal, when its transport set one.
+    pub(super) fn principal(&self) -> Option<&'static str> {
+        self.principal.get().copied()
     }
 
     /// `logging/setLevel`: send log messages from `level` up.

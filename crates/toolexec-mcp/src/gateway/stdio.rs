@@ -12,6 +12,7 @@ use super::server::Gateway;
 /// handles are used. Needs a Tokio runtime with IO enabled.
 pub async fn serve_stdio(gateway: Gateway) -> Result<(), toolexec::Error> {
     let unavailable = |m: String| toolexec::Error::backend_unavailable("mcp-gateway", m);
+    gateway.session.set_principal(super::trace::STDIO_PRINCIPAL);
     let running = match gateway.serve(rmcp::transport::stdio_pipes()).await {
         Ok(r) => r,
         // stdin closed before a client said hello: nothing to serve.

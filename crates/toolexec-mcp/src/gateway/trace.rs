@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
-use toolexec::telemetry::{Caller, TraceContext, current_trace, set_parent, with_caller};
+use toolexec::telemetry::{Caller, TraceContext, clip, current_trace, set_parent, with_caller};
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -21,7 +21,7 @@ use super::server::Gateway;
 pub(super) struct Principal(pub(super) &'static str);
 
 /// The principal of requests over stdio: the local user who started it.
-const STDIO_PRINCIPAL: &str = "stdio";
+pub(super) const STDIO_PRINCIPAL: &str = "stdio";
 
 impl Gateway {
     /// Runs `work`, the answer to the request `method` (about `target`, a
@@ -40,15 +40,16 @@ impl Gateway {
         let client = context
             .peer
             .peer_info()
-            .map(|info| info.client_info.name.clone());
+            .map(|info| clip(&info.client_info.name).to_owned());
         let session = match parts.and_then(|p| p.headers.get("mcp-session-id")) {
-            Some(v) => v.to_str().unwrap_or_default().to_owned(),
+            Some(v) => clip(v.to_str().unwrap_or_default()).to_owned(),
             None => self.session.id.to_string(),
         };
         let principal = match parts {
             Some(p) => p.extensions.get::<Principal>().map(|p| p.0),
-            None => Some(STDIO_PRINCIPAL),
+            None => self.session.principal(),
         };
+        let target = target.map(clip);
         let span = tracing::info_span!(
             target: "toolexec::gateway",
             "mcp_request",

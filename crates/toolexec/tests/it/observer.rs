@@ -10,8 +10,11 @@ use serde_json::{Value, json};
 use toolexec::telemetry::{CallObserver, CallRecord, Caller, with_caller};
 use toolexec::{ChainStep, Exec, StreamRequest, ToolError};
 
+/// What was observed of one call: tool, backend, outcome, arguments, principal.
+type Observation = (String, String, String, Option<Value>, Option<String>);
+
 #[derive(Debug, Default)]
-struct Seen(Mutex<Vec<(String, String, String, Option<Value>, Option<String>)>>);
+struct Seen(Mutex<Vec<Observation>>);
 
 impl CallObserver for Seen {
     fn wants_arguments(&self) -> bool {
