@@ -336,3 +336,26 @@ fn spans_export_over_grpc() {
     assert_eq!(span["attributes"]["toolexec.backend"], "local");
     assert_eq!(span["service"], "toolexec");
 }
+
+/// A collector that is down (nothing listens) costs a call nothing: `run`
+/// answers and exits 0; the lost spans are reported on stderr.
+#[test]
+fn a_collector_that_is_down_costs_nothing() {
+    let dir = TempDir::new("otlp-down");
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("toolexec.toml"),
+        format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    let out = crate::support::run(&mut toolexec(
+        dir.path(),
+        &["--json", "run", "math:add", r#"{"a": 1, "b": 2}"#],
+    ));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.json()["value"]["result"], 3.0, "{out:?}");
+    assert!(
+        out.stderr.contains("spans dropped"),
+        "the loss is reported: {out:?}"
+    );
+}
