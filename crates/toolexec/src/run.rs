@@ -58,6 +58,26 @@ struct Observed<'a> {
     span: &'a tracing::Span,
 }
 
+/// The `execute_tool` span of one call. Fields follow OpenTelemetry's GenAI
+/// conventions for tool execution, all known at creation but the
+/// validation time and the outcome (each later `record` costs a layer
+/// visit).
+fn call_span(id: &str, namespace: &str, backend: &str) -> tracing::Span {
+    tracing::info_span!(
+        target: "toolexec::call",
+        "execute_tool",
+        otel.name = %format_args!("execute_tool {id}"),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = id,
+        toolexec.namespace = namespace,
+        toolexec.backend = backend,
+        toolexec.validation_us = Empty,
+        gen_ai.tool.call.arguments = Empty,
+        error.type = Empty,
+        otel.status_code = Empty,
+    )
+}
+
 /// Everything the pipeline needs besides the call itself.
 #[derive(Debug)]
 pub(crate) struct Pipeline {
@@ -84,30 +104,25 @@ impl Pipeline {
             return self.run_checked(&entry, args, opts, events).await;
         }
         let start = Instant::now();
-        let resolved = ToolIdRef::parse(id).and_then(|r| self.catalog.resolve(&r));
-        let held = resolved.as_ref().ok().cloned();
-        // An unresolved id is whatever the caller sent: it never becomes a
-        // label or a span name of its own.
-        let (id, namespace, backend) = match &held {
-            Some(entry) => (id, entry.tool().id.namespace(), entry.backend().kind()),
-            None => (UNKNOWN_TOOL, "", "none"),
+        let entry = match ToolIdRef::parse(id).and_then(|r| self.catalog.resolve(&r)) {
+            Ok(entry) => entry,
+            Err(e) => {
+                // An unresolved id is whatever the caller sent: it never
+                // becomes a label or a span name of its own.
+                let span = call_span(UNKNOWN_TOOL, "", "none");
+                let call = Observed {
+                    id: UNKNOWN_TOOL,
+                    namespace: "",
+                    backend: "none",
+                    start,
+                    span: &span,
+                };
+                self.finish(&call, None, Duration::ZERO, Some(&e));
+                return Err(e);
+            }
         };
-        // Fields follow OpenTelemetry's GenAI conventions for tool
-        // execution, all known at creation but the validation time and the
-        // outcome (each later `record` costs a layer visit).
-        let span = tracing::info_span!(
-            target: "toolexec::call",
-            "execute_tool",
-            otel.name = %format_args!("execute_tool {id}"),
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = id,
-            toolexec.namespace = namespace,
-            toolexec.backend = backend,
-            toolexec.validation_us = Empty,
-            gen_ai.tool.call.arguments = Empty,
-            error.type = Empty,
-            otel.status_code = Empty,
-        );
+        let (namespace, backend) = (entry.tool().id.namespace(), entry.backend().kind());
+        let span = call_span(id, namespace, backend);
         let call = Observed {
             id,
             namespace,
@@ -115,7 +130,7 @@ impl Pipeline {
             start,
             span: &span,
         };
-        self.run_observed(call, resolved, args, opts, events)
+        self.run_observed(call, &entry, args, opts, events)
             .instrument(span.clone())
             .await
     }
@@ -124,19 +139,12 @@ impl Pipeline {
     async fn run_observed(
         &self,
         call: Observed<'_>,
-        resolved: Result<Arc<RegisteredTool>, Error>,
+        entry: &RegisteredTool,
         args: Value,
         opts: &RunOptions,
         events: Option<EventTx>,
     ) -> Result<ToolOutput, Error> {
-        let entry = match resolved {
-            Ok(entry) => entry,
-            Err(e) => {
-                self.finish(&call, None, Duration::ZERO, Some(&e));
-                return Err(e);
-            }
-        };
-        let checked = self.check_input(&entry, args);
+        let checked = self.check_input(entry, args);
         let validation = call.start.elapsed();
         call.span
             .record("toolexec.validation_us", validation.as_micros() as u64);
@@ -152,7 +160,7 @@ impl Pipeline {
             .as_ref()
             .is_some_and(|o| o.wants_arguments())
             .then(|| args.clone());
-        let result = self.run_checked(&entry, args, opts, events).await;
+        let result = self.run_checked(entry, args, opts, events).await;
         self.finish(&call, kept.as_ref(), validation, result.as_ref().err());
         result
     }

@@ -81,7 +81,7 @@ async fn every_outcome_is_observed_with_its_caller() {
                 alice.clone()
             ),
             (
-                "demo:nope".into(),
+                "unknown".into(), // an unresolved id is never reported as sent
                 "none".into(),
                 "tool_not_found".into(),
                 None,
