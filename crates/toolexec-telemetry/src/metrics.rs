@@ -410,3 +410,71 @@ impl Collector for LabelledGaugeFn {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn call<'a>(tool: &'a str, namespace: &'a str) -> CallRecord<'a> {
+        CallRecord {
+            tool,
+            namespace,
+            backend: "local",
+            arguments: None,
+            error: None,
+            validation: Duration::ZERO,
+            duration: Duration::from_micros(5),
+            caller: None,
+        }
+    }
+
+    /// Past `max_tools` tools and `max_namespaces` namespaces, calls count
+    /// under `other`; the tools seen first keep their own series.
+    #[test]
+    fn labels_are_capped() {
+        let m = Metrics::new(MetricsOptions {
+            max_tools: 2,
+            max_namespaces: 1,
+        });
+        for (tool, ns) in [
+            ("a:one", "a"),
+            ("a:two", "a"),
+            ("a:three", "a"),
+            ("b:four", "b"),
+            ("a:one", "a"),
+        ] {
+            m.call_finished(&call(tool, ns));
+        }
+        let text = m.render();
+        let has = |s: &str| text.contains(s);
+        assert!(
+            has(
+                r#"toolexec_tool_calls_total{tool="a:one",namespace="a",backend="local",outcome="ok"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(
+            has(
+                r#"toolexec_tool_calls_total{tool="a:two",namespace="a",backend="local",outcome="ok"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            has(
+                r#"toolexec_tool_calls_total{tool="other",namespace="a",backend="local",outcome="ok"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            has(
+                r#"toolexec_tool_calls_total{tool="other",namespace="other",backend="local",outcome="ok"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            !has("a:three") && !has("b:four") && !has(r#"namespace="b""#),
+            "{text}"
+        );
+    }
+}

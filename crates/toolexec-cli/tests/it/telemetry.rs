@@ -338,7 +338,8 @@ fn spans_export_over_grpc() {
 }
 
 /// A collector that is down (nothing listens) costs a call nothing: `run`
-/// answers and exits 0; the lost spans are reported on stderr.
+/// answers and exits 0; the lost spans are reported on stderr, as JSON
+/// lines with `--log-format json`.
 #[test]
 fn a_collector_that_is_down_costs_nothing() {
     let dir = TempDir::new("otlp-down");
@@ -350,12 +351,27 @@ fn a_collector_that_is_down_costs_nothing() {
     .unwrap();
     let out = crate::support::run(&mut toolexec(
         dir.path(),
-        &["--json", "run", "math:add", r#"{"a": 1, "b": 2}"#],
+        &[
+            "--json",
+            "--log-format",
+            "json",
+            "run",
+            "math:add",
+            r#"{"a": 1, "b": 2}"#,
+        ],
     ));
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert_eq!(out.json()["value"]["result"], 3.0, "{out:?}");
-    assert!(
-        out.stderr.contains("spans dropped"),
-        "the loss is reported: {out:?}"
-    );
+    // The loss is reported, as a JSON log line (`--log-format json`).
+    let warning: Value = out
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .find(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("spans dropped"))
+        })
+        .unwrap_or_else(|| panic!("no JSON warning: {out:?}"));
+    assert_eq!(warning["level"], "WARN", "{warning}");
 }
