@@ -69,9 +69,9 @@ fn toolexec_span(meta: &tracing::Metadata<'_>) -> bool {
 
 impl Telemetry {
     /// Installs the global subscriber and propagation and starts the
-    /// exporter and audit writer. Call once, inside a Tokio runtime when
-    /// exporting over gRPC is not wanted either way (the exporter has its
-    /// own).
+    /// exporter and audit writer. Call once per process; no Tokio runtime
+    /// is needed (the exporter thread runs its own, for either protocol).
+    /// A second call is [`TelemetryError::AlreadyInstalled`].
     pub fn install(options: TelemetryOptions) -> Result<Telemetry, TelemetryError> {
         let filter = if options.log_filter.is_empty() {
             "warn"
