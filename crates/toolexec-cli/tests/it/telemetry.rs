@@ -265,7 +265,7 @@ fn prometheus_scrapes_the_workload() {
 #[test]
 fn metrics_over_http_need_the_token() {
     let dir = TempDir::new("metrics-http");
-    std::fs::write(dir.path().join("token"), "s3cret-token-for-metrics").unwrap();
+    dir.write_private("token", "s3cret-token-for-metrics");
     let port = free_port();
     let mut cmd = toolexec(
         dir.path(),
@@ -277,15 +277,6 @@ fn metrics_over_http_need_the_token() {
             "token",
         ],
     );
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            dir.path().join("token"),
-            std::fs::Permissions::from_mode(0o600),
-        )
-        .unwrap();
-    }
     let mut server = Background::spawn(&mut cmd);
     server.wait_listening(port);
     let (status, _) = crate::support::get_with(port, "/metrics", &[]);
