@@ -157,8 +157,16 @@ impl Embedder for QueriesCached {
 }
 
 /// The set as a catalog with the model: tool ids mapped to toolexec ids
-/// (and back), every tool embedded.
-fn catalog(test: &str, tools: &[Tool]) -> Option<(Catalog, HashMap<String, String>)> {
+/// (and back), every tool embedded, and every query's passages (the
+/// whole query and its sentences, as the catalog splits them) embedded in
+/// one batch up front: the catalog's per-query calls then read them from
+/// the cache, where a cold run would otherwise embed them a few at a time
+/// at well under half the throughput.
+fn catalog(
+    test: &str,
+    tools: &[Tool],
+    queries: &[Query],
+) -> Option<(Catalog, HashMap<String, String>)> {
     let dir = toolexec_testkit::dep(test, "TOOLEXEC_EMBED_MODEL")?;
     let model = SentenceModel::load(Path::new(&dir)).expect("load the model");
     let cache = std::env::temp_dir().join("toolexec-embed-eval-cache");
@@ -196,9 +204,20 @@ fn catalog(test: &str, tools: &[Tool]) -> Option<(Catalog, HashMap<String, Strin
         batch.push((tool, Arc::new(Unused) as Arc<dyn Backend>));
     }
     catalog.register_many(batch, false).expect("register");
-    catalog
-        .set_embedder(Arc::new(QueriesCached(CachedEmbedder::new(model, &cache))))
-        .expect("embedder");
+    let embedder = Arc::new(QueriesCached(CachedEmbedder::new(model, &cache)));
+    let passages: Vec<String> = queries
+        .iter()
+        .flat_map(|q| query_passages(&q.text))
+        .collect();
+    let refs: Vec<&str> = passages.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
+    embedder.embed(&refs).expect("embed the queries");
+    println!(
+        "{} query passages embedded in {:.1?}",
+        refs.len(),
+        started.elapsed()
+    );
+    catalog.set_embedder(embedder).expect("embedder");
     let started = std::time::Instant::now();
     assert!(catalog.wait_for_embeddings(std::time::Duration::from_secs(1800)));
     let status = catalog.embedding_status().unwrap();
@@ -220,7 +239,7 @@ fn hybrid_beats_lexical() {
     let Some((tools, queries)) = retrieval::load("hybrid_beats_lexical") else {
         return;
     };
-    let Some((catalog, back)) = catalog("hybrid_beats_lexical", &tools) else {
+    let Some((catalog, back)) = catalog("hybrid_beats_lexical", &tools, &queries) else {
         return;
     };
     let eval = |mode: SearchMode| {
