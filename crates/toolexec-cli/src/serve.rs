@@ -7,7 +7,8 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{Error, Exec, Secret};
 
 use toolexec_mcp::gateway::{
-    self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions, RunLimits,
+    self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions, NameConflict,
+    RunLimits,
 };
 use toolexec_mcp::upstream::Upstream;
 use toolexec_runtime::{Profile, Runtimes};
@@ -24,6 +25,10 @@ pub(crate) const TOKEN_ENV: &str = "TOOLEXEC_TOKEN";
 /// `--http` address) is reported as such, at once.
 pub(crate) struct Plan {
     expose: Expose,
+    /// Servers with `prefix = false`, in file order.
+    unprefixed: Vec<String>,
+    /// Every server's name, in file order (for error paths).
+    servers: Vec<String>,
     code_profile: Profile,
     runs: RunLimits,
     http: Option<HttpOptions>,
@@ -60,6 +65,8 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
     let Some(http) = args.http.as_deref() else {
         return Ok(Plan {
             expose,
+            unprefixed: config.unprefixed.clone(),
+            servers: config.servers.iter().map(|s| s.name.clone()).collect(),
             code_profile,
             runs,
             http: None,
@@ -87,6 +94,8 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
     http.limits = config.gateway.http_limits;
     Ok(Plan {
         expose,
+        unprefixed: config.unprefixed.clone(),
+        servers: config.servers.iter().map(|s| s.name.clone()).collect(),
         code_profile,
         runs,
         http: Some(http),
@@ -107,6 +116,7 @@ pub(crate) async fn serve(
         exec,
         GatewayOptions {
             expose: plan.expose,
+            unprefixed: plan.unprefixed.clone(),
             server_name: "toolexec".into(),
             instructions: None,
             code: CodeModeOptions {
@@ -118,6 +128,9 @@ pub(crate) async fn serve(
         },
         upstreams.clone(),
     );
+    if let Some(conflict) = gateway.name_conflicts().await.first() {
+        return Err(name_conflict(conflict, &plan.servers));
+    }
     let shutdown = CancellationToken::new();
     let mut http = plan.http;
     if let Some(metrics) = telemetry.metrics() {
@@ -163,6 +176,33 @@ pub(crate) async fn serve(
     gateway::serve_http(gateway, options, shutdown)
         .await
         .map(|_| ())
+}
+
+/// A name two things would publish, as the configuration error it is:
+/// at the `prefix` key of the server left out, naming both.
+fn name_conflict(conflict: &NameConflict, servers: &[String]) -> Error {
+    let server = |id: &str| id.split(':').next().unwrap_or_default().to_owned();
+    let left_out = server(&conflict.left_out);
+    let field = match servers.iter().position(|s| *s == left_out) {
+        Some(i) => format!("servers[{i}].prefix"),
+        None => "servers".to_owned(),
+    };
+    let message = if conflict.kept == "meta-tool" {
+        format!(
+            "server {left_out:?} publishes a tool named {:?} (prefix = false), the name of a \
+             meta-tool; prefix its tools or serve with --expose all",
+            conflict.name
+        )
+    } else {
+        format!(
+            "servers {:?} and {left_out:?} both publish a {} named {:?} (prefix = false on \
+             at least one); prefix one of them",
+            server(&conflict.kept),
+            conflict.kind,
+            conflict.name
+        )
+    };
+    Error::invalid_request(field, message)
 }
 
 /// Gauges read at each scrape: tool runs in flight and waiting, and each

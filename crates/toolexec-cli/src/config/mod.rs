@@ -53,6 +53,8 @@ pub(crate) struct Config {
     pub limits: Limits,
     /// Upstream MCP servers.
     pub servers: Vec<UpstreamConfig>,
+    /// Servers with `prefix = false`, in file order.
+    pub unprefixed: Vec<String>,
     /// `toolexec serve` settings.
     pub gateway: GatewayConfig,
     /// `[runtimes]`: sandbox runtimes and the profile mapping.
@@ -108,6 +110,7 @@ impl Config {
             builtins: Group::ALL.to_vec(),
             limits: Limits::default(),
             servers: Vec::new(),
+            unprefixed: Vec::new(),
             gateway: GatewayConfig::default(),
             runtimes: RuntimesConfig::default(),
             commands: Vec::new(),
@@ -157,7 +160,7 @@ impl File {
         self.limits
             .validate()
             .map_err(|e| Fault::refused("limits", e, &[]))?;
-        let servers = servers::resolve(self.servers, base, &builtins, &self.limits)?;
+        let (servers, unprefixed) = servers::resolve(self.servers, base, &builtins, &self.limits)?;
         let gateway = self.gateway.resolve(base)?;
         let mut runtimes = self.runtimes;
         runtimes.resolve(base, document)?;
@@ -179,6 +182,7 @@ impl File {
             builtins,
             limits: self.limits,
             servers,
+            unprefixed,
             gateway,
             runtimes,
             commands,

@@ -41,19 +41,28 @@ pub(super) struct ServerTable {
     max_concurrency: Option<usize>,
     #[serde(default)]
     lazy: bool,
+    /// `false`: the gateway publishes the server's tools and prompts under
+    /// their own names instead of `name__tool`.
+    prefix: Option<bool>,
 }
 
-/// The servers of the file; their names are namespaces, unique and apart
-/// from the enabled built-in groups.
+/// The servers of the file (their names are namespaces, unique and apart
+/// from the enabled built-in groups), and the names of those with
+/// `prefix = false`, in file order.
 pub(super) fn resolve(
     tables: Vec<ServerTable>,
     base: &Path,
     builtins: &[Group],
     limits: &Limits,
-) -> Result<Vec<UpstreamConfig>, Fault> {
+) -> Result<(Vec<UpstreamConfig>, Vec<String>), Fault> {
     let mut servers: Vec<UpstreamConfig> = Vec::with_capacity(tables.len());
+    let mut unprefixed = Vec::new();
     for (i, table) in tables.into_iter().enumerate() {
+        let prefix = table.prefix.unwrap_or(true);
         let server = table.resolve(i, base, builtins, limits)?;
+        if !prefix {
+            unprefixed.push(server.name.clone());
+        }
         if servers.iter().any(|s| s.name == server.name) {
             return Err(Fault::new(
                 format!("servers[{i}].name"),
@@ -62,7 +71,7 @@ pub(super) fn resolve(
         }
         servers.push(server);
     }
-    Ok(servers)
+    Ok((servers, unprefixed))
 }
 
 /// The secrets of `map`, each read at `key.<name>`.

@@ -45,6 +45,7 @@ url = "http://127.0.0.1:3001/mcp"
 headers = { "X-Api-Key" = "abc" }
 bearer_token = { env = "TOOLEXEC_TEST_SECRET" }
 lazy = true
+prefix = false
 "#,
     )
     .unwrap();
@@ -55,6 +56,7 @@ lazy = true
     assert_eq!(c.servers[0].call_timeout, Duration::from_secs(5));
     assert_eq!(c.servers[1].call_timeout, Duration::from_secs(10));
     assert!(c.servers[1].lazy);
+    assert_eq!(c.unprefixed, ["remote"]);
     assert_eq!(c.gateway.token.as_ref().unwrap().expose(), "hunter2");
     let debug = format!("{c:?}");
     assert!(

@@ -406,6 +406,65 @@ fn http_needs_a_token_source() {
     assert!(out.stderr.contains("no-such-file"), "{out}");
 }
 
+/// `prefix = false` on two servers that publish the same tool names: a
+/// configuration error at start, at the later server's `prefix`, naming
+/// both; with one unprefixed server the same config serves its tools
+/// under their own names.
+#[test]
+fn unprefixed_servers_with_one_name_are_refused() {
+    let Some(python) = dep(
+        "unprefixed_servers_with_one_name_are_refused",
+        "TOOLEXEC_PYTHON",
+    ) else {
+        return;
+    };
+    let dir = TempDir::new("unprefixed");
+    let config = |second_prefix: bool| {
+        format!(
+            r#"[[servers]]
+name = "alpha"
+command = {python}
+args = [{fixture}, "stdio"]
+prefix = false
+
+[[servers]]
+name = "beta"
+command = {python}
+args = [{fixture}, "stdio"]
+prefix = {second_prefix}
+"#,
+            python = toml_str(&python),
+            fixture = toml_str(PY_UPSTREAM_SERVER),
+        )
+    };
+    dir.write("toolexec.toml", &config(false));
+    let out = run(&mut toolexec(dir.path(), &["serve", "--expose", "all"]));
+    out.expect_code(2);
+    assert!(out.stderr.contains("servers[1].prefix"), "{out}");
+    assert!(
+        out.stderr.contains("\"alpha\"") && out.stderr.contains("\"beta\""),
+        "{out}"
+    );
+
+    dir.write("toolexec.toml", &config(true));
+    let calls = json!([{"tool": "add", "args": {"a": 2, "b": 3}}]);
+    let summary = serve_client(
+        dir.path(),
+        &python,
+        &calls,
+        &[support::BIN, "serve", "--expose", "all"],
+    );
+    let tools = summary["tools"].as_array().unwrap();
+    assert!(tools.contains(&json!("add")), "{summary}");
+    assert!(tools.contains(&json!("beta__add")), "{summary}");
+    assert!(!tools.contains(&json!("alpha__add")), "{summary}");
+    assert_eq!(
+        summary["calls"][0]["structured"],
+        json!({"result": 5}),
+        "{summary}"
+    );
+}
+
 #[test]
 fn http_without_auth_and_with_the_token_from_the_environment() {
     let Some(inspector) =

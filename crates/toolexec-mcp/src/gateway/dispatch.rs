@@ -15,7 +15,6 @@ use toolexec_code::{CodeLimits, CodeRequest};
 #[cfg(feature = "code")]
 use super::code;
 use super::meta::{self, META_TOOLS};
-use super::names::mcp_name_to_id;
 use super::result;
 use super::server::Gateway;
 
@@ -35,8 +34,7 @@ impl Gateway {
             return self.call_meta(name, args, context).await;
         }
         if expose.direct()
-            && let Some(id) = mcp_name_to_id(name)
-            && self.exec().catalog().get(&id).is_ok()
+            && let Some(id) = self.resolve_name(name)
         {
             let args = args.map(Value::Object).unwrap_or(Value::Null);
             return Ok(self.run_tool(id, args, context).await);

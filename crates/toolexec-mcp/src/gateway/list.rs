@@ -10,7 +10,7 @@ use rmcp::model::{
 use serde_json::{Value, json};
 use toolexec::{ListRequest, RegisteredTool};
 
-use super::names::id_to_mcp_name;
+use super::names::published_name;
 use super::options::GatewayOptions;
 use super::server::Gateway;
 use super::{meta, result};
@@ -52,7 +52,16 @@ impl Gateway {
                                 .get(&t.tool().id.to_string())
                                 .is_ok_and(|e| Arc::ptr_eq(&e, t))
                     })
-                    .filter_map(|t| direct_tool(t)),
+                    .filter_map(|t| {
+                        let id = t.tool().id.to_string();
+                        match self.published(&id) {
+                            Some(name) => Some(direct_tool(t, name, id)),
+                            None => {
+                                self.log_unpublished(&id);
+                                None
+                            }
+                        }
+                    }),
             );
             next_cursor = page.next_cursor;
         } else if cursor.is_some() {
@@ -64,6 +73,25 @@ impl Gateway {
         let mut result = ListToolsResult::with_all_items(tools);
         result.next_cursor = next_cursor;
         Ok(result)
+    }
+}
+
+impl Gateway {
+    /// Logs, once per tool, why it is not in `tools/list`: no MCP name
+    /// (debug), or its name taken by a meta-tool or another tool
+    /// (warning).
+    fn log_unpublished(&self, id: &str) {
+        if !self.shared.unpublished.lock().insert(id.to_owned()) {
+            return;
+        }
+        match published_name(id, &self.shared.options.unprefixed) {
+            None => tracing::debug!(%id, "tool id has no MCP name; not published directly"),
+            Some(name) => tracing::warn!(
+                %id,
+                %name,
+                "not published directly: another tool or a meta-tool has the name (run_tool reaches it by id)"
+            ),
+        }
     }
 }
 
@@ -94,15 +122,9 @@ fn object(v: Value) -> JsonObject {
     }
 }
 
-/// A catalog tool as a directly published MCP tool, or `None` when its id
-/// has no MCP name.
-fn direct_tool(entry: &RegisteredTool) -> Option<McpTool> {
+/// A catalog tool as a directly published MCP tool named `name`.
+fn direct_tool(entry: &RegisteredTool, name: String, id: String) -> McpTool {
     let t = entry.tool();
-    let id = t.id.to_string();
-    let Some(name) = id_to_mcp_name(&id) else {
-        tracing::debug!(%id, "tool id has no MCP name; not published directly");
-        return None;
-    };
     let description = if t.description.trim().is_empty() {
         t.summary().to_owned()
     } else {
@@ -134,5 +156,5 @@ fn direct_tool(entry: &RegisteredTool) -> Option<McpTool> {
     }
     let mut meta = MetaObject::new();
     meta.0.insert(META_ID_KEY.into(), json!(id));
-    Some(tool.with_meta(meta))
+    tool.with_meta(meta)
 }

@@ -127,7 +127,7 @@ pub use limits::{
 };
 pub use list::{META_ID_KEY, TOOLS_PAGE};
 pub use meta::{DEFAULT_INSTRUCTIONS, META_TOOLS};
-pub use names::{id_to_mcp_name, mcp_name_to_id};
+pub use names::{NameConflict, id_to_mcp_name, mcp_name_to_id};
 pub use options::{Expose, GatewayOptions};
 pub use relay::CHUNK_LOGGER;
 pub use result::RESULT_KEY;

@@ -19,6 +19,26 @@
 //! once `ns:name:2` exists, `ns__name` runs version 2 and an unversioned
 //! `ns:name` entry is no longer listed (it could not be called).
 
+use toolexec::ListRequest;
+
+use super::meta::META_TOOLS;
+use super::server::Gateway;
+
+/// Two things the gateway would publish under one name: the one that keeps
+/// it and the one left out (reachable through `run_tool` by id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameConflict {
+    /// `tool` or `prompt`.
+    pub kind: &'static str,
+    /// The published name.
+    pub name: String,
+    /// What keeps the name: a tool id, `meta-tool` for a meta-tool, or
+    /// `server:prompt`.
+    pub kept: String,
+    /// What is left out: a tool id or `server:prompt`.
+    pub left_out: String,
+}
+
 /// The separator that stands for `:`.
 pub(super) const SEPARATOR: &str = "__";
 
@@ -54,6 +74,136 @@ pub fn mcp_name_to_id(name: &str) -> Option<String> {
     Some(segments.join(":"))
 }
 
+/// The name under which the gateway publishes `id`: its MCP name, without
+/// the namespace when that namespace is one of `unprefixed` (`[[servers]]
+/// prefix = false`): `docs:search` → `search`, `docs:search:2` →
+/// `search__2`.
+pub(super) fn published_name(id: &str, unprefixed: &[String]) -> Option<String> {
+    let name = id_to_mcp_name(id)?;
+    let namespace = id.split(':').next()?;
+    if unprefixed.iter().any(|u| u == namespace) {
+        Some(name[namespace.len() + SEPARATOR.len()..].to_owned())
+    } else {
+        Some(name)
+    }
+}
+
+/// The ids a published name may stand for, in precedence order: the
+/// `unprefixed` namespaces in their order, then the prefixed reading
+/// (`ns__name`) unless its namespace is unprefixed. The first that exists
+/// owns the name.
+pub(super) fn candidate_ids(name: &str, unprefixed: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let segments: Vec<&str> = name.split(SEPARATOR).collect();
+    if (1..=2).contains(&segments.len()) && segments.iter().all(|s| segment_ok(s)) {
+        let rest = segments.join(":");
+        out.extend(unprefixed.iter().map(|ns| format!("{ns}:{rest}")));
+    }
+    if let Some(id) = mcp_name_to_id(name)
+        && !unprefixed.iter().any(|u| id.split(':').next() == Some(u))
+    {
+        out.push(id);
+    }
+    out
+}
+
+impl Gateway {
+    /// The name `id` is published under, or `None` when it is not
+    /// published directly: it has no MCP name, or the name belongs to a
+    /// meta-tool or to a tool that comes first (see
+    /// [`GatewayOptions::unprefixed`](super::GatewayOptions::unprefixed)).
+    pub(super) fn published(&self, id: &str) -> Option<String> {
+        let name = published_name(id, &self.shared.options.unprefixed)?;
+        match self.owner(&name) {
+            Some(Owner::Tool(owner)) if owner == id => Some(name),
+            _ => None,
+        }
+    }
+
+    /// The tool id a published name calls, if a tool owns it.
+    pub(super) fn resolve_name(&self, name: &str) -> Option<String> {
+        match self.owner(name)? {
+            Owner::Tool(id) => Some(id),
+            Owner::Meta => None,
+        }
+    }
+
+    fn owner(&self, name: &str) -> Option<Owner> {
+        if self.shared.options.expose.meta() && META_TOOLS.contains(&name) {
+            return Some(Owner::Meta);
+        }
+        let catalog = self.exec().catalog();
+        candidate_ids(name, &self.shared.options.unprefixed)
+            .into_iter()
+            .find(|id| catalog.get(id).is_ok())
+            .map(Owner::Tool)
+    }
+
+    /// Names two things would be published under, now: with
+    /// [`unprefixed`](super::GatewayOptions::unprefixed) namespaces, two
+    /// servers with a tool or a prompt of the same name, or a tool named
+    /// like a meta-tool. The first keeps the name; the other is left out
+    /// of the list (logged when it is; a tool stays reachable by id
+    /// through `run_tool`). Reads the unprefixed servers' prompt lists.
+    /// `toolexec serve` refuses to start with any.
+    pub async fn name_conflicts(&self) -> Vec<NameConflict> {
+        let mut out = self.tool_conflicts();
+        #[cfg(feature = "upstream")]
+        if !self.shared.options.unprefixed.is_empty() {
+            let cancel = tokio_util::sync::CancellationToken::new();
+            out.extend(self.shared.passthrough.prompt_conflicts(cancel).await);
+        }
+        out
+    }
+
+    fn tool_conflicts(&self) -> Vec<NameConflict> {
+        if !self.shared.options.expose.direct() {
+            return Vec::new();
+        }
+        let catalog = self.exec().catalog();
+        let mut out = Vec::new();
+        let mut cursor = None;
+        loop {
+            let Ok(page) = catalog.list(&ListRequest {
+                namespace: None,
+                cursor: cursor.take(),
+                limit: Some(super::TOOLS_PAGE),
+            }) else {
+                break;
+            };
+            for entry in &page.tools {
+                let id = entry.tool().id.to_string();
+                let Some(name) = published_name(&id, &self.shared.options.unprefixed) else {
+                    continue;
+                };
+                let kept = match self.owner(&name) {
+                    Some(Owner::Meta) => "meta-tool".to_owned(),
+                    Some(Owner::Tool(owner)) if owner == id => continue,
+                    Some(Owner::Tool(owner)) => owner,
+                    None => continue,
+                };
+                out.push(NameConflict {
+                    kind: "tool",
+                    name,
+                    kept,
+                    left_out: id,
+                });
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+/// What owns a published name.
+enum Owner {
+    Meta,
+    Tool(String),
+}
+
 fn segment_ok(s: &str) -> bool {
     !s.is_empty()
         && !s.contains(SEPARATOR)
@@ -82,6 +232,31 @@ mod tests {
         }
         let long = format!("ns:{}", "a".repeat(127));
         assert_eq!(id_to_mcp_name(&long), None);
+    }
+
+    #[test]
+    fn unprefixed_names_round_trip() {
+        let unprefixed = vec!["docs".to_owned(), "web".to_owned()];
+        for (id, name) in [
+            ("docs:search", "search"),
+            ("docs:search:2", "search__2"),
+            ("web:fetch", "fetch"),
+            ("math:add", "math__add"),
+        ] {
+            assert_eq!(published_name(id, &unprefixed).as_deref(), Some(name));
+            assert!(candidate_ids(name, &unprefixed).contains(&id.to_owned()));
+        }
+        // Unprefixed namespaces in order, then the prefixed reading.
+        assert_eq!(
+            candidate_ids("a__b", &unprefixed),
+            ["docs:a:b", "web:a:b", "a:b"]
+        );
+        // A prefixed reading into an unprefixed namespace is not one.
+        assert_eq!(
+            candidate_ids("docs__search", &unprefixed),
+            ["docs:docs:search", "web:docs:search"]
+        );
+        assert!(candidate_ids("x___y", &unprefixed).is_empty());
     }
 
     #[test]

@@ -72,6 +72,12 @@ impl std::str::FromStr for Expose {
 pub struct GatewayOptions {
     /// What `tools/list` publishes.
     pub expose: Expose,
+    /// Namespaces whose tools and prompts are published under their own
+    /// names (`search`) instead of `namespace__search`, in precedence
+    /// order: a name two of them share belongs to the first, and the
+    /// gateway reports it ([`Gateway::name_conflicts`](super::Gateway::name_conflicts)).
+    /// Empty: every name is prefixed.
+    pub unprefixed: Vec<String>,
     /// `serverInfo.name` in the `initialize` result.
     pub server_name: String,
     /// `instructions` in the `initialize` result. `None` uses
@@ -97,6 +103,7 @@ impl Default for GatewayOptions {
     fn default() -> Self {
         GatewayOptions {
             expose: Expose::Meta,
+            unprefixed: Vec::new(),
             server_name: "toolexec".into(),
             instructions: None,
             #[cfg(feature = "code")]

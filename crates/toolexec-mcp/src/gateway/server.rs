@@ -2,6 +2,7 @@
 //! the options, the code runner, the run slots, the clients to notify) and
 //! the per-connection [`Session`].
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -71,6 +72,8 @@ pub(super) struct Shared {
     /// task takes the receiver.
     pub(super) changes: Mutex<Option<broadcast::Receiver<toolexec::CatalogEvent>>>,
     pub(super) watcher_started: AtomicBool,
+    /// Tools already logged as not published directly.
+    pub(super) unpublished: Mutex<HashSet<String>>,
     /// Stops the watcher when the last clone of the gateway goes.
     pub(super) stop: CancellationToken,
 }
@@ -97,7 +100,8 @@ impl Gateway {
         options: GatewayOptions,
         upstreams: Vec<Arc<crate::upstream::Upstream>>,
     ) -> Self {
-        Self::build(exec, options, Arc::new(Passthrough::new(upstreams)))
+        let passthrough = Passthrough::new(upstreams, &options.unprefixed);
+        Self::build(exec, options, Arc::new(passthrough))
     }
 
     fn build(
@@ -126,6 +130,7 @@ impl Gateway {
                 passthrough,
                 changes: Mutex::new(changes),
                 watcher_started: AtomicBool::new(false),
+                unpublished: Mutex::default(),
                 stop: CancellationToken::new(),
             }),
             session: Session::new(),

@@ -54,6 +54,24 @@ fn fixture(python: &str, label: &str) -> UpstreamConfig {
 
 /// A gateway in front of `one` and `two`, and a client connected to it.
 async fn setup(python: &str) -> (Client, mpsc::UnboundedReceiver<Note>, Vec<Arc<Upstream>>) {
+    let options = GatewayOptions {
+        expose: Expose::All,
+        ..GatewayOptions::default()
+    };
+    let (client, notes, upstreams, _) = setup_with(python, options).await;
+    (client, notes, upstreams)
+}
+
+/// [`setup`] with `options`; also the gateway.
+async fn setup_with(
+    python: &str,
+    options: GatewayOptions,
+) -> (
+    Client,
+    mpsc::UnboundedReceiver<Note>,
+    Vec<Arc<Upstream>>,
+    Gateway,
+) {
     let catalog = Arc::new(Catalog::new());
     let mut upstreams = Vec::new();
     for label in ["one", "two"] {
@@ -62,20 +80,18 @@ async fn setup(python: &str) -> (Client, mpsc::UnboundedReceiver<Note>, Vec<Arc<
             .unwrap();
         upstreams.push(Arc::new(upstream));
     }
-    let options = GatewayOptions {
-        expose: Expose::All,
-        ..GatewayOptions::default()
-    };
     let gateway = Gateway::with_upstreams(Exec::new(catalog), options, upstreams.clone());
     let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    let serving = gateway.clone();
     tokio::spawn(async move {
+        let gateway = serving;
         if let Ok(running) = gateway.serve(server_io).await {
             let _ = running.waiting().await;
         }
     });
     let (tx, rx) = mpsc::unbounded_channel();
     let client = Recorder(tx).serve(client_io).await.expect("initialize");
-    (client, rx, upstreams)
+    (client, rx, upstreams, gateway)
 }
 
 async fn next_note(notes: &mut mpsc::UnboundedReceiver<Note>) -> Note {
@@ -302,4 +318,180 @@ async fn resources_prompts_and_completion_of_two_upstreams() {
     client.cancel().await.unwrap();
     // Dropping the last handle stops each server.
     drop(upstreams);
+}
+
+async fn tool_names(client: &Client) -> Vec<String> {
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+async fn prompt_text(client: &Client, name: &str) -> serde_json::Value {
+    let mut params = GetPromptRequestParams::new(name);
+    params.arguments = json!({"code": "x = 1"}).as_object().cloned();
+    let prompt = client.get_prompt(params).await.unwrap();
+    serde_json::to_value(&prompt.messages[0].content).unwrap()["text"].clone()
+}
+
+/// `prefix = false` (`GatewayOptions::unprefixed`): `one`'s tools and
+/// prompts under their own names, `two`'s prefixed; no conflict.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprefixed_server_keeps_its_names() {
+    let Some(python) =
+        toolexec_testkit::deps("an_unprefixed_server_keeps_its_names", &["TOOLEXEC_PYTHON"])
+            .map(|mut v| v.remove(0))
+    else {
+        return;
+    };
+    let options = GatewayOptions {
+        expose: Expose::All,
+        unprefixed: vec!["one".into()],
+        ..GatewayOptions::default()
+    };
+    let (client, _notes, _upstreams, gateway) = setup_with(&python, options).await;
+    assert_eq!(gateway.name_conflicts().await, []);
+
+    let names = tool_names(&client).await;
+    for name in ["add", "show_env", "dup_name", "two__add", "two__show_env"] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.starts_with("one__")), "{names:?}");
+    // Each name runs its own server's tool; the prefixed form of an
+    // unprefixed server's tool is not a name.
+    let label = json!({"name": "PY_UPSTREAM_LABEL"});
+    assert_eq!(
+        call(&client, "show_env", label.clone()).await,
+        json!({"result": "one"})
+    );
+    assert_eq!(
+        call(&client, "two__show_env", label.clone()).await,
+        json!({"result": "two"})
+    );
+    let mut params = CallToolRequestParams::new("one__show_env");
+    params.arguments = label.as_object().cloned();
+    let e = mcp_error(client.call_tool(params).await);
+    assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+
+    // Prompts: `review` is one's, `two__review` two's; completion follows.
+    let prompts = client.list_all_prompts().await.unwrap();
+    let names: Vec<_> = prompts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["review", "two__review"]);
+    assert_eq!(
+        prompt_text(&client, "review").await,
+        "Review this python code (one):\nx = 1"
+    );
+    assert_eq!(
+        prompt_text(&client, "two__review").await,
+        "Review this python code (two):\nx = 1"
+    );
+    let e = mcp_error(
+        client
+            .get_prompt(GetPromptRequestParams::new("one__review"))
+            .await,
+    );
+    assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+    let done = client
+        .complete(CompleteRequestParams::new(
+            Reference::for_prompt("review"),
+            ArgumentInfo::new("language", "r"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(done.completion.values, ["rust"]);
+    client.cancel().await.unwrap();
+}
+
+/// Two unprefixed servers with the same tools and prompts: the first keeps
+/// each name, the conflicts are reported; a tool one server adds at run
+/// time under a meta-tool's name is a conflict too, and the meta-tool
+/// keeps the name.
+#[tokio::test(flavor = "multi_thread")]
+async fn unprefixed_servers_that_share_names_conflict() {
+    let Some(python) = toolexec_testkit::deps(
+        "unprefixed_servers_that_share_names_conflict",
+        &["TOOLEXEC_PYTHON"],
+    )
+    .map(|mut v| v.remove(0)) else {
+        return;
+    };
+    let options = GatewayOptions {
+        expose: Expose::Both,
+        unprefixed: vec!["one".into(), "two".into()],
+        ..GatewayOptions::default()
+    };
+    let (client, _notes, _upstreams, gateway) = setup_with(&python, options).await;
+    let conflicts = gateway.name_conflicts().await;
+    let add = conflicts
+        .iter()
+        .find(|c| c.name == "add")
+        .unwrap_or_else(|| panic!("add in {conflicts:?}"));
+    assert_eq!(
+        (add.kind, add.kept.as_str(), add.left_out.as_str()),
+        ("tool", "one:add", "two:add")
+    );
+    let review = conflicts
+        .iter()
+        .find(|c| c.kind == "prompt")
+        .unwrap_or_else(|| panic!("a prompt in {conflicts:?}"));
+    assert_eq!(
+        (
+            review.name.as_str(),
+            review.kept.as_str(),
+            review.left_out.as_str()
+        ),
+        ("review", "one:review", "two:review")
+    );
+    assert!(
+        conflicts.iter().all(|c| c.left_out.starts_with("two:")),
+        "{conflicts:?}"
+    );
+
+    // Each name once, and it is the first server's.
+    let names = tool_names(&client).await;
+    assert_eq!(
+        names.iter().filter(|n| *n == "show_env").count(),
+        1,
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains("__")), "{names:?}");
+    let label = json!({"name": "PY_UPSTREAM_LABEL"});
+    assert_eq!(
+        call(&client, "show_env", label).await,
+        json!({"result": "one"})
+    );
+    let prompts = client.list_all_prompts().await.unwrap();
+    let names: Vec<_> = prompts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["review"]);
+    assert_eq!(
+        prompt_text(&client, "review").await,
+        "Review this python code (one):\nx = 1"
+    );
+
+    // one adds `run_tool`: the meta-tool keeps the name.
+    call(&client, "add_tool", json!({"name": "run_tool"})).await;
+    let deadline = Instant::now() + WAIT;
+    while gateway.exec().catalog().get("one:run_tool").is_err() {
+        assert!(Instant::now() < deadline, "one:run_tool never imported");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let conflicts = gateway.name_conflicts().await;
+    assert!(
+        conflicts
+            .iter()
+            .any(|c| c.name == "run_tool" && c.kept == "meta-tool" && c.left_out == "one:run_tool"),
+        "{conflicts:?}"
+    );
+    let names = tool_names(&client).await;
+    assert_eq!(
+        names.iter().filter(|n| *n == "run_tool").count(),
+        1,
+        "{names:?}"
+    );
+    client.cancel().await.unwrap();
 }

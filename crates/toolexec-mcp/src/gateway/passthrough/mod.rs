@@ -5,7 +5,8 @@
 //!
 //! Lists are merged in configuration order, one upstream page per gateway
 //! page; the gateway's cursor names the upstream and carries its cursor.
-//! Prompts are published as `server__name`, as tools are. Resource URIs stay
+//! Prompts are published as `server__name`, as tools are, or under their
+//! own names for servers configured unprefixed. Resource URIs stay
 //! as the server wrote them; a URI an earlier server already lists is
 //! published by the later one as `toolexec://<server>/<percent-encoded
 //! URI>`, which reads back from that server (the collision is logged once).
@@ -49,6 +50,14 @@ const RELEARN_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 /// The upstreams a gateway relays, and what it learned about them.
 pub(crate) struct Passthrough {
     upstreams: Vec<Arc<Upstream>>,
+    /// Per upstream: whether its prompts keep their own names
+    /// ([`GatewayOptions::unprefixed`](super::GatewayOptions::unprefixed)).
+    unprefixed: Vec<bool>,
+    /// Prompt names of each unprefixed upstream, as last listed.
+    prompt_names: Mutex<HashMap<usize, HashSet<String>>>,
+    /// When the unprefixed upstreams' prompts were last read to find an
+    /// unknown prompt's owner.
+    prompts_learned: Mutex<Option<std::time::Instant>>,
     /// URI → the upstream that owns it: the first in configuration order
     /// that listed it.
     owners: Mutex<HashMap<String, usize>>,
@@ -77,9 +86,15 @@ struct Subscriber {
 }
 
 impl Passthrough {
-    pub(crate) fn new(upstreams: Vec<Arc<Upstream>>) -> Self {
+    pub(crate) fn new(upstreams: Vec<Arc<Upstream>>, unprefixed: &[String]) -> Self {
         Passthrough {
+            unprefixed: upstreams
+                .iter()
+                .map(|u| unprefixed.iter().any(|n| n == u.name()))
+                .collect(),
             upstreams,
+            prompt_names: Mutex::default(),
+            prompts_learned: Mutex::new(None),
             owners: Mutex::default(),
             templates: Mutex::default(),
             logged: Mutex::default(),
@@ -259,9 +274,20 @@ impl Passthrough {
     }
 }
 
+/// True, at most once per [`RELEARN_AFTER`] for one `learned` time, when
+/// lists may be read again to find an unknown name.
+fn due(learned: &Mutex<Option<std::time::Instant>>) -> bool {
+    let mut learned = learned.lock();
+    if learned.is_some_and(|at| at.elapsed() < RELEARN_AFTER) {
+        return false;
+    }
+    *learned = Some(std::time::Instant::now());
+    true
+}
+
 impl Default for Passthrough {
     fn default() -> Self {
-        Passthrough::new(Vec::new())
+        Passthrough::new(Vec::new(), &[])
     }
 }
 

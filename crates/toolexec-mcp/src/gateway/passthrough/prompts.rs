@@ -1,6 +1,7 @@
 //! `prompts/list`, `prompts/get` and `completion/complete`, relayed to the
 //! upstream that owns each prompt or resource template. Prompts are
-//! published as `server__name`.
+//! published as `server__name`, or under their own names for servers
+//! configured unprefixed.
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
@@ -10,9 +11,9 @@ use rmcp::model::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::super::names::SEPARATOR;
-use super::Passthrough;
+use super::super::names::{NameConflict, SEPARATOR};
 use super::uri::parse_rewritten;
+use super::{MAX_LOOKUP_PAGES, MAX_TEMPLATES, Passthrough, due};
 
 fn has_prompts(c: &ServerCapabilities) -> bool {
     c.prompts.is_some()
@@ -30,13 +31,19 @@ impl Passthrough {
             .merged("prompts/list", cursor, has_prompts, |i, c| {
                 let cancel = cancel.clone();
                 async move {
+                    let first = c.is_none();
                     let params = PaginatedRequestParams::default().with_cursor(c);
                     let request =
                         ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params));
                     let mut page: ListPromptsResult = self.relay(i, request, cancel).await?;
-                    let server = self.upstreams[i].name();
-                    for prompt in &mut page.prompts {
-                        prompt.name = format!("{server}{SEPARATOR}{}", prompt.name);
+                    if self.unprefixed[i] {
+                        self.remember_prompts(i, first, &page);
+                        page.prompts.retain(|p| self.prompt_keeps_name(i, &p.name));
+                    } else {
+                        let server = self.upstreams[i].name();
+                        for prompt in &mut page.prompts {
+                            prompt.name = format!("{server}{SEPARATOR}{}", prompt.name);
+                        }
                     }
                     Ok((page.prompts, page.next_cursor))
                 }
@@ -47,19 +54,129 @@ impl Passthrough {
         Ok(result)
     }
 
-    /// The upstream and original name of a published prompt name.
-    fn prompt_owner(&self, name: &str) -> Result<(usize, String), McpError> {
-        name.split_once(SEPARATOR)
-            .and_then(|(server, original)| {
-                let index = self.index_of(server)?;
+    /// Records the prompt names of unprefixed upstream `index` (a first
+    /// page starts the list afresh), at most [`MAX_TEMPLATES`] of them.
+    fn remember_prompts(&self, index: usize, first: bool, page: &ListPromptsResult) {
+        let mut known = self.prompt_names.lock();
+        let names = known.entry(index).or_default();
+        if first {
+            names.clear();
+        }
+        for prompt in &page.prompts {
+            if names.len() >= MAX_TEMPLATES {
+                break;
+            }
+            names.insert(prompt.name.clone());
+        }
+    }
+
+    /// Whether unprefixed upstream `index` keeps the name of its prompt
+    /// `name`: no earlier unprefixed upstream lists one of that name. A
+    /// prompt left out is logged once.
+    fn prompt_keeps_name(&self, index: usize, name: &str) -> bool {
+        let Some(earlier) = self.unprefixed_prompt_owner(name).filter(|&o| o != index) else {
+            return true;
+        };
+        if self.logged.lock().insert((format!("prompt {name}"), index)) {
+            tracing::warn!(
+                prompt = name,
+                server = self.upstreams[index].name(),
+                kept_by = self.upstreams[earlier].name(),
+                "prompt not published: an earlier unprefixed server has a prompt of that name"
+            );
+        }
+        false
+    }
+
+    /// The first unprefixed upstream known to list a prompt `name`.
+    fn unprefixed_prompt_owner(&self, name: &str) -> Option<usize> {
+        let known = self.prompt_names.lock();
+        (0..self.upstreams.len())
+            .find(|i| self.unprefixed[*i] && known.get(i).is_some_and(|n| n.contains(name)))
+    }
+
+    /// Reads the prompt lists of the unprefixed upstreams again.
+    pub(super) async fn learn_prompts(&self, cancel: CancellationToken) {
+        for index in 0..self.upstreams.len() {
+            if !self.unprefixed[index] || !self.has(index, has_prompts) {
+                continue;
+            }
+            let mut cursor = None;
+            for page_no in 0..MAX_LOOKUP_PAGES {
+                let params = PaginatedRequestParams::default().with_cursor(cursor);
+                let request =
+                    ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params));
+                let Ok(page) = self
+                    .relay::<ListPromptsResult>(index, request, cancel.clone())
+                    .await
+                else {
+                    break;
+                };
+                self.remember_prompts(index, page_no == 0, &page);
+                match page.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// The upstream and original name of a published prompt name: an
+    /// unprefixed server's prompt under its own name (the first such
+    /// server in configuration order), else `server__name`.
+    async fn prompt_owner(
+        &self,
+        name: &str,
+        cancel: CancellationToken,
+    ) -> Result<(usize, String), McpError> {
+        let prefixed = || {
+            name.split_once(SEPARATOR).and_then(|(server, original)| {
+                let index = self.index_of(server).filter(|&i| !self.unprefixed[i])?;
                 (!original.is_empty()).then(|| (index, original.to_owned()))
             })
-            .ok_or_else(|| {
-                McpError::invalid_params(
-                    format!("unknown prompt {name:?} (prompts are named server{SEPARATOR}name)"),
-                    None,
-                )
-            })
+        };
+        if let Some(index) = self.unprefixed_prompt_owner(name) {
+            return Ok((index, name.to_owned()));
+        }
+        if let Some(found) = prefixed() {
+            return Ok(found);
+        }
+        // Not listed yet: read the unprefixed servers' lists again
+        // (rate-limited).
+        if self.unprefixed.contains(&true) && due(&self.prompts_learned) {
+            self.learn_prompts(cancel).await;
+            if let Some(index) = self.unprefixed_prompt_owner(name) {
+                return Ok((index, name.to_owned()));
+            }
+        }
+        Err(McpError::invalid_params(
+            format!("unknown prompt {name:?} (prompts are named server{SEPARATOR}name)"),
+            None,
+        ))
+    }
+
+    /// Prompts that two unprefixed servers list under one name: the first
+    /// server keeps it (reads the lists now).
+    pub(crate) async fn prompt_conflicts(&self, cancel: CancellationToken) -> Vec<NameConflict> {
+        self.learn_prompts(cancel).await;
+        let known = self.prompt_names.lock();
+        let mut out = Vec::new();
+        for (&index, names) in known.iter() {
+            for name in names {
+                if let Some(first) = (0..index)
+                    .find(|i| self.unprefixed[*i] && known.get(i).is_some_and(|n| n.contains(name)))
+                {
+                    out.push(NameConflict {
+                        kind: "prompt",
+                        name: name.clone(),
+                        kept: format!("{}:{name}", self.upstreams[first].name()),
+                        left_out: format!("{}:{name}", self.upstreams[index].name()),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.left_out, &a.name).cmp(&(&b.left_out, &b.name)));
+        out
     }
 
     /// `prompts/get`: relayed to the prompt's server under its own name;
@@ -69,7 +186,7 @@ impl Passthrough {
         mut params: GetPromptRequestParams,
         cancel: CancellationToken,
     ) -> Result<GetPromptResult, McpError> {
-        let (index, original) = self.prompt_owner(&params.name)?;
+        let (index, original) = self.prompt_owner(&params.name, cancel.clone()).await?;
         params.meta = None;
         params.name = original;
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
@@ -87,7 +204,7 @@ impl Passthrough {
         params.meta = None;
         let index = match &mut params.r#ref {
             Reference::Prompt(prompt) => {
-                let (index, original) = self.prompt_owner(&prompt.name)?;
+                let (index, original) = self.prompt_owner(&prompt.name, cancel.clone()).await?;
                 prompt.name = original;
                 index
             }

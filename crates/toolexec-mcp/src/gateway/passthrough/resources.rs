@@ -2,8 +2,6 @@
 //! `resources/subscribe` and `resources/unsubscribe`, relayed to the
 //! upstream that owns each URI.
 
-use std::time::Instant;
-
 use rmcp::ErrorData as McpError;
 // resources/subscribe and unsubscribe are deprecated by the 2026-07-28
 // revision (subscriptions/listen) but current in 2025-11-25, which the
@@ -23,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::uri::{matches_template, parse_rewritten, rewrite};
 use super::{
     MAX_KNOWN_URIS, MAX_LOOKUP_PAGES, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Passthrough,
-    RELEARN_AFTER, Subscriber,
+    Subscriber,
 };
 
 /// MCP's code for a resource that does not exist.
@@ -362,14 +360,9 @@ impl Passthrough {
         }
     }
 
-    /// True, at most once per [`RELEARN_AFTER`], when an unknown URI or
+    /// True, at most once per [`RELEARN_AFTER`](super::RELEARN_AFTER), when an unknown URI or
     /// template may read the upstreams' lists again.
     pub(super) fn relearn_due(&self) -> bool {
-        let mut learned = self.learned.lock();
-        if learned.is_some_and(|at| at.elapsed() < RELEARN_AFTER) {
-            return false;
-        }
-        *learned = Some(Instant::now());
-        true
+        super::due(&self.learned)
     }
 }
