@@ -178,26 +178,32 @@ pub(crate) async fn serve(
         .map(|_| ())
 }
 
-/// A name two things would publish, as the configuration error it is:
-/// at the `prefix` key of the server left out, naming both.
+/// A name several things claim, as the configuration error it is: at the
+/// `prefix` key of the last server involved, naming every one.
 fn name_conflict(conflict: &NameConflict, servers: &[String]) -> Error {
-    let server = |id: &str| id.split(':').next().unwrap_or_default().to_owned();
-    let left_out = server(&conflict.left_out);
-    let field = match servers.iter().position(|s| *s == left_out) {
-        Some(i) => format!("servers[{i}].prefix"),
-        None => "servers".to_owned(),
-    };
-    let message = if conflict.kept == "meta-tool" {
+    let involved: Vec<&str> = conflict
+        .claimants
+        .iter()
+        .filter(|c| *c != "meta-tool")
+        .filter_map(|c| c.split(':').next())
+        .collect();
+    let field = involved
+        .iter()
+        .filter_map(|name| servers.iter().position(|s| s == name))
+        .max()
+        .map_or_else(|| "servers".to_owned(), |i| format!("servers[{i}].prefix"));
+    let quoted: Vec<String> = involved.iter().map(|s| format!("{s:?}")).collect();
+    let message = if conflict.claimants.first().is_some_and(|c| c == "meta-tool") {
         format!(
-            "server {left_out:?} publishes a tool named {:?} (prefix = false), the name of a \
+            "server {} publishes a tool named {:?} (prefix = false), the name of a \
              meta-tool; prefix its tools or serve with --expose all",
+            quoted.join(", "),
             conflict.name
         )
     } else {
         format!(
-            "servers {:?} and {left_out:?} both publish a {} named {:?} (prefix = false on \
-             at least one); prefix one of them",
-            server(&conflict.kept),
+            "servers {} all publish a {} named {:?} (prefix = false); prefix all but one",
+            quoted.join(" and "),
             conflict.kind,
             conflict.name
         )

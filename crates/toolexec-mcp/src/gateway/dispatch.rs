@@ -34,7 +34,7 @@ impl Gateway {
             return self.call_meta(name, args, context).await;
         }
         if expose.direct()
-            && let Some(id) = self.resolve_name(name)
+            && let Some(id) = self.resolve_name(name)?
         {
             let args = args.map(Value::Object).unwrap_or(Value::Null);
             return Ok(self.run_tool(id, args, context).await);

@@ -19,24 +19,28 @@
 //! once `ns:name:2` exists, `ns__name` runs version 2 and an unversioned
 //! `ns:name` entry is no longer listed (it could not be called).
 
+use std::collections::HashSet;
+
+use rmcp::ErrorData as McpError;
+use serde_json::json;
 use toolexec::ListRequest;
 
 use super::meta::META_TOOLS;
 use super::server::Gateway;
 
-/// Two things the gateway would publish under one name: the one that keeps
-/// it and the one left out (reachable through `run_tool` by id).
+/// A name more than one thing claims. A meta-tool keeps its name;
+/// otherwise nothing does: the name is left out of the list and calling it
+/// is an error naming the claimants (a tool stays reachable by id through
+/// `run_tool`). Nothing depends on who came first, so no server takes
+/// over another's name by adding a tool or prompt at run time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NameConflict {
     /// `tool` or `prompt`.
     pub kind: &'static str,
     /// The published name.
     pub name: String,
-    /// What keeps the name: a tool id, `meta-tool` for a meta-tool, or
-    /// `server:prompt`.
-    pub kept: String,
-    /// What is left out: a tool id or `server:prompt`.
-    pub left_out: String,
+    /// Who claims it: tool ids, `server:prompt`, or `meta-tool` (first).
+    pub claimants: Vec<String>,
 }
 
 /// The separator that stands for `:`.
@@ -109,9 +113,8 @@ pub(super) fn candidate_ids(name: &str, unprefixed: &[String]) -> Vec<String> {
 
 impl Gateway {
     /// The name `id` is published under, or `None` when it is not
-    /// published directly: it has no MCP name, or the name belongs to a
-    /// meta-tool or to a tool that comes first (see
-    /// [`GatewayOptions::unprefixed`](super::GatewayOptions::unprefixed)).
+    /// published directly: it has no MCP name, or a meta-tool or another
+    /// tool claims the name too (see [`NameConflict`]).
     pub(super) fn published(&self, id: &str) -> Option<String> {
         let name = published_name(id, &self.shared.options.unprefixed)?;
         match self.owner(&name) {
@@ -120,11 +123,21 @@ impl Gateway {
         }
     }
 
-    /// The tool id a published name calls, if a tool owns it.
-    pub(super) fn resolve_name(&self, name: &str) -> Option<String> {
-        match self.owner(name)? {
-            Owner::Tool(id) => Some(id),
-            Owner::Meta => None,
+    /// The tool id a published name calls: `None` for no tool (or a
+    /// meta-tool); an error naming the claimants for a name several tools
+    /// claim.
+    pub(super) fn resolve_name(&self, name: &str) -> Result<Option<String>, McpError> {
+        match self.owner(name) {
+            Some(Owner::Tool(id)) => Ok(Some(id)),
+            Some(Owner::Ambiguous(ids)) => Err(McpError::invalid_params(
+                format!(
+                    "tool name {name:?} is ambiguous: {} all publish it (prefix = false); \
+                     call run_tool with the id",
+                    ids.join(", ")
+                ),
+                Some(json!({"tool": name, "claimants": ids})),
+            )),
+            Some(Owner::Meta) | None => Ok(None),
         }
     }
 
@@ -133,20 +146,24 @@ impl Gateway {
             return Some(Owner::Meta);
         }
         let catalog = self.exec().catalog();
-        candidate_ids(name, &self.shared.options.unprefixed)
+        let mut ids: Vec<String> = candidate_ids(name, &self.shared.options.unprefixed)
             .into_iter()
-            .find(|id| catalog.get(id).is_ok())
-            .map(Owner::Tool)
+            .filter(|id| catalog.get(id).is_ok())
+            .collect();
+        match ids.len() {
+            0 => None,
+            1 => ids.pop().map(Owner::Tool),
+            _ => Some(Owner::Ambiguous(ids)),
+        }
     }
 
-    /// Names two things would be published under, now: with
-    /// [`unprefixed`](super::GatewayOptions::unprefixed) namespaces, two
-    /// servers with a tool or a prompt of the same name, or a tool named
-    /// like a meta-tool. The first keeps the name; the other is left out
-    /// of the list (logged when it is; a tool stays reachable by id
-    /// through `run_tool`). Reads the unprefixed servers' prompt lists.
-    /// `toolexec serve` refuses to start with any.
+    /// Names more than one thing claims, now: with
+    /// [`unprefixed`](super::GatewayOptions::unprefixed) namespaces, tools
+    /// or prompts of the same name on two servers, or a tool named like a
+    /// meta-tool (see [`NameConflict`]). Reads the unprefixed servers'
+    /// prompt lists. `toolexec serve` refuses to start with any.
     pub async fn name_conflicts(&self) -> Vec<NameConflict> {
+        #[cfg_attr(not(feature = "upstream"), allow(unused_mut))]
         let mut out = self.tool_conflicts();
         #[cfg(feature = "upstream")]
         if !self.shared.options.unprefixed.is_empty() {
@@ -162,6 +179,7 @@ impl Gateway {
         }
         let catalog = self.exec().catalog();
         let mut out = Vec::new();
+        let mut seen = HashSet::new();
         let mut cursor = None;
         loop {
             let Ok(page) = catalog.list(&ListRequest {
@@ -176,18 +194,18 @@ impl Gateway {
                 let Some(name) = published_name(&id, &self.shared.options.unprefixed) else {
                     continue;
                 };
-                let kept = match self.owner(&name) {
-                    Some(Owner::Meta) => "meta-tool".to_owned(),
-                    Some(Owner::Tool(owner)) if owner == id => continue,
-                    Some(Owner::Tool(owner)) => owner,
-                    None => continue,
+                let claimants = match self.owner(&name) {
+                    Some(Owner::Meta) => vec!["meta-tool".to_owned(), id],
+                    Some(Owner::Ambiguous(ids)) => ids,
+                    Some(Owner::Tool(_)) | None => continue,
                 };
-                out.push(NameConflict {
-                    kind: "tool",
-                    name,
-                    kept,
-                    left_out: id,
-                });
+                if seen.insert(name.clone()) {
+                    out.push(NameConflict {
+                        kind: "tool",
+                        name,
+                        claimants,
+                    });
+                }
             }
             match page.next_cursor {
                 Some(next) => cursor = Some(next),
@@ -198,10 +216,12 @@ impl Gateway {
     }
 }
 
-/// What owns a published name.
+/// What a published name stands for.
 enum Owner {
     Meta,
     Tool(String),
+    /// Several tools: none is published under the name.
+    Ambiguous(Vec<String>),
 }
 
 fn segment_ok(s: &str) -> bool {

@@ -407,10 +407,12 @@ async fn an_unprefixed_server_keeps_its_names() {
     client.cancel().await.unwrap();
 }
 
-/// Two unprefixed servers with the same tools and prompts: the first keeps
-/// each name, the conflicts are reported; a tool one server adds at run
-/// time under a meta-tool's name is a conflict too, and the meta-tool
-/// keeps the name.
+/// Two unprefixed servers with the same tools and prompts: no one gets a
+/// shared name (listing it would let whoever comes first, or adds a tool
+/// later, take calls meant for the other), calling it is an error naming
+/// both, and the conflicts are reported; a tool a server adds at run time
+/// under a meta-tool's name is a conflict too, and the meta-tool keeps the
+/// name.
 #[tokio::test(flavor = "multi_thread")]
 async fn unprefixed_servers_that_share_names_conflict() {
     let Some(python) = toolexec_testkit::deps(
@@ -432,49 +434,58 @@ async fn unprefixed_servers_that_share_names_conflict() {
         .find(|c| c.name == "add")
         .unwrap_or_else(|| panic!("add in {conflicts:?}"));
     assert_eq!(
-        (add.kind, add.kept.as_str(), add.left_out.as_str()),
-        ("tool", "one:add", "two:add")
+        (add.kind, &add.claimants[..]),
+        ("tool", &["one:add".to_owned(), "two:add".to_owned()][..])
     );
     let review = conflicts
         .iter()
         .find(|c| c.kind == "prompt")
         .unwrap_or_else(|| panic!("a prompt in {conflicts:?}"));
-    assert_eq!(
-        (
-            review.name.as_str(),
-            review.kept.as_str(),
-            review.left_out.as_str()
-        ),
-        ("review", "one:review", "two:review")
-    );
-    assert!(
-        conflicts.iter().all(|c| c.left_out.starts_with("two:")),
-        "{conflicts:?}"
-    );
+    assert_eq!(review.name, "review");
+    assert_eq!(review.claimants, ["one:review", "two:review"]);
 
-    // Each name once, and it is the first server's.
+    // Shared names are not published; calling one is an error naming both.
     let names = tool_names(&client).await;
-    assert_eq!(
-        names.iter().filter(|n| *n == "show_env").count(),
-        1,
+    assert!(
+        !names.iter().any(|n| n == "show_env" || n == "add"),
         "{names:?}"
     );
-    assert!(!names.iter().any(|n| n.contains("__")), "{names:?}");
-    let label = json!({"name": "PY_UPSTREAM_LABEL"});
-    assert_eq!(
-        call(&client, "show_env", label).await,
-        json!({"result": "one"})
+    assert!(names.iter().any(|n| n == "run_tool"), "{names:?}");
+    let mut params = CallToolRequestParams::new("show_env");
+    params.arguments = json!({"name": "PY_UPSTREAM_LABEL"}).as_object().cloned();
+    let e = mcp_error(client.call_tool(params).await);
+    assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+    assert!(
+        e.message.contains("one:show_env") && e.message.contains("two:show_env"),
+        "{e:?}"
     );
     let prompts = client.list_all_prompts().await.unwrap();
-    let names: Vec<_> = prompts.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["review"]);
-    assert_eq!(
-        prompt_text(&client, "review").await,
-        "Review this python code (one):\nx = 1"
+    assert!(prompts.is_empty(), "{prompts:?}");
+    let e = mcp_error(
+        client
+            .get_prompt(GetPromptRequestParams::new("review"))
+            .await,
     );
+    assert!(
+        e.message.contains("one") && e.message.contains("two"),
+        "{e:?}"
+    );
+    // run_tool reaches each by id.
+    let r = call(
+        &client,
+        "run_tool",
+        json!({"tool_id": "two:show_env", "args": {"name": "PY_UPSTREAM_LABEL"}}),
+    )
+    .await;
+    assert_eq!(r, json!({"result": "two"}));
 
-    // one adds `run_tool`: the meta-tool keeps the name.
-    call(&client, "add_tool", json!({"name": "run_tool"})).await;
+    // A tool named like a meta-tool, added at run time: the meta-tool
+    // keeps the name.
+    let mut params = CallToolRequestParams::new("run_tool");
+    params.arguments = json!({"tool_id": "one:add_tool", "args": {"name": "run_tool"}})
+        .as_object()
+        .cloned();
+    client.call_tool(params).await.unwrap();
     let deadline = Instant::now() + WAIT;
     while gateway.exec().catalog().get("one:run_tool").is_err() {
         assert!(Instant::now() < deadline, "one:run_tool never imported");
@@ -484,7 +495,7 @@ async fn unprefixed_servers_that_share_names_conflict() {
     assert!(
         conflicts
             .iter()
-            .any(|c| c.name == "run_tool" && c.kept == "meta-tool" && c.left_out == "one:run_tool"),
+            .any(|c| c.name == "run_tool" && c.claimants == ["meta-tool", "one:run_tool"]),
         "{conflicts:?}"
     );
     let names = tool_names(&client).await;

@@ -9,6 +9,7 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResult, ListPromptsRequest, ListPromptsResult,
     PaginatedRequestParams, Reference, ServerCapabilities,
 };
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::super::names::{NameConflict, SEPARATOR};
@@ -70,29 +71,37 @@ impl Passthrough {
         }
     }
 
-    /// Whether unprefixed upstream `index` keeps the name of its prompt
-    /// `name`: no earlier unprefixed upstream lists one of that name. A
-    /// prompt left out is logged once.
+    /// Whether unprefixed upstream `index` publishes its prompt `name`
+    /// under that name: no other unprefixed upstream is known to list one,
+    /// and the name is not the `server__prompt` form of a prefixed server
+    /// (which always keeps it). A prompt left out is logged once.
     fn prompt_keeps_name(&self, index: usize, name: &str) -> bool {
-        let Some(earlier) = self.unprefixed_prompt_owner(name).filter(|&o| o != index) else {
+        if self.prefixed_prompt(name).is_none() && self.prompt_claimants(name) == [index] {
             return true;
-        };
+        }
         if self.logged.lock().insert((format!("prompt {name}"), index)) {
             tracing::warn!(
                 prompt = name,
                 server = self.upstreams[index].name(),
-                kept_by = self.upstreams[earlier].name(),
-                "prompt not published: an earlier unprefixed server has a prompt of that name"
+                "prompt not published under its name: another server claims it too"
             );
         }
         false
     }
 
-    /// The first unprefixed upstream known to list a prompt `name`.
-    fn unprefixed_prompt_owner(&self, name: &str) -> Option<usize> {
+    /// The unprefixed upstreams known to list a prompt `name`.
+    fn prompt_claimants(&self, name: &str) -> Vec<usize> {
         let known = self.prompt_names.lock();
         (0..self.upstreams.len())
-            .find(|i| self.unprefixed[*i] && known.get(i).is_some_and(|n| n.contains(name)))
+            .filter(|i| self.unprefixed[*i] && known.get(i).is_some_and(|n| n.contains(name)))
+            .collect()
+    }
+
+    /// The prefixed upstream and its prompt's name for `server__prompt`.
+    fn prefixed_prompt(&self, name: &str) -> Option<(usize, String)> {
+        let (server, original) = name.split_once(SEPARATOR)?;
+        let index = self.index_of(server).filter(|&i| !self.unprefixed[i])?;
+        (!original.is_empty()).then(|| (index, original.to_owned()))
     }
 
     /// Reads the prompt lists of the unprefixed upstreams again.
@@ -121,62 +130,72 @@ impl Passthrough {
         }
     }
 
-    /// The upstream and original name of a published prompt name: an
-    /// unprefixed server's prompt under its own name (the first such
-    /// server in configuration order), else `server__name`.
+    /// The upstream and original name of a published prompt name:
+    /// `server__name` of a prefixed server, else the prompt of that name of
+    /// the one unprefixed server that lists it. A name two unprefixed
+    /// servers list is an error naming both.
     async fn prompt_owner(
         &self,
         name: &str,
         cancel: CancellationToken,
     ) -> Result<(usize, String), McpError> {
-        let prefixed = || {
-            name.split_once(SEPARATOR).and_then(|(server, original)| {
-                let index = self.index_of(server).filter(|&i| !self.unprefixed[i])?;
-                (!original.is_empty()).then(|| (index, original.to_owned()))
-            })
-        };
-        if let Some(index) = self.unprefixed_prompt_owner(name) {
-            return Ok((index, name.to_owned()));
-        }
-        if let Some(found) = prefixed() {
+        if let Some(found) = self.prefixed_prompt(name) {
             return Ok(found);
         }
+        let mut claimants = self.prompt_claimants(name);
         // Not listed yet: read the unprefixed servers' lists again
         // (rate-limited).
-        if self.unprefixed.contains(&true) && due(&self.prompts_learned) {
+        if claimants.is_empty() && self.unprefixed.contains(&true) && due(&self.prompts_learned) {
             self.learn_prompts(cancel).await;
-            if let Some(index) = self.unprefixed_prompt_owner(name) {
-                return Ok((index, name.to_owned()));
+            claimants = self.prompt_claimants(name);
+        }
+        match claimants[..] {
+            [index] => Ok((index, name.to_owned())),
+            [] => Err(McpError::invalid_params(
+                format!("unknown prompt {name:?} (prompts are named server{SEPARATOR}name)"),
+                None,
+            )),
+            _ => {
+                let servers: Vec<&str> = claimants
+                    .iter()
+                    .map(|&i| self.upstreams[i].name())
+                    .collect();
+                Err(McpError::invalid_params(
+                    format!(
+                        "prompt name {name:?} is ambiguous: servers {} all publish it (prefix = false)",
+                        servers.join(", ")
+                    ),
+                    Some(json!({"prompt": name, "servers": servers})),
+                ))
             }
         }
-        Err(McpError::invalid_params(
-            format!("unknown prompt {name:?} (prompts are named server{SEPARATOR}name)"),
-            None,
-        ))
     }
 
-    /// Prompts that two unprefixed servers list under one name: the first
-    /// server keeps it (reads the lists now).
+    /// Prompts that two unprefixed servers list under one name (reads the
+    /// lists now).
     pub(crate) async fn prompt_conflicts(&self, cancel: CancellationToken) -> Vec<NameConflict> {
         self.learn_prompts(cancel).await;
-        let known = self.prompt_names.lock();
-        let mut out = Vec::new();
-        for (&index, names) in known.iter() {
-            for name in names {
-                if let Some(first) = (0..index)
-                    .find(|i| self.unprefixed[*i] && known.get(i).is_some_and(|n| n.contains(name)))
-                {
-                    out.push(NameConflict {
-                        kind: "prompt",
-                        name: name.clone(),
-                        kept: format!("{}:{name}", self.upstreams[first].name()),
-                        left_out: format!("{}:{name}", self.upstreams[index].name()),
-                    });
-                }
-            }
-        }
-        out.sort_by(|a, b| (&a.left_out, &a.name).cmp(&(&b.left_out, &b.name)));
-        out
+        let names: std::collections::BTreeSet<String> = self
+            .prompt_names
+            .lock()
+            .values()
+            .flatten()
+            .cloned()
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let claimants = self.prompt_claimants(&name);
+                (claimants.len() > 1).then(|| NameConflict {
+                    kind: "prompt",
+                    claimants: claimants
+                        .iter()
+                        .map(|&i| format!("{}:{name}", self.upstreams[i].name()))
+                        .collect(),
+                    name,
+                })
+            })
+            .collect()
     }
 
     /// `prompts/get`: relayed to the prompt's server under its own name;
