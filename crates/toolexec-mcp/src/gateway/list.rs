@@ -18,6 +18,9 @@ use super::{meta, result};
 /// Largest page of `tools/list` (meta-tools come on the first page).
 pub const TOOLS_PAGE: usize = 1000;
 
+/// Most tools remembered as already logged as not published.
+const MAX_LOGGED: usize = 10_000;
+
 /// `_meta` key carrying a directly published tool's toolexec id.
 pub const META_ID_KEY: &str = "toolexec/id";
 
@@ -81,8 +84,12 @@ impl Gateway {
     /// (debug), or its name taken by a meta-tool or another tool
     /// (warning).
     fn log_unpublished(&self, id: &str) {
-        if !self.shared.unpublished.lock().insert(id.to_owned()) {
-            return;
+        {
+            let mut logged = self.shared.unpublished.lock();
+            // Bounded: an upstream that keeps renaming tools cannot grow it.
+            if logged.len() >= MAX_LOGGED || !logged.insert(id.to_owned()) {
+                return;
+            }
         }
         match published_name(id, &self.shared.options.unprefixed) {
             None => tracing::debug!(%id, "tool id has no MCP name; not published directly"),

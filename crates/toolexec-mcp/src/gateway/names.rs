@@ -12,8 +12,13 @@
 //! Splitting an MCP name on `__` gives the id back, which is unambiguous as
 //! long as no segment contains `__` or starts or ends with `_`. Tools whose id
 //! breaks that rule, or whose MCP name would exceed 128 characters, are not
-//! published directly (logged at debug level); they stay reachable through
-//! the meta-tools (`run_tool` with the id).
+//! published directly (logged at debug level); with the meta-tools exposed
+//! they stay reachable through `run_tool` with the id.
+//!
+//! A namespace configured unprefixed (`[[servers]] prefix = false`,
+//! [`GatewayOptions::unprefixed`](super::GatewayOptions::unprefixed))
+//! publishes `docs:search` as `search`. A name more than one tool claims
+//! is published by none (see [`NameConflict`]).
 //!
 //! As in toolexec, an id without a version resolves to the newest version:
 //! once `ns:name:2` exists, `ns__name` runs version 2 and an unversioned
@@ -42,6 +47,11 @@ pub struct NameConflict {
     /// Who claims it: tool ids, `server:prompt`, or `meta-tool` (first).
     pub claimants: Vec<String>,
 }
+
+/// How long [`Gateway::name_conflicts`] waits for the prompt lists: a
+/// server that answers slowly or pages without end cannot hold it longer.
+#[cfg(feature = "upstream")]
+const PROMPT_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The separator that stands for `:`.
 pub(super) const SEPARATOR: &str = "__";
@@ -83,21 +93,27 @@ pub fn mcp_name_to_id(name: &str) -> Option<String> {
 /// prefix = false`): `docs:search` → `search`, `docs:search:2` →
 /// `search__2`.
 pub(super) fn published_name(id: &str, unprefixed: &[String]) -> Option<String> {
-    let name = id_to_mcp_name(id)?;
-    let namespace = id.split(':').next()?;
-    if unprefixed.iter().any(|u| u == namespace) {
-        Some(name[namespace.len() + SEPARATOR.len()..].to_owned())
-    } else {
-        Some(name)
+    let segments: Vec<&str> = id.split(':').collect();
+    if !(2..=3).contains(&segments.len()) || !segments.iter().all(|s| segment_ok(s)) {
+        return None;
     }
+    let name = if unprefixed.iter().any(|u| u == segments[0]) {
+        segments[1..].join(SEPARATOR)
+    } else {
+        segments.join(SEPARATOR)
+    };
+    (name.len() <= MAX_MCP_NAME).then_some(name)
 }
 
-/// The ids a published name may stand for, in precedence order: the
-/// `unprefixed` namespaces in their order, then the prefixed reading
-/// (`ns__name`) unless its namespace is unprefixed. The first that exists
-/// owns the name.
+/// The ids a published name may stand for: its reading in each
+/// `unprefixed` namespace, and the prefixed reading (`ns__name`) unless
+/// its namespace is unprefixed. One that exists owns the name; several
+/// make it ambiguous.
 pub(super) fn candidate_ids(name: &str, unprefixed: &[String]) -> Vec<String> {
     let mut out = Vec::new();
+    if name.len() > MAX_MCP_NAME {
+        return out;
+    }
     let segments: Vec<&str> = name.split(SEPARATOR).collect();
     if (1..=2).contains(&segments.len()) && segments.iter().all(|s| segment_ok(s)) {
         let rest = segments.join(":");
@@ -129,14 +145,22 @@ impl Gateway {
     pub(super) fn resolve_name(&self, name: &str) -> Result<Option<String>, McpError> {
         match self.owner(name) {
             Some(Owner::Tool(id)) => Ok(Some(id)),
-            Some(Owner::Ambiguous(ids)) => Err(McpError::invalid_params(
-                format!(
-                    "tool name {name:?} is ambiguous: {} all publish it (prefix = false); \
-                     call run_tool with the id",
-                    ids.join(", ")
-                ),
-                Some(json!({"tool": name, "claimants": ids})),
-            )),
+            Some(Owner::Ambiguous(ids)) => {
+                // run_tool is a way out only when it is the meta-tool: under
+                // `--expose all` the name may be an upstream's tool.
+                let hint = if self.shared.options.expose.meta() {
+                    "; call run_tool with the id"
+                } else {
+                    ""
+                };
+                Err(McpError::invalid_params(
+                    format!(
+                        "tool name {name:?} is ambiguous: {} all publish it (prefix = false){hint}",
+                        ids.join(", ")
+                    ),
+                    Some(json!({"tool": name, "claimants": ids})),
+                ))
+            }
             Some(Owner::Meta) | None => Ok(None),
         }
     }
@@ -161,14 +185,24 @@ impl Gateway {
     /// [`unprefixed`](super::GatewayOptions::unprefixed) namespaces, tools
     /// or prompts of the same name on two servers, or a tool named like a
     /// meta-tool (see [`NameConflict`]). Reads the unprefixed servers'
-    /// prompt lists. `toolexec serve` refuses to start with any.
+    /// prompt lists (for at most 30 s). `toolexec serve` refuses to start
+    /// with any; servers connected later (lazy ones, reconnections) are
+    /// not checked, and a shared name stays published by neither.
     pub async fn name_conflicts(&self) -> Vec<NameConflict> {
         #[cfg_attr(not(feature = "upstream"), allow(unused_mut))]
         let mut out = self.tool_conflicts();
         #[cfg(feature = "upstream")]
         if !self.shared.options.unprefixed.is_empty() {
             let cancel = tokio_util::sync::CancellationToken::new();
-            out.extend(self.shared.passthrough.prompt_conflicts(cancel).await);
+            let _stop = cancel.clone().drop_guard();
+            let check = self.shared.passthrough.prompt_conflicts(cancel);
+            match tokio::time::timeout(PROMPT_CHECK_TIMEOUT, check).await {
+                Ok(conflicts) => out.extend(conflicts),
+                Err(_) => tracing::warn!(
+                    "the unprefixed servers' prompt lists were not read within {PROMPT_CHECK_TIMEOUT:?}; \
+                     prompt names are not checked now (a shared one is still published by neither)"
+                ),
+            }
         }
         out
     }

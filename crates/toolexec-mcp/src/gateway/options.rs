@@ -73,9 +73,10 @@ pub struct GatewayOptions {
     /// What `tools/list` publishes.
     pub expose: Expose,
     /// Namespaces whose tools and prompts are published under their own
-    /// names (`search`) instead of `namespace__search`, in precedence
-    /// order: a name two of them share belongs to the first, and the
-    /// gateway reports it ([`Gateway::name_conflicts`](super::Gateway::name_conflicts)).
+    /// names (`search`) instead of `namespace__search`. A name two of them
+    /// share is published by neither, and calling it is an error naming
+    /// both ([`NameConflict`](super::NameConflict),
+    /// [`Gateway::name_conflicts`](super::Gateway::name_conflicts)).
     /// Empty: every name is prefixed.
     pub unprefixed: Vec<String>,
     /// `serverInfo.name` in the `initialize` result.

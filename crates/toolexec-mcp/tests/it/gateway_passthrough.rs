@@ -404,6 +404,27 @@ async fn an_unprefixed_server_keeps_its_names() {
         .await
         .unwrap();
     assert_eq!(done.completion.values, ["rust"]);
+
+    // `one` cannot pose as `two__review`, or as a prompt of its own in
+    // the prefixed form: such names are never an unprefixed server's.
+    for name in ["two__review", "one__other"] {
+        let mut params = CallToolRequestParams::new("add_prompt");
+        params.arguments = json!({"name": name}).as_object().cloned();
+        client.call_tool(params).await.unwrap();
+    }
+    let prompts = client.list_all_prompts().await.unwrap();
+    let names: Vec<_> = prompts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["review", "two__review"]);
+    assert_eq!(
+        prompt_text(&client, "two__review").await,
+        "Review this python code (two):\nx = 1"
+    );
+    let e = mcp_error(
+        client
+            .get_prompt(GetPromptRequestParams::new("one__other"))
+            .await,
+    );
+    assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
     client.cancel().await.unwrap();
 }
 

@@ -118,6 +118,14 @@ impl Passthrough {
             .any(|u| u.server_capabilities().is_none_or(|c| has(&c)))
     }
 
+    /// True the first time `(key, index)` is seen, so it is logged once;
+    /// past [`MAX_KNOWN_URIS`] keys, never (what upstreams list cannot
+    /// grow this without bound).
+    fn log_once(&self, key: String, index: usize) -> bool {
+        let mut logged = self.logged.lock();
+        logged.len() < MAX_KNOWN_URIS && logged.insert((key, index))
+    }
+
     /// Index of the upstream named `name`.
     fn index_of(&self, name: &str) -> Option<usize> {
         self.upstreams.iter().position(|u| u.name() == name)

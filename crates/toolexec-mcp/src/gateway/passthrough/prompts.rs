@@ -32,13 +32,12 @@ impl Passthrough {
             .merged("prompts/list", cursor, has_prompts, |i, c| {
                 let cancel = cancel.clone();
                 async move {
-                    let first = c.is_none();
                     let params = PaginatedRequestParams::default().with_cursor(c);
                     let request =
                         ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params));
                     let mut page: ListPromptsResult = self.relay(i, request, cancel).await?;
                     if self.unprefixed[i] {
-                        self.remember_prompts(i, first, &page);
+                        self.remember_prompts(i, page.prompts.iter().map(|p| p.name.as_str()));
                         page.prompts.retain(|p| self.prompt_keeps_name(i, &p.name));
                     } else {
                         let server = self.upstreams[i].name();
@@ -55,31 +54,30 @@ impl Passthrough {
         Ok(result)
     }
 
-    /// Records the prompt names of unprefixed upstream `index` (a first
-    /// page starts the list afresh), at most [`MAX_TEMPLATES`] of them.
-    fn remember_prompts(&self, index: usize, first: bool, page: &ListPromptsResult) {
+    /// Adds names to those known for unprefixed upstream `index` (at
+    /// most [`MAX_TEMPLATES`]). Pages a client reads only add: a partial
+    /// list must never make a name look like another server's alone.
+    fn remember_prompts<'a>(&self, index: usize, names: impl IntoIterator<Item = &'a str>) {
         let mut known = self.prompt_names.lock();
-        let names = known.entry(index).or_default();
-        if first {
-            names.clear();
-        }
-        for prompt in &page.prompts {
-            if names.len() >= MAX_TEMPLATES {
+        let set = known.entry(index).or_default();
+        for name in names {
+            if set.len() >= MAX_TEMPLATES {
                 break;
             }
-            names.insert(prompt.name.clone());
+            set.insert(name.to_owned());
         }
     }
 
     /// Whether unprefixed upstream `index` publishes its prompt `name`
     /// under that name: no other unprefixed upstream is known to list one,
-    /// and the name is not the `server__prompt` form of a prefixed server
-    /// (which always keeps it). A prompt left out is logged once.
+    /// and the name does not read as `server__prompt` of a configured
+    /// server (those names are never an unprefixed server's). A prompt
+    /// left out is logged once.
     fn prompt_keeps_name(&self, index: usize, name: &str) -> bool {
-        if self.prefixed_prompt(name).is_none() && self.prompt_claimants(name) == [index] {
+        if self.server_form(name).is_none() && self.prompt_claimants(name) == [index] {
             return true;
         }
-        if self.logged.lock().insert((format!("prompt {name}"), index)) {
+        if self.log_once(format!("prompt {name}"), index) {
             tracing::warn!(
                 prompt = name,
                 server = self.upstreams[index].name(),
@@ -97,21 +95,27 @@ impl Passthrough {
             .collect()
     }
 
-    /// The prefixed upstream and its prompt's name for `server__prompt`.
-    fn prefixed_prompt(&self, name: &str) -> Option<(usize, String)> {
+    /// For `server__prompt` naming a configured server: that server's
+    /// index and the prompt's name.
+    fn server_form(&self, name: &str) -> Option<(usize, String)> {
         let (server, original) = name.split_once(SEPARATOR)?;
-        let index = self.index_of(server).filter(|&i| !self.unprefixed[i])?;
+        let index = self.index_of(server)?;
         (!original.is_empty()).then(|| (index, original.to_owned()))
     }
 
-    /// Reads the prompt lists of the unprefixed upstreams again.
+    /// Reads the prompt lists of the unprefixed upstreams again. A list
+    /// read to its end replaces what was known of that server (prompts it
+    /// dropped are forgotten); one cut short (an error, cancellation, the
+    /// page bound) only adds.
     pub(super) async fn learn_prompts(&self, cancel: CancellationToken) {
         for index in 0..self.upstreams.len() {
             if !self.unprefixed[index] || !self.has(index, has_prompts) {
                 continue;
             }
+            let mut fresh = std::collections::HashSet::new();
             let mut cursor = None;
-            for page_no in 0..MAX_LOOKUP_PAGES {
+            let mut complete = false;
+            for _ in 0..MAX_LOOKUP_PAGES {
                 let params = PaginatedRequestParams::default().with_cursor(cursor);
                 let request =
                     ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params));
@@ -121,11 +125,20 @@ impl Passthrough {
                 else {
                     break;
                 };
-                self.remember_prompts(index, page_no == 0, &page);
+                fresh.extend(page.prompts.into_iter().map(|p| p.name).take(MAX_TEMPLATES));
                 match page.next_cursor {
-                    Some(c) => cursor = Some(c),
-                    None => break,
+                    Some(c) if fresh.len() < MAX_TEMPLATES => cursor = Some(c),
+                    Some(_) => break,
+                    None => {
+                        complete = true;
+                        break;
+                    }
                 }
+            }
+            if complete {
+                self.prompt_names.lock().insert(index, fresh);
+            } else {
+                self.remember_prompts(index, fresh.iter().map(String::as_str));
             }
         }
     }
@@ -139,8 +152,17 @@ impl Passthrough {
         name: &str,
         cancel: CancellationToken,
     ) -> Result<(usize, String), McpError> {
-        if let Some(found) = self.prefixed_prompt(name) {
-            return Ok(found);
+        if let Some((index, original)) = self.server_form(name) {
+            if !self.unprefixed[index] {
+                return Ok((index, original));
+            }
+            return Err(McpError::invalid_params(
+                format!(
+                    "unknown prompt {name:?} (server {:?} publishes its prompts under their own names)",
+                    self.upstreams[index].name()
+                ),
+                None,
+            ));
         }
         let mut claimants = self.prompt_claimants(name);
         // Not listed yet: read the unprefixed servers' lists again

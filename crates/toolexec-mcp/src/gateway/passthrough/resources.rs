@@ -101,7 +101,7 @@ impl Passthrough {
             return None;
         }
         let server = self.upstreams[index].name();
-        if self.logged.lock().insert((uri.to_owned(), index)) {
+        if self.log_once(uri.to_owned(), index) {
             tracing::warn!(
                 uri,
                 server,
