@@ -132,7 +132,13 @@ impl Gateway {
     /// published directly: it has no MCP name, or a meta-tool or another
     /// tool claims the name too (see [`NameConflict`]).
     pub(super) fn published(&self, id: &str) -> Option<String> {
-        let name = published_name(id, &self.shared.options.unprefixed)?;
+        let unprefixed = &self.shared.options.unprefixed;
+        let name = published_name(id, unprefixed)?;
+        if unprefixed.is_empty() {
+            // Every name is `ns__name`: no other tool and no meta-tool
+            // (no `__` in theirs) can claim it, so no lookup is needed.
+            return Some(name);
+        }
         match self.owner(&name) {
             Some(Owner::Tool(owner)) if owner == id => Some(name),
             _ => None,
