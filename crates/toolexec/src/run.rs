@@ -337,6 +337,12 @@ async fn execute(
         if let Some(token) = cancel {
             let c = cancelled.get_or_insert_with(|| Box::pin(token.cancelled()));
             if c.as_mut().poll(cx).is_ready() {
+                // The cancellation may have landed (from another thread)
+                // after the tool's poll above: poll it once more, so a tool
+                // that watches `ctx.cancelled()` runs its own handling
+                // before it is dropped. The outcome is the cancellation
+                // whatever that poll returns.
+                let _ = fut.as_mut().poll(cx);
                 return Poll::Ready(Outcome::Cancelled);
             }
         }

@@ -310,6 +310,65 @@ async fn cancellation_stops_the_call() {
     assert_eq!(err.code(), ErrorCode::Cancelled);
 }
 
+/// A tool whose first poll is followed at once by the cancellation (as
+/// when it lands from another thread between the tool's poll and the
+/// pipeline's check): it is polled once more, sees it, and the run ends
+/// `cancelled`.
+struct CancelledBetweenPolls {
+    token: CancellationToken,
+    saw: Arc<AtomicUsize>,
+}
+
+impl Backend for CancelledBetweenPolls {
+    fn kind(&self) -> &str {
+        "test"
+    }
+    fn call<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<ToolOutput, toolexec::Error>> {
+        let mut polls = 0;
+        Box::pin(std::future::poll_fn(move |_cx| {
+            polls += 1;
+            if polls == 1 {
+                self.token.cancel();
+                return std::task::Poll::Pending;
+            }
+            if call.ctx.is_cancelled() {
+                self.saw.fetch_add(1, Ordering::SeqCst);
+            }
+            std::task::Poll::Ready(Ok(ToolOutput::default()))
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_tool_sees_a_cancellation_that_lands_between_polls() {
+    let token = CancellationToken::new();
+    let saw = Arc::new(AtomicUsize::new(0));
+    let catalog = Arc::new(Catalog::new());
+    catalog
+        .register(
+            Tool::builder("test:racy").build().unwrap(),
+            Arc::new(CancelledBetweenPolls {
+                token: token.clone(),
+                saw: saw.clone(),
+            }),
+        )
+        .unwrap();
+    let opts = RunOptions {
+        timeout: None,
+        cancel: Some(token),
+    };
+    let err = Exec::new(catalog)
+        .run_tool_with("test:racy", json!({}), &opts)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Cancelled);
+    assert_eq!(
+        saw.load(Ordering::SeqCst),
+        1,
+        "the tool never saw its cancellation"
+    );
+}
+
 struct Offline;
 
 impl Backend for Offline {
