@@ -85,7 +85,7 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
         return runtime_server(&config, args, json).await;
     }
     // `serve`'s own options are checked before any upstream server starts.
-    let serve_plan = match &cli.command {
+    let mut serve_plan = match &cli.command {
         Command::Serve(args) => match crate::serve::plan(&config, args) {
             Ok(plan) => Some(plan),
             Err(e) => {
@@ -96,7 +96,12 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
         _ => None,
     };
     let runtimes = Arc::new(crate::runtimes::build(&config.runtimes));
-    let (exec, upstreams) = match build_exec(&config, &runtimes, telemetry.observer()).await {
+    // Policy and quotas are about the gateway's callers: only `serve`
+    // enforces them (local commands run as the user who typed them).
+    let gate = serve_plan
+        .as_mut()
+        .map(|plan| (config.policy.clone(), plan.take_quotas()));
+    let (exec, upstreams) = match build_exec(&config, &runtimes, telemetry.observer(), gate).await {
         Ok(x) => x,
         Err(e) => {
             let body = e.to_body();
@@ -183,6 +188,10 @@ async fn build_exec(
     config: &Config,
     runtimes: &Arc<toolexec_runtime::Runtimes>,
     observer: Option<Arc<dyn toolexec::telemetry::CallObserver>>,
+    gate: Option<(
+        Option<toolexec::policy::Policy>,
+        Option<toolexec::quota::Quotas>,
+    )>,
 ) -> Result<(Exec, Vec<Arc<Upstream>>), Error> {
     let catalog = Arc::new(toolexec::Catalog::new());
     toolexec_builtins::register(&catalog, &config.builtins)?;
@@ -217,6 +226,14 @@ async fn build_exec(
         .limits(config.limits.clone());
     if let Some(observer) = observer {
         exec = exec.observer(observer);
+    }
+    if let Some((policy, quotas)) = gate {
+        if let Some(policy) = policy {
+            exec = exec.policy(policy);
+        }
+        if let Some(quotas) = quotas {
+            exec = exec.quotas(quotas);
+        }
     }
     let exec = exec.build();
     Ok((exec, upstreams))

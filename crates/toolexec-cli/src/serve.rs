@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use toolexec::quota::Quotas;
 use toolexec::{Error, Exec, Secret};
 
 use toolexec_mcp::gateway::{
@@ -33,6 +34,15 @@ pub(crate) struct Plan {
     runs: RunLimits,
     http: Option<HttpOptions>,
     metrics: Option<SocketAddr>,
+    /// `[quotas]`, compiled.
+    quotas: Option<Quotas>,
+}
+
+impl Plan {
+    /// The quotas the executor enforces (taken once, when it is built).
+    pub(crate) fn take_quotas(&mut self) -> Option<Quotas> {
+        self.quotas.take()
+    }
 }
 
 pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
@@ -62,6 +72,7 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
         }
         None => None,
     };
+    let quotas = config.quotas.as_ref().map(Quotas::new).transpose()?;
     let Some(http) = args.http.as_deref() else {
         return Ok(Plan {
             expose,
@@ -71,6 +82,7 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
             runs,
             http: None,
             metrics,
+            quotas,
         });
     };
     let bind = parse_bind(http)?;
@@ -86,6 +98,11 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
             ));
         }
         HttpAuth::InsecureNoAuth
+    } else if args.token_file.is_none()
+        && std::env::var_os(TOKEN_ENV).is_none()
+        && !config.gateway.tokens.is_empty()
+    {
+        HttpAuth::Tokens(config.gateway.tokens.clone())
     } else {
         HttpAuth::Bearer(token(args, config)?)
     };
@@ -100,6 +117,7 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
         runs,
         http: Some(http),
         metrics,
+        quotas,
     })
 }
 

@@ -13,28 +13,44 @@ use crate::ToolIdRef;
 /// assert!(!glob_match("math:*", "mathx:add"));
 /// ```
 pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    // Iterative matcher with single-star backtracking: linear in practice,
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    // Iterative matcher with single-star backtracking over UTF-8 bytes (no
+    // allocation; `?` takes one whole character): linear in practice,
     // O(p·t) at worst, never exponential.
     let (mut pi, mut ti) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || (p[pi] != '*' && p[pi] == t[ti])) {
+        let tl = utf8_len(t[ti]);
+        if pi < p.len() && p[pi] == b'?' {
             pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+            ti += tl;
+        } else if pi < p.len() && p[pi] == b'*' {
             star = Some((pi, ti));
             pi += 1;
+        } else if pi < p.len() && p[pi..].starts_with(&t[ti..ti + tl]) {
+            // `t[ti..ti + tl]` is one whole character, and `pi` is on a
+            // character boundary, so this compares characters.
+            pi += tl;
+            ti += tl;
         } else if let Some((sp, st)) = star {
+            let next = st + utf8_len(t[st]);
             pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
+            ti = next;
+            star = Some((sp, next));
         } else {
             return false;
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// The length of the UTF-8 character that starts with byte `b`.
+fn utf8_len(b: u8) -> usize {
+    match b {
+        0..0xE0 => 1 + usize::from(b >= 0xC0),
+        0xE0..0xF0 => 3,
+        _ => 4,
+    }
 }
 
 /// A list of tool-id patterns; empty allows every tool.
@@ -79,6 +95,18 @@ impl AllowList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn globs_match_whole_characters() {
+        assert!(glob_match("caf?", "café"));
+        assert!(glob_match("*é*", "résumé"));
+        assert!(glob_match("r?sum?", "résumé"));
+        assert!(!glob_match("caf??", "café"));
+        assert!(glob_match("ns:*-?", "ns:ab-ü"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("?", ""));
+        assert!(glob_match("a*b*c", "a🎉b🎉c"));
+    }
 
     #[test]
     fn globs() {

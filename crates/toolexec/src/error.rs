@@ -133,6 +133,10 @@ pub enum LimitKind {
     Network,
     /// Tool calls a sandboxed run made beyond its budget.
     ToolCalls,
+    /// Calls per second of a caller or a tool ([`Quotas`](crate::quota::Quotas)).
+    CallRate,
+    /// Calls in flight at once of a caller or a tool.
+    ConcurrentCalls,
 }
 
 impl LimitKind {
@@ -152,6 +156,8 @@ impl LimitKind {
             LimitKind::Disk => "disk",
             LimitKind::Network => "network",
             LimitKind::ToolCalls => "tool_calls",
+            LimitKind::CallRate => "call_rate",
+            LimitKind::ConcurrentCalls => "concurrent_calls",
         }
     }
 }
@@ -253,6 +259,28 @@ pub enum Error {
         /// Which rule excludes it.
         reason: String,
     },
+    /// See [`ErrorCode::NotAllowed`]: a [`Policy`](crate::policy::Policy)
+    /// rule (or its default) denies the caller this tool, prompt or
+    /// resource.
+    #[error("not_allowed: {target} is denied to this caller by policy rule {rule:?}")]
+    Denied {
+        /// The tool id, `namespace:prompt` or resource URI.
+        target: String,
+        /// The deciding rule's name (`default` when no rule matched).
+        rule: String,
+    },
+    /// See [`ErrorCode::LimitExceeded`]: a caller's or tool's call rate or
+    /// concurrent calls ([`Quotas`](crate::quota::Quotas)) are used up.
+    #[error("limit_exceeded: {} {message}", limit.as_str())]
+    Throttled {
+        /// [`LimitKind::CallRate`] or [`LimitKind::ConcurrentCalls`].
+        limit: LimitKind,
+        /// Whose limit, and its value.
+        message: String,
+        /// When a retry can succeed (rate limits; `None` for concurrency,
+        /// which frees up when a call ends).
+        retry_after: Option<Duration>,
+    },
     /// See [`ErrorCode::InvalidRequest`].
     #[error("invalid_request: {field}: {message}")]
     InvalidRequest {
@@ -296,7 +324,8 @@ impl Error {
             Error::InvalidDefinition { .. } => ErrorCode::InvalidDefinition,
             Error::AlreadyExists { .. } => ErrorCode::AlreadyExists,
             Error::InvalidRequest { .. } => ErrorCode::InvalidRequest,
-            Error::NotAllowed { .. } => ErrorCode::NotAllowed,
+            Error::NotAllowed { .. } | Error::Denied { .. } => ErrorCode::NotAllowed,
+            Error::Throttled { .. } => ErrorCode::LimitExceeded,
             Error::Relayed(body) => body.code,
         }
     }
@@ -409,6 +438,18 @@ impl Error {
             Error::NotAllowed { tool, reason } => {
                 Some(serde_json::json!({"tool": tool, "reason": reason}))
             }
+            Error::Denied { target, rule } => {
+                Some(serde_json::json!({"target": target, "rule": rule}))
+            }
+            Error::Throttled {
+                limit, retry_after, ..
+            } => Some(match retry_after {
+                Some(after) => serde_json::json!({
+                    "limit": limit,
+                    "retry_after_ms": after.as_millis().max(1) as u64,
+                }),
+                None => serde_json::json!({"limit": limit}),
+            }),
             Error::Timeout { tool, after } => {
                 Some(serde_json::json!({"tool": tool, "after_ms": after.as_millis() as u64}))
             }

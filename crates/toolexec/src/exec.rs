@@ -12,9 +12,13 @@ use crate::chain::{ChainResult, ChainStep, run_chain};
 use crate::context::EventTx;
 use crate::docs::{DetailLevel, ToolDescription, describe};
 use crate::error::Error;
+use crate::gate::Gate;
 use crate::limits::Limits;
 use crate::output::ToolOutput;
+use crate::policy::{Policy, Target};
+use crate::quota::Quotas;
 use crate::run::{Pipeline, RunOptions};
+use crate::search::SearchMode;
 use crate::stream::{EventStream, RunResult, STREAM_BUFFER, StreamEvent};
 use crate::telemetry::{CallObserver, CallScope};
 
@@ -47,6 +51,7 @@ pub struct ExecBuilder {
     skip_input_validation: bool,
     skip_output_validation: bool,
     observer: Option<Arc<dyn CallObserver>>,
+    gate: Gate,
 }
 
 impl ExecBuilder {
@@ -81,6 +86,22 @@ impl ExecBuilder {
         self
     }
 
+    /// Decides every call, search hit and description by `policy` for the
+    /// caller current when it is made
+    /// ([`with_caller`](crate::telemetry::with_caller); anonymous when
+    /// none is set). See [`crate::policy`].
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.gate.policy = Some(Arc::new(policy));
+        self
+    }
+
+    /// Bounds every call's rate and concurrency by `quotas`, per caller
+    /// and per tool. See [`crate::quota`].
+    pub fn quotas(mut self, quotas: Quotas) -> Self {
+        self.gate.quotas = Some(Arc::new(quotas));
+        self
+    }
+
     /// Builds the executor.
     pub fn build(self) -> Exec {
         Exec {
@@ -90,6 +111,7 @@ impl ExecBuilder {
                 validate_input: !self.skip_input_validation,
                 validate_output: !self.skip_output_validation,
                 observer: self.observer,
+                gate: self.gate,
             }),
         }
     }
@@ -237,24 +259,95 @@ impl Exec {
         }
     }
 
-    /// Ranked search; at most `limit` results.
+    /// Ranked search in the catalog's default mode; at most `limit`
+    /// results, only tools the current caller may run.
     pub fn search_tools(&self, query: &str, limit: usize) -> Vec<ToolMatch> {
-        self.catalog()
-            .search(query, limit, None)
-            .iter()
-            .map(ToolMatch::from)
+        let catalog = self.catalog();
+        let hits = match self.pipeline.gate.policy {
+            None => catalog.search(query, limit, None),
+            Some(_) => {
+                let all = catalog.search(query, catalog.len(), None);
+                self.visible(all, limit)
+            }
+        };
+        hits.iter().map(ToolMatch::from).collect()
+    }
+
+    /// Ranked search in `mode` within `namespace` ([`Catalog::search_with`]):
+    /// at most `limit` results, only tools the current caller may run.
+    pub fn search_with(
+        &self,
+        query: &str,
+        limit: usize,
+        namespace: Option<&str>,
+        mode: Option<SearchMode>,
+    ) -> Result<Vec<SearchResult>, Error> {
+        let catalog = self.catalog();
+        let depth = match self.pipeline.gate.policy {
+            None => limit,
+            Some(_) => catalog.len().max(limit),
+        };
+        let hits = match mode {
+            Some(mode) => catalog.search_with(query, depth, namespace, mode)?,
+            None => catalog.search(query, depth, namespace),
+        };
+        Ok(match self.pipeline.gate.policy {
+            None => hits,
+            Some(_) => self.visible(hits, limit),
+        })
+    }
+
+    /// The first `limit` of `hits` the current caller may run.
+    fn visible(&self, hits: Vec<SearchResult>, limit: usize) -> Vec<SearchResult> {
+        hits.into_iter()
+            .filter(|h| self.may_use(&Target::Tool(h.tool.tool())))
+            .take(limit)
             .collect()
     }
 
-    /// A tool's documentation at `level`.
+    /// A tool's documentation at `level`: `not_allowed` when the policy
+    /// denies the current caller the tool.
     pub fn describe_tool(&self, id: &str, level: DetailLevel) -> Result<ToolDescription, Error> {
         let entry = self.catalog().get(id)?;
+        self.authorize(&Target::Tool(entry.tool()))?;
         Ok(describe(entry.tool(), level))
     }
 
-    /// Namespaces with their tool counts.
+    /// Namespaces with their tool counts (only tools the current caller
+    /// may run, and only namespaces with at least one).
     pub fn list_namespaces(&self) -> Vec<NamespaceInfo> {
-        self.catalog().namespaces()
+        if self.pipeline.gate.policy.is_none() {
+            return self.catalog().namespaces();
+        }
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for entry in self.catalog().all() {
+            let tool = entry.tool();
+            if self.may_use(&Target::Tool(tool)) {
+                *counts.entry(tool.id.namespace().to_owned()).or_default() += 1;
+            }
+        }
+        counts
+            .into_iter()
+            .map(|(name, tools)| NamespaceInfo { name, tools })
+            .collect()
+    }
+
+    /// The policy, when the executor has one.
+    pub fn policy(&self) -> Option<&Policy> {
+        self.pipeline.gate.policy.as_deref()
+    }
+
+    /// `not_allowed` (and logged) unless the policy lets the current caller
+    /// use `target`; `Ok` without a policy. Calls check this themselves;
+    /// entry points ask it for prompts and resources.
+    pub fn authorize(&self, target: &Target<'_>) -> Result<(), Error> {
+        self.pipeline.gate.check(target)
+    }
+
+    /// True when the current caller may use `target` (for filtering lists;
+    /// not logged).
+    pub fn may_use(&self, target: &Target<'_>) -> bool {
+        self.pipeline.gate.allows(target)
     }
 
     /// A cancellation token for [`RunOptions::cancel`].

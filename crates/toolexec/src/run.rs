@@ -1,4 +1,4 @@
-//! The run pipeline: parse id → resolve → validate input → execute with a
+//! The run pipeline: parse id → resolve → admit (policy, quotas) → validate input → execute with a
 //! deadline, cancellation and panic isolation → normalize → validate output.
 
 use std::any::Any;
@@ -19,6 +19,7 @@ use crate::backend::Call;
 use crate::catalog::{Catalog, RegisteredTool};
 use crate::context::{EventTx, ToolContext};
 use crate::error::{Error, ValidationFailure};
+use crate::gate::Gate;
 use crate::id::ToolIdRef;
 use crate::limits::{Limits, Side, check_json};
 use crate::output::ToolOutput;
@@ -86,6 +87,8 @@ pub(crate) struct Pipeline {
     pub(crate) validate_input: bool,
     pub(crate) validate_output: bool,
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
+    /// Policy and quotas, checked before a call's input is looked at.
+    pub(crate) gate: Gate,
 }
 
 impl Pipeline {
@@ -100,6 +103,7 @@ impl Pipeline {
             && !tracing::span_enabled!(target: "toolexec::call", tracing::Level::INFO)
         {
             let entry = self.catalog.resolve(&ToolIdRef::parse(id)?)?;
+            let _admission = self.gate.admit(entry.tool())?;
             let args = self.check_input(&entry, args)?;
             return self.run_checked(&entry, args, opts, events).await;
         }
@@ -144,6 +148,13 @@ impl Pipeline {
         opts: &RunOptions,
         events: Option<EventTx>,
     ) -> Result<ToolOutput, Error> {
+        let _admission = match self.gate.admit(entry.tool()) {
+            Ok(admission) => admission,
+            Err(e) => {
+                self.finish(&call, None, Duration::ZERO, Some(&e));
+                return Err(e);
+            }
+        };
         let checked = self.check_input(entry, args);
         let validation = call.start.elapsed();
         call.span

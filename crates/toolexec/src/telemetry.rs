@@ -79,18 +79,62 @@ pub fn clip(text: &str) -> &str {
 
 /// Who a call is made for: the authenticated principal, the session and
 /// the client program, as far as the entry point knows them. `client` is
-/// what the client called itself: informative, never proof.
+/// what the client called itself: informative, never proof. `kind`,
+/// `scopes` and `claims` are what a [`Policy`](crate::policy::Policy)
+/// decides on; only the entry point that verified them sets them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Caller {
     /// The principal: a token's name or a subject.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// How `principal` was established.
+    #[serde(skip_serializing_if = "PrincipalKind::is_anonymous")]
+    pub kind: PrincipalKind,
     /// The MCP session (or connection) id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
     /// The client program's name, as it introduced itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// Scopes the caller's credential grants (an access token's `scope`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// The verified claims of the caller's access token. Never serialized
+    /// (they may hold personal data); policies read them.
+    #[serde(skip)]
+    pub claims: serde_json::Map<String, Value>,
+}
+
+/// How a [`Caller`]'s principal was established.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrincipalKind {
+    /// Not authenticated, or not known to the entry point.
+    #[default]
+    Anonymous,
+    /// The local user who started the process (stdio).
+    Local,
+    /// A static bearer token; the principal is the token's name.
+    Token,
+    /// A verified access token; the principal is its subject (`sub`).
+    Subject,
+}
+
+impl PrincipalKind {
+    /// True for [`PrincipalKind::Anonymous`].
+    pub fn is_anonymous(&self) -> bool {
+        *self == PrincipalKind::Anonymous
+    }
+
+    /// The lowercase name (`anonymous`, `local`, `token`, `subject`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrincipalKind::Anonymous => "anonymous",
+            PrincipalKind::Local => "local",
+            PrincipalKind::Token => "token",
+            PrincipalKind::Subject => "subject",
+        }
+    }
 }
 
 tokio::task_local! {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use toolexec::Secret;
-use toolexec_mcp::gateway::{Expose, HttpLimits, RunLimits};
+use toolexec_mcp::gateway::{Expose, HttpAuth, HttpLimits, NamedToken, RunLimits};
 use toolexec_runtime::Profile;
 
 use super::error::Fault;
@@ -19,6 +19,9 @@ pub(crate) struct GatewayConfig {
     pub expose: Option<Expose>,
     /// Bearer token for HTTP mode, unless `--token-file` says otherwise.
     pub token: Option<Secret>,
+    /// Named bearer tokens for HTTP mode (`tokens = [{name, token}]`):
+    /// each caller's principal is its token's name.
+    pub tokens: Vec<NamedToken>,
     /// Extra allowed `Origin`s for HTTP mode.
     pub allowed_origins: Vec<String>,
     /// Where `execute_code` runs scripts (`standard`: in process;
@@ -38,6 +41,8 @@ pub(super) struct GatewayTable {
     expose: Option<ExposeText>,
     token: Option<SecretSource>,
     #[serde(default)]
+    tokens: Vec<TokenTable>,
+    #[serde(default)]
     allowed_origins: Vec<String>,
     code_profile: Option<CodeProfile>,
     max_connections: Option<usize>,
@@ -47,6 +52,14 @@ pub(super) struct GatewayTable {
     session_idle_timeout: Option<DurationText>,
     max_concurrent_runs: Option<usize>,
     max_queued_runs: Option<usize>,
+}
+
+/// One of `tokens`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenTable {
+    name: String,
+    token: SecretSource,
 }
 
 /// `meta`, `all` or `both`.
@@ -83,6 +96,26 @@ impl GatewayTable {
             Some(src) => Some(src.resolve("gateway.token", base)?),
             None => None,
         };
+        if token.is_some() && !self.tokens.is_empty() {
+            return Err(Fault::new(
+                "gateway.tokens",
+                "give either token (one shared token) or tokens (named ones), not both",
+            ));
+        }
+        let mut tokens = Vec::with_capacity(self.tokens.len());
+        for (i, t) in self.tokens.iter().enumerate() {
+            tokens.push(NamedToken {
+                name: t.name.clone(),
+                token: t
+                    .token
+                    .resolve(&format!("gateway.tokens[{i}].token"), base)?,
+            });
+        }
+        if !tokens.is_empty() {
+            HttpAuth::Tokens(tokens.clone())
+                .check()
+                .map_err(|e| Fault::refused("gateway", e, &[]))?;
+        }
         // Durations are never zero (`DurationText` refuses "0s").
         let mut http_limits = HttpLimits::default();
         let mut runs = RunLimits::default();
@@ -134,6 +167,7 @@ impl GatewayTable {
         Ok(GatewayConfig {
             expose: self.expose.map(|e| e.0),
             token,
+            tokens,
             allowed_origins: self.allowed_origins,
             code_profile: self.code_profile.map(|p| p.0),
             http_limits,

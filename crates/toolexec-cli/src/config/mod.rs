@@ -14,6 +14,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 use toolexec::Limits;
+use toolexec::policy::{Policy, PolicyConfig};
+use toolexec::quota::{QuotaConfig, Quotas};
 use toolexec_builtins::Group;
 use toolexec_http::openapi::ImportOptions;
 use toolexec_http::{ClientOptions, PlainTool};
@@ -71,6 +73,12 @@ pub(crate) struct Config {
     pub search: SearchConfig,
     /// `[telemetry]` and `[audit]`: traces, metrics, the audit log.
     pub telemetry: TelemetryConfig,
+    /// `[policy]`: who may use which tools, prompts and resources through
+    /// `serve` (checked when the file is read).
+    pub policy: Option<Policy>,
+    /// `[quotas]`: rate and concurrency limits per caller and per tool,
+    /// for `serve` (checked when the file is read).
+    pub quotas: Option<QuotaConfig>,
 }
 
 /// The file as written.
@@ -101,6 +109,8 @@ struct File {
     telemetry: telemetry::TelemetryTable,
     #[serde(default)]
     audit: telemetry::AuditTable,
+    policy: Option<PolicyConfig>,
+    quotas: Option<QuotaConfig>,
 }
 
 impl Config {
@@ -119,6 +129,8 @@ impl Config {
             grpc: Vec::new(),
             search: search::SearchConfig::default(),
             telemetry: TelemetryConfig::default(),
+            policy: None,
+            quotas: None,
         }
     }
 
@@ -178,6 +190,13 @@ impl File {
         let grpc = grpc::resolve(self.grpc, base, &taken, &self.limits)?;
         let search = self.search.resolve(base)?;
         let telemetry = self.telemetry.resolve(self.audit, base)?;
+        let policy = match &self.policy {
+            Some(p) => Some(Policy::new(p).map_err(|e| Fault::refused("policy", e, &[]))?),
+            None => None,
+        };
+        if let Some(q) = &self.quotas {
+            Quotas::new(q).map_err(|e| Fault::refused("quotas", e, &[]))?;
+        }
         Ok(Config {
             builtins,
             limits: self.limits,
@@ -191,6 +210,8 @@ impl File {
             grpc,
             search,
             telemetry,
+            policy,
+            quotas: self.quotas,
         })
     }
 }

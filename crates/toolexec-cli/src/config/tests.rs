@@ -105,6 +105,27 @@ fn errors_name_file_line_and_key() {
             "2:10",
             "gateway.expose",
         ),
+        (
+            "[[policy.rules]]\neffect = \"allow\"\nannotations = { fooHint = true }\n",
+            "3:",
+            "policy.rules[0].annotations.fooHint",
+        ),
+        (
+            "[[policy.rules]]\neffect = \"allow\"\ntool = [\"a:*\"]\n",
+            "3:1",
+            "policy.rules[0]",
+        ),
+        ("[quotas.tool]\nrate = 0.0\n", "2:8", "quotas.tool.rate"),
+        (
+            "[gateway]\ntokens = [{ name = \"a\", token = \"x\" }, { name = \"a\", token = \"y\" }]\n",
+            "2:",
+            "gateway.tokens[1].name",
+        ),
+        (
+            "[gateway]\ntoken = \"t\"\ntokens = [{ name = \"a\", token = \"x\" }]\n",
+            "3:",
+            "gateway.tokens",
+        ),
         ("this is not toml", "1:", ""),
     ];
     for (text, position, key) in cases {
@@ -240,4 +261,43 @@ fn refusals_point_at_the_value_and_unread_keys_are_unknown() {
             .unwrap();
     assert_eq!(c.runtimes.wasm.max_memory_bytes, 64 << 20);
     assert_eq!(c.runtimes.bubblewrap.pool_size, 2);
+}
+
+#[test]
+fn policy_quotas_and_named_tokens_parse() {
+    let c = parse(
+        r#"
+[gateway]
+tokens = [{ name = "ci", token = "ci-secret" }, { name = "alice", token = "a-secret" }]
+
+[policy]
+default = "deny"
+
+[[policy.rules]]
+name = "ci-reads"
+effect = "allow"
+tokens = ["ci"]
+annotations = { readOnlyHint = true }
+
+[[policy.rules]]
+name = "admins"
+effect = "allow"
+claims = { groups = "admin", tenant = 7 }
+
+[quotas.caller]
+rate = 10
+burst = 20
+concurrent = 4
+
+[quotas.tool]
+concurrent = 16
+"#,
+    )
+    .unwrap();
+    let names: Vec<&str> = c.gateway.tokens.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["ci", "alice"]);
+    assert_eq!(c.policy.as_ref().map(|p| p.len()), Some(2));
+    let quotas = c.quotas.unwrap();
+    assert_eq!(quotas.caller.unwrap().rate, Some(10.0));
+    assert_eq!(quotas.tool.unwrap().concurrent, Some(16));
 }

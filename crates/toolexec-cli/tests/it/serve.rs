@@ -761,3 +761,128 @@ fn stdio_protocol_stream_stays_clean_with_debug_logs() {
     // server-everything's own stderr is relayed to toolexec's stderr.
     assert!(stderr.contains("server=everything"), "{stderr}");
 }
+
+/// `[gateway] tokens`, `[policy]` and `[quotas]` through `toolexec serve
+/// --http`, driven by the Python SDK: callers are their tokens' names, see
+/// and run what the policy allows them, and are held to their quotas.
+#[test]
+fn named_tokens_a_policy_and_quotas_over_http() {
+    let Some(python) = dep(
+        "named_tokens_a_policy_and_quotas_over_http",
+        "TOOLEXEC_PYTHON",
+    ) else {
+        return;
+    };
+    let dir = TempDir::new("policy");
+    let config = dir.write(
+        "toolexec.toml",
+        r#"
+[builtins]
+enabled = ["math", "hash"]
+
+[gateway]
+tokens = [
+    { name = "ops", token = "ops-secret" },
+    { name = "root", token = "root-secret" },
+    { name = "busy", token = "busy-secret" },
+]
+
+[[policy.rules]]
+name = "staff"
+effect = "allow"
+tokens = ["ops", "root", "busy"]
+
+[[policy.rules]]
+name = "hashing-is-root-only"
+effect = "deny"
+tokens = ["ops"]
+namespaces = ["hash"]
+
+[quotas.caller]
+rate = 0.001
+burst = 3
+"#,
+    );
+    let (_server, port) = serve_http(
+        dir.path(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "serve",
+            "--expose",
+            "all",
+        ],
+        &[],
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let calls = json!([
+        {"tool": "math__add", "args": {"a": 2, "b": 3}},
+        {"tool": "hash__sha256", "args": {"text": "abc"}},
+    ]);
+    let client = |token: &str, calls: &Value| {
+        serve_client(dir.path(), &python, calls, &["http", &url, token])
+    };
+    let ops = client("ops-secret", &calls);
+    let tools = ops["tools"].as_array().unwrap();
+    assert!(tools.contains(&json!("math__add")), "{ops}");
+    assert!(
+        !tools
+            .iter()
+            .any(|t| t.as_str().unwrap().starts_with("hash__")),
+        "{ops}"
+    );
+    assert_eq!(
+        ops["calls"][0]["structured"],
+        json!({"result": 5.0}),
+        "{ops}"
+    );
+    let denied = &ops["calls"][1];
+    assert_eq!(denied["is_error"], true, "{ops}");
+    assert_eq!(
+        denied["structured"]["error"]["code"], "not_allowed",
+        "{ops}"
+    );
+    assert_eq!(
+        denied["structured"]["error"]["details"]["rule"], "hashing-is-root-only",
+        "{ops}"
+    );
+
+    let root = client("root-secret", &calls);
+    assert!(
+        root["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("hash__sha256")),
+        "{root}"
+    );
+    assert_eq!(root["calls"][1]["is_error"], false, "{root}");
+
+    // Three calls fit the bucket; the fourth is refused with a hint.
+    let four = json!([
+        {"tool": "math__add", "args": {"a": 1, "b": 1}},
+        {"tool": "math__add", "args": {"a": 1, "b": 1}},
+        {"tool": "math__add", "args": {"a": 1, "b": 1}},
+        {"tool": "math__add", "args": {"a": 1, "b": 1}},
+    ]);
+    let busy = client("busy-secret", &four);
+    let errors: Vec<&Value> = busy["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["is_error"])
+        .collect();
+    assert_eq!(
+        errors,
+        [&json!(false), &json!(false), &json!(false), &json!(true)],
+        "{busy}"
+    );
+    let error = &busy["calls"][3]["structured"]["error"];
+    assert_eq!(error["code"], "limit_exceeded", "{busy}");
+    assert!(
+        error["details"]["retry_after_ms"].as_u64().unwrap() > 0,
+        "{busy}"
+    );
+    // Another caller's bucket is its own.
+    let again = client("root-secret", &calls);
+    assert_eq!(again["calls"][0]["is_error"], false, "{again}");
+}

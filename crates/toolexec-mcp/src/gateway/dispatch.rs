@@ -63,13 +63,9 @@ impl Gateway {
                         meta::MAX_SEARCH_LIMIT
                     )));
                 }
-                let catalog = self.exec().catalog();
-                let found = match a.mode {
-                    Some(mode) => {
-                        catalog.search_with(&a.query, limit, a.namespace.as_deref(), mode)
-                    }
-                    None => Ok(catalog.search(&a.query, limit, a.namespace.as_deref())),
-                };
+                let found =
+                    self.exec()
+                        .search_with(&a.query, limit, a.namespace.as_deref(), a.mode);
                 Ok(match found {
                     Ok(found) => {
                         let results: Vec<ToolMatch> = found.iter().map(ToolMatch::from).collect();

@@ -201,10 +201,21 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.relaying::<rmcp::model::SubscribeRequestMethod>()?;
-        self.shared
-            .passthrough
-            .subscribe(self.session.id, context.peer, request.uri, context.ct)
-            .await
+        let uri = request.uri.clone();
+        let work = self.shared.passthrough.subscribe(
+            self.session.id,
+            context.peer.clone(),
+            request.uri,
+            context.ct.clone(),
+        );
+        self.traced(
+            "resources/subscribe",
+            Some(&uri),
+            &context,
+            rpc_failure,
+            work,
+        )
+        .await
     }
 
     #[cfg(feature = "upstream")]
@@ -214,10 +225,19 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.relaying::<rmcp::model::UnsubscribeRequestMethod>()?;
-        self.shared
-            .passthrough
-            .unsubscribe(self.session.id, request.uri, context.ct)
-            .await
+        let uri = request.uri.clone();
+        let work =
+            self.shared
+                .passthrough
+                .unsubscribe(self.session.id, request.uri, context.ct.clone());
+        self.traced(
+            "resources/unsubscribe",
+            Some(&uri),
+            &context,
+            rpc_failure,
+            work,
+        )
+        .await
     }
 
     #[cfg(feature = "upstream")]

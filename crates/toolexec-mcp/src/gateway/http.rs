@@ -16,11 +16,12 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use toolexec::telemetry::{Caller, PrincipalKind};
 use toolexec::{Error, Secret};
 
 use super::Gateway;
 use super::limits::{BACKEND, HttpLimits};
-use super::trace::Principal;
+use super::trace::Identity;
 
 /// The header naming a request's MCP session.
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -37,10 +38,27 @@ pub const DEFAULT_ALLOWED_ORIGINS: [&str; 3] =
 pub enum HttpAuth {
     /// Every request must carry `Authorization: Bearer <token>`; others get
     /// `401` with `WWW-Authenticate: Bearer`. Compared in constant time.
+    /// Callers are the token named [`BEARER_TOKEN_NAME`].
     Bearer(Secret),
+    /// Like [`HttpAuth::Bearer`] with several tokens, each with a name:
+    /// the name of the token a request carries is its caller's principal
+    /// ([`PrincipalKind::Token`]), which policies and quotas match.
+    Tokens(Vec<NamedToken>),
     /// No authentication (local experiments only; `toolexec serve` refuses
     /// it on a non-loopback address unless told twice).
     InsecureNoAuth,
+}
+
+/// The principal of requests that carry [`HttpAuth::Bearer`]'s token.
+pub const BEARER_TOKEN_NAME: &str = "bearer_token";
+
+/// One of [`HttpAuth::Tokens`].
+#[derive(Debug, Clone)]
+pub struct NamedToken {
+    /// The caller's name (`ci`, `alice`): what policies call the token.
+    pub name: String,
+    /// The token.
+    pub token: Secret,
 }
 
 /// Where and how to serve streamable HTTP.
@@ -105,11 +123,7 @@ pub async fn bind_http(
     ),
     Error,
 > {
-    if let HttpAuth::Bearer(token) = &options.auth
-        && token.is_empty()
-    {
-        return Err(Error::invalid_request("auth", "the bearer token is empty"));
-    }
+    options.auth.check()?;
     options.limits.check()?;
     let limits = options.limits;
     let mut config =
@@ -193,18 +207,90 @@ impl Guard {
             .any(|r| r.matches(origin, parsed.as_ref()))
     }
 
-    fn authorized(&self, value: Option<&HeaderValue>) -> bool {
-        let HttpAuth::Bearer(token) = &self.auth else {
-            return true;
-        };
-        let Some(v) = value.and_then(|v| v.to_str().ok()) else {
-            return false;
-        };
-        match v.trim().split_once(' ') {
-            Some((scheme, t)) if scheme.eq_ignore_ascii_case("bearer") => {
-                token.constant_time_eq(t.trim())
+    /// The caller a request's `Authorization` header proves, or `None`
+    /// when it proves none.
+    fn authenticate(&self, value: Option<&HeaderValue>) -> Option<Caller> {
+        let presented = || {
+            let v = value.and_then(|v| v.to_str().ok())?;
+            match v.trim().split_once(' ') {
+                Some((scheme, t)) if scheme.eq_ignore_ascii_case("bearer") => Some(t.trim()),
+                _ => None,
             }
-            _ => false,
+        };
+        let token = |name: &str| Caller {
+            principal: Some(name.to_owned()),
+            kind: PrincipalKind::Token,
+            ..Caller::default()
+        };
+        match &self.auth {
+            HttpAuth::InsecureNoAuth => Some(Caller {
+                principal: Some("anonymous".into()),
+                ..Caller::default()
+            }),
+            HttpAuth::Bearer(secret) => {
+                let t = presented()?;
+                secret.constant_time_eq(t).then(|| token(BEARER_TOKEN_NAME))
+            }
+            HttpAuth::Tokens(tokens) => {
+                let t = presented()?;
+                // Every token is compared (in constant time), so the time
+                // taken does not say which one nearly matched.
+                let mut found = None;
+                for named in tokens {
+                    if named.token.constant_time_eq(t) && found.is_none() {
+                        found = Some(named.name.as_str());
+                    }
+                }
+                found.map(token)
+            }
+        }
+    }
+}
+
+impl HttpAuth {
+    /// `invalid_request` for an empty token, or token names that are
+    /// empty or repeated (at `auth.tokens[i].name`).
+    pub fn check(&self) -> Result<(), Error> {
+        match self {
+            HttpAuth::Bearer(token) if token.is_empty() => {
+                Err(Error::invalid_request("auth", "the bearer token is empty"))
+            }
+            HttpAuth::Tokens(tokens) => {
+                if tokens.is_empty() {
+                    return Err(Error::invalid_request("auth.tokens", "no tokens"));
+                }
+                for (i, t) in tokens.iter().enumerate() {
+                    if t.name.trim().is_empty() {
+                        return Err(Error::invalid_request(
+                            format!("auth.tokens[{i}].name"),
+                            "must not be empty",
+                        ));
+                    }
+                    if t.token.is_empty() {
+                        return Err(Error::invalid_request(
+                            format!("auth.tokens[{i}].token"),
+                            "the token is empty",
+                        ));
+                    }
+                    if let Some(j) = tokens[..i].iter().position(|o| o.name == t.name) {
+                        return Err(Error::invalid_request(
+                            format!("auth.tokens[{i}].name"),
+                            format!("{:?} is also the name of tokens[{j}]", t.name),
+                        ));
+                    }
+                    if tokens[..i]
+                        .iter()
+                        .any(|o| o.token.constant_time_eq(t.token.expose()))
+                    {
+                        return Err(Error::invalid_request(
+                            format!("auth.tokens[{i}].token"),
+                            "two tokens are the same: a caller could not be told apart",
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -216,20 +302,16 @@ async fn check_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
             return (StatusCode::FORBIDDEN, "Forbidden: Origin not allowed\n").into_response();
         }
     }
-    if !guard.authorized(req.headers().get(header::AUTHORIZATION)) {
+    let Some(caller) = guard.authenticate(req.headers().get(header::AUTHORIZATION)) else {
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
             "Unauthorized: send Authorization: Bearer <token>\n",
         )
             .into_response();
-    }
-    let principal = match guard.auth {
-        HttpAuth::Bearer(_) => "bearer_token",
-        HttpAuth::InsecureNoAuth => "anonymous",
     };
     let mut req = req;
-    req.extensions_mut().insert(Principal(principal));
+    req.extensions_mut().insert(Identity(Arc::new(caller)));
     next.run(req).await
 }
 
@@ -463,17 +545,58 @@ mod tests {
         assert!(guard(&["*"]).origin_allowed("http://anything"));
     }
 
+    fn principal(g: &Guard, header: Option<&str>) -> Option<(String, PrincipalKind)> {
+        let h = header.map(|s| HeaderValue::from_str(s).unwrap());
+        g.authenticate(h.as_ref())
+            .map(|c| (c.principal.unwrap_or_default(), c.kind))
+    }
+
     #[test]
     fn bearer_tokens() {
         let g = guard(&[]);
-        let h = |s: &str| HeaderValue::from_str(s).unwrap();
-        assert!(g.authorized(Some(&h("Bearer t0k"))));
-        assert!(g.authorized(Some(&h("bearer t0k"))));
-        assert!(!g.authorized(Some(&h("Bearer t0k2"))));
-        assert!(!g.authorized(Some(&h("Basic t0k"))));
-        assert!(!g.authorized(Some(&h("t0k"))));
-        assert!(!g.authorized(None));
+        let ok = Some((BEARER_TOKEN_NAME.to_owned(), PrincipalKind::Token));
+        assert_eq!(principal(&g, Some("Bearer t0k")), ok);
+        assert_eq!(principal(&g, Some("bearer t0k")), ok);
+        for bad in [Some("Bearer t0k2"), Some("Basic t0k"), Some("t0k"), None] {
+            assert_eq!(principal(&g, bad), None, "{bad:?}");
+        }
         let open = unlimited();
-        assert!(open.authorized(None));
+        let anonymous = Some(("anonymous".to_owned(), PrincipalKind::Anonymous));
+        assert_eq!(principal(&open, None), anonymous);
+    }
+
+    #[test]
+    fn named_tokens_name_their_callers() {
+        let mut g = guard(&[]);
+        let named = |name: &str, token: &str| NamedToken {
+            name: name.into(),
+            token: Secret::new(token),
+        };
+        g.auth = HttpAuth::Tokens(vec![named("ci", "ci-secret"), named("alice", "a-secret")]);
+        let token = |n: &str| Some((n.to_owned(), PrincipalKind::Token));
+        assert_eq!(principal(&g, Some("Bearer ci-secret")), token("ci"));
+        assert_eq!(principal(&g, Some("Bearer a-secret")), token("alice"));
+        assert_eq!(principal(&g, Some("Bearer a-secre")), None);
+        assert_eq!(principal(&g, None), None);
+
+        let field =
+            |auth: HttpAuth| auth.check().unwrap_err().to_body().details.unwrap()["field"].clone();
+        assert_eq!(field(HttpAuth::Tokens(vec![])), "auth.tokens");
+        assert_eq!(
+            field(HttpAuth::Tokens(vec![named("a", "x"), named("a", "y")])),
+            "auth.tokens[1].name"
+        );
+        assert_eq!(
+            field(HttpAuth::Tokens(vec![named("a", "x"), named("b", "x")])),
+            "auth.tokens[1].token"
+        );
+        assert_eq!(
+            field(HttpAuth::Tokens(vec![named(" ", "x")])),
+            "auth.tokens[0].name"
+        );
+        assert_eq!(
+            field(HttpAuth::Tokens(vec![named("a", "")])),
+            "auth.tokens[0].token"
+        );
     }
 }

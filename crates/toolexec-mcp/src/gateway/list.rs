@@ -1,5 +1,6 @@
 //! `tools/list`: the meta-tools, then the catalog tools published directly
-//! under their MCP names, in pages of [`TOOLS_PAGE`].
+//! under their MCP names (those the caller may run), in pages of
+//! [`TOOLS_PAGE`].
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use rmcp::model::{
     JsonObject, ListToolsResult, MetaObject, Tool as McpTool, ToolAnnotations as McpAnnotations,
 };
 use serde_json::{Value, json};
+use toolexec::policy::Target;
 use toolexec::{ListRequest, RegisteredTool};
 
 use super::names::published_name;
@@ -55,6 +57,8 @@ impl Gateway {
                                 .get(&t.tool().id.to_string())
                                 .is_ok_and(|e| Arc::ptr_eq(&e, t))
                     })
+                    // Only what the caller may run (the gateway's policy).
+                    .filter(|t| self.exec().may_use(&Target::Tool(t.tool())))
                     .filter_map(|t| {
                         let id = t.tool().id.to_string();
                         match self.published(&id) {

@@ -119,7 +119,10 @@ mod trace;
 
 #[cfg(feature = "code")]
 pub use code::CodeModeOptions;
-pub use http::{DEFAULT_ALLOWED_ORIGINS, HttpAuth, HttpOptions, MCP_PATH, bind_http, serve_http};
+pub use http::{
+    BEARER_TOKEN_NAME, DEFAULT_ALLOWED_ORIGINS, HttpAuth, HttpOptions, MCP_PATH, NamedToken,
+    bind_http, serve_http,
+};
 pub use limits::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUED_RUNS, DEFAULT_MAX_SESSIONS,
@@ -129,6 +132,8 @@ pub use list::{META_ID_KEY, TOOLS_PAGE};
 pub use meta::{DEFAULT_INSTRUCTIONS, META_TOOLS};
 pub use names::{NameConflict, id_to_mcp_name, mcp_name_to_id};
 pub use options::{Expose, GatewayOptions};
+#[cfg(feature = "upstream")]
+pub use passthrough::RPC_NOT_ALLOWED;
 pub use relay::CHUNK_LOGGER;
 pub use result::RESULT_KEY;
 pub use server::Gateway;

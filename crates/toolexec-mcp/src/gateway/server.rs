@@ -100,7 +100,7 @@ impl Gateway {
         options: GatewayOptions,
         upstreams: Vec<Arc<crate::upstream::Upstream>>,
     ) -> Self {
-        let passthrough = Passthrough::new(upstreams, &options.unprefixed);
+        let passthrough = Passthrough::new(upstreams, &options.unprefixed, exec.clone());
         Self::build(exec, options, Arc::new(passthrough))
     }
 

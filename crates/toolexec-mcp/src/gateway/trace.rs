@@ -10,17 +10,21 @@ use std::sync::Arc;
 
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
-use toolexec::telemetry::{Caller, TraceContext, clip, current_trace, set_parent, with_caller};
+use toolexec::telemetry::{
+    Caller, PrincipalKind, TraceContext, clip, current_trace, set_parent, with_caller,
+};
 use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::server::Gateway;
 
-/// Who the HTTP layer authenticated, put in the request's extensions.
+/// Who the HTTP layer authenticated (principal, kind, scopes, claims), put
+/// in the request's extensions.
 #[derive(Debug, Clone)]
-pub(super) struct Principal(pub(super) &'static str);
+pub(super) struct Identity(pub(super) Arc<Caller>);
 
-/// The principal of requests over stdio: the local user who started it.
+/// The principal of requests over stdio: the local user who started it
+/// ([`PrincipalKind::Local`]).
 pub(super) const STDIO_PRINCIPAL: &str = "stdio";
 
 impl Gateway {
@@ -45,10 +49,7 @@ impl Gateway {
             Some(v) => clip(v.to_str().unwrap_or_default()).to_owned(),
             None => self.session.id.to_string(),
         };
-        let principal = match parts {
-            Some(p) => p.extensions.get::<Principal>().map(|p| p.0),
-            None => self.session.principal(),
-        };
+        let identity = parts.and_then(|p| p.extensions.get::<Identity>());
         let target = target.map(clip);
         let span = tracing::info_span!(
             target: "toolexec::gateway",
@@ -82,10 +83,22 @@ impl Gateway {
                 span.record("trace_id", trace.trace_id());
             }
         }
-        let caller = Arc::new(Caller {
-            principal: principal.map(str::to_owned),
-            session: Some(session),
-            client,
+        let caller = Arc::new(match identity {
+            Some(Identity(who)) => Caller {
+                session: Some(session),
+                client,
+                ..Caller::clone(who)
+            },
+            None => Caller {
+                principal: self.session.principal().map(str::to_owned),
+                kind: match self.session.principal() {
+                    Some(_) => PrincipalKind::Local,
+                    None => PrincipalKind::Anonymous,
+                },
+                session: Some(session),
+                client,
+                ..Caller::default()
+            },
         });
         let out = with_caller(caller, work).instrument(span.clone()).await;
         if let Some(kind) = failed(&out) {

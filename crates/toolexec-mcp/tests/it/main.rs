@@ -10,6 +10,7 @@ mod gateway_conformance;
 mod gateway_inspector;
 mod gateway_limits;
 mod gateway_passthrough;
+mod gateway_policy;
 mod gateway_python;
 mod gateway_rmcp;
 #[path = "../support/mod.rs"]

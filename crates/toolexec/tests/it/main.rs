@@ -6,5 +6,6 @@ mod chains_streams;
 mod examples;
 mod observer;
 mod pipeline;
+mod policy;
 mod retrieval_eval;
 mod semantic;

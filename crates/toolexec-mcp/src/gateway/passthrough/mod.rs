@@ -27,6 +27,8 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use toolexec::{Exec, policy};
+
 use crate::upstream::{RelayError, Upstream, UpstreamNotice};
 
 /// Most pages read from one upstream when the gateway looks for a URI's
@@ -50,6 +52,9 @@ const RELEARN_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 /// The upstreams a gateway relays, and what it learned about them.
 pub(crate) struct Passthrough {
     upstreams: Vec<Arc<Upstream>>,
+    /// The gateway's executor, whose policy decides what each caller may
+    /// list, read and get.
+    exec: Exec,
     /// Per upstream: whether its prompts keep their own names
     /// ([`GatewayOptions::unprefixed`](super::GatewayOptions::unprefixed)).
     unprefixed: Vec<bool>,
@@ -86,8 +91,9 @@ struct Subscriber {
 }
 
 impl Passthrough {
-    pub(crate) fn new(upstreams: Vec<Arc<Upstream>>, unprefixed: &[String]) -> Self {
+    pub(crate) fn new(upstreams: Vec<Arc<Upstream>>, unprefixed: &[String], exec: Exec) -> Self {
         Passthrough {
+            exec,
             unprefixed: upstreams
                 .iter()
                 .map(|u| unprefixed.iter().any(|n| n == u.name()))
@@ -294,8 +300,9 @@ fn due(learned: &Mutex<Option<std::time::Instant>>) -> bool {
 }
 
 impl Default for Passthrough {
+    /// Nothing to relay (so nothing for a policy to decide).
     fn default() -> Self {
-        Passthrough::new(Vec::new(), &[])
+        Passthrough::new(Vec::new(), &[], Exec::builder().build())
     }
 }
 
@@ -319,6 +326,37 @@ fn decode_cursor(cursor: Option<&str>) -> Result<(usize, Option<String>), McpErr
     let (index, inner) = cursor.split_once(':').ok_or_else(bad)?;
     let index = index.parse().map_err(|_| bad())?;
     Ok((index, (!inner.is_empty()).then(|| inner.to_owned())))
+}
+
+/// JSON-RPC error code of a request the gateway's policy refuses: a
+/// server-defined code (JSON-RPC leaves -32000 to -32099 to servers); the
+/// data carries toolexec's code (`not_allowed`), the target and the rule.
+pub const RPC_NOT_ALLOWED: i32 = -32003;
+
+impl Passthrough {
+    /// True when the current caller may see `target` (lists).
+    fn may(&self, target: &policy::Target<'_>) -> bool {
+        self.exec.may_use(target)
+    }
+
+    /// A [`RPC_NOT_ALLOWED`] error unless the current caller may use
+    /// `target` (logged).
+    fn authorize(&self, target: &policy::Target<'_>) -> Result<(), McpError> {
+        self.exec.authorize(target).map_err(|e| {
+            let body = e.to_body();
+            let mut data = json!({"code": body.code.as_str()});
+            if let (Some(serde_json::Value::Object(details)), Some(map)) =
+                (body.details, data.as_object_mut())
+            {
+                map.extend(details);
+            }
+            McpError::new(
+                rmcp::model::ErrorCode(RPC_NOT_ALLOWED),
+                body.message,
+                Some(data),
+            )
+        })
+    }
 }
 
 /// An upstream's failure as the client sees it: the server's own JSON-RPC

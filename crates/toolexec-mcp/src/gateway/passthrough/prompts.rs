@@ -11,6 +11,7 @@ use rmcp::model::{
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use toolexec::policy;
 
 use super::super::names::{NameConflict, SEPARATOR};
 use super::uri::parse_rewritten;
@@ -36,11 +37,18 @@ impl Passthrough {
                     let request =
                         ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params));
                     let mut page: ListPromptsResult = self.relay(i, request, cancel).await?;
+                    let server = self.upstreams[i].name();
                     if self.unprefixed[i] {
                         self.remember_prompts(i, page.prompts.iter().map(|p| p.name.as_str()));
                         page.prompts.retain(|p| self.prompt_keeps_name(i, &p.name));
-                    } else {
-                        let server = self.upstreams[i].name();
+                    }
+                    page.prompts.retain(|p| {
+                        self.may(&policy::Target::Prompt {
+                            namespace: server,
+                            name: &p.name,
+                        })
+                    });
+                    if !self.unprefixed[i] {
                         for prompt in &mut page.prompts {
                             prompt.name = format!("{server}{SEPARATOR}{}", prompt.name);
                         }
@@ -228,6 +236,10 @@ impl Passthrough {
         cancel: CancellationToken,
     ) -> Result<GetPromptResult, McpError> {
         let (index, original) = self.prompt_owner(&params.name, cancel.clone()).await?;
+        self.authorize(&policy::Target::Prompt {
+            namespace: self.upstreams[index].name(),
+            name: &original,
+        })?;
         params.meta = None;
         params.name = original;
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
@@ -246,18 +258,27 @@ impl Passthrough {
         let index = match &mut params.r#ref {
             Reference::Prompt(prompt) => {
                 let (index, original) = self.prompt_owner(&prompt.name, cancel.clone()).await?;
+                self.authorize(&policy::Target::Prompt {
+                    namespace: self.upstreams[index].name(),
+                    name: &original,
+                })?;
                 prompt.name = original;
                 index
             }
             Reference::Resource(template) => {
-                if let Some((server, original)) = parse_rewritten(&template.uri)
+                let index = if let Some((server, original)) = parse_rewritten(&template.uri)
                     && let Some(index) = self.index_of(server)
                 {
                     template.uri = original;
                     index
                 } else {
                     self.template_server(&template.uri, cancel.clone()).await?
-                }
+                };
+                self.authorize(&policy::Target::Resource {
+                    namespace: self.upstreams[index].name(),
+                    uri: &template.uri,
+                })?;
+                index
             }
             _ => {
                 return Err(McpError::invalid_params(

@@ -17,6 +17,7 @@ use rmcp::model::{SubscribeRequest, UnsubscribeRequest};
 use rmcp::{Peer, RoleServer};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use toolexec::policy;
 
 use super::uri::{matches_template, parse_rewritten, rewrite};
 use super::{
@@ -69,11 +70,20 @@ impl Passthrough {
         let params = PaginatedRequestParams::default().with_cursor(cursor);
         let request = ClientRequest::ListResourcesRequest(ListResourcesRequest::with_param(params));
         let mut page: ListResourcesResult = self.relay(index, request, cancel).await?;
-        for resource in &mut page.resources {
-            if let Some(published) = self.claim(index, &resource.uri) {
+        let server = self.upstreams[index].name();
+        page.resources.retain_mut(|resource| {
+            // Every URI is claimed (ownership is not the caller's);
+            // only those the caller may read are listed.
+            let published = self.claim(index, &resource.uri);
+            let visible = self.may(&policy::Target::Resource {
+                namespace: server,
+                uri: &resource.uri,
+            });
+            if let Some(published) = published {
                 resource.uri = published;
             }
-        }
+            visible
+        });
         Ok(page)
     }
 
@@ -125,8 +135,15 @@ impl Passthrough {
                 let cancel = cancel.clone();
                 async move {
                     let first = c.is_none();
-                    let page = self.templates_page(i, c, cancel).await?;
+                    let mut page = self.templates_page(i, c, cancel).await?;
                     self.remember_templates(i, first, &page);
+                    let server = self.upstreams[i].name();
+                    page.resource_templates.retain(|t| {
+                        self.may(&policy::Target::Resource {
+                            namespace: server,
+                            uri: &t.uri_template,
+                        })
+                    });
                     Ok((page.resource_templates, page.next_cursor))
                 }
             })
@@ -173,6 +190,10 @@ impl Passthrough {
     ) -> Result<ReadResourceResult, McpError> {
         let asked = params.uri.clone();
         let target = self.target(&asked, cancel.clone()).await?;
+        self.authorize(&policy::Target::Resource {
+            namespace: self.upstreams[target.index].name(),
+            uri: &target.uri,
+        })?;
         let mut params = params;
         params.meta = None;
         params.uri = target.uri.clone();
@@ -202,6 +223,10 @@ impl Passthrough {
         cancel: CancellationToken,
     ) -> Result<(), McpError> {
         let target = self.target(&uri, cancel.clone()).await?;
+        self.authorize(&policy::Target::Resource {
+            namespace: self.upstreams[target.index].name(),
+            uri: &target.uri,
+        })?;
         let key = (target.index, target.uri.clone());
         let first = {
             let mut subs = self.subscribers.lock();
