@@ -61,6 +61,9 @@ PY_PACKAGES=(
   "grpcio-reflection==1.85.1"
   "grpcio-tools==1.85.1"
   "opentelemetry-proto==1.45.2"
+  # The test OAuth issuer (py_oauth_issuer.py) signs tokens with these.
+  "pyjwt==2.15.1"
+  "cryptography==50.0.2"
 )
 
 mkdir -p "$DEPS/npm"

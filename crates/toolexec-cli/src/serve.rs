@@ -98,10 +98,27 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
             ));
         }
         HttpAuth::InsecureNoAuth
-    } else if args.token_file.is_none()
-        && std::env::var_os(TOKEN_ENV).is_none()
-        && !config.gateway.tokens.is_empty()
-    {
+    } else if let Some(oauth) = &config.gateway.oauth {
+        if args.token_file.is_some() || std::env::var_os(TOKEN_ENV).is_some() {
+            return Err(Error::invalid_request(
+                "token",
+                format!(
+                    "the config says callers bring OAuth access tokens (gateway.auth): \
+                     --token-file and ${TOKEN_ENV} would replace them with one static token"
+                ),
+            ));
+        }
+        HttpAuth::OAuth(oauth.clone())
+    } else if !config.gateway.tokens.is_empty() {
+        if args.token_file.is_some() || std::env::var_os(TOKEN_ENV).is_some() {
+            return Err(Error::invalid_request(
+                "token",
+                format!(
+                    "the config names its callers' tokens (gateway.tokens): --token-file and \
+                     ${TOKEN_ENV} would replace them all with one; remove one or the other"
+                ),
+            ));
+        }
         HttpAuth::Tokens(config.gateway.tokens.clone())
     } else {
         HttpAuth::Bearer(token(args, config)?)

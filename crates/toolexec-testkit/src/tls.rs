@@ -17,6 +17,14 @@ fn serial() -> SerialNumber {
     SerialNumber::from_slice(&bytes)
 }
 
+/// A new ECDSA P-256 private key as PKCS#8 DER: a test's signing key
+/// (JWTs of a test issuer, for instance).
+pub fn p256_pkcs8_der() -> Vec<u8> {
+    let key = EcdsaKey::<P256>::generate().expect("generate a P-256 key");
+    let mut buf = [0u8; 512];
+    key.to_pkcs8_der(&mut buf).expect("encode the key").to_vec()
+}
+
 /// An ECDSA P-256 key for rcgen.
 struct Key {
     ecdsa: EcdsaKey<P256>,

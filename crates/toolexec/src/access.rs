@@ -132,9 +132,14 @@ impl ToolAccess for Exec {
         })
     }
 
+    // Search and describe run when polled (as `call` does), so they decide
+    // for the caller current then: the one a scope
+    // ([`scoped_access`](crate::telemetry::scoped_access)) sets.
     fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Result<Value, Error>> {
-        let hits = serde_json::to_value(self.search_tools(query, limit)).unwrap_or(Value::Null);
-        Box::pin(std::future::ready(Ok(hits)))
+        let (exec, query) = (self.clone(), query.to_owned());
+        Box::pin(async move {
+            Ok(serde_json::to_value(exec.search_tools(&query, limit)).unwrap_or(Value::Null))
+        })
     }
 
     fn describe(
@@ -142,10 +147,11 @@ impl ToolAccess for Exec {
         tool_id: &str,
         level: DetailLevel,
     ) -> BoxFuture<'static, Result<Value, Error>> {
-        let doc = self
-            .describe_tool(tool_id, level)
-            .map(|d| serde_json::to_value(d).unwrap_or(Value::Null));
-        Box::pin(std::future::ready(doc))
+        let (exec, id) = (self.clone(), tool_id.to_owned());
+        Box::pin(async move {
+            exec.describe_tool(&id, level)
+                .map(|d| serde_json::to_value(d).unwrap_or(Value::Null))
+        })
     }
 }
 

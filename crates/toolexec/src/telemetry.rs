@@ -205,12 +205,18 @@ impl ToolAccess for Scoped {
         args: Value,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, Error>> {
-        let _entered = self.scope.span.enter();
-        self.scope.bind(self.tools.call(tool_id, args, cancel))
+        let (tools, id) = (self.tools.clone(), tool_id.to_owned());
+        self.scope
+            .bind(async move { tools.call(&id, args, cancel).await })
     }
 
+    // The inner call is made inside the scope, when the future is polled:
+    // an implementation that does its work at once (as `Exec` may) must
+    // see the scope's caller, not the (callerless) thread this runs on.
     fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Result<Value, Error>> {
-        self.scope.bind(self.tools.search(query, limit))
+        let (tools, query) = (self.tools.clone(), query.to_owned());
+        self.scope
+            .bind(async move { tools.search(&query, limit).await })
     }
 
     fn describe(
@@ -218,7 +224,9 @@ impl ToolAccess for Scoped {
         tool_id: &str,
         level: DetailLevel,
     ) -> BoxFuture<'static, Result<Value, Error>> {
-        self.scope.bind(self.tools.describe(tool_id, level))
+        let (tools, id) = (self.tools.clone(), tool_id.to_owned());
+        self.scope
+            .bind(async move { tools.describe(&id, level).await })
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use toolexec::Secret;
-use toolexec_mcp::gateway::{Expose, HttpAuth, HttpLimits, NamedToken, RunLimits};
+use toolexec_mcp::gateway::{Expose, HttpAuth, HttpLimits, NamedToken, OAuthOptions, RunLimits};
 use toolexec_runtime::Profile;
 
 use super::error::Fault;
@@ -22,6 +22,9 @@ pub(crate) struct GatewayConfig {
     /// Named bearer tokens for HTTP mode (`tokens = [{name, token}]`):
     /// each caller's principal is its token's name.
     pub tokens: Vec<NamedToken>,
+    /// `[gateway.auth]`: OAuth access tokens of an issuer instead of
+    /// static tokens.
+    pub oauth: Option<OAuthOptions>,
     /// Extra allowed `Origin`s for HTTP mode.
     pub allowed_origins: Vec<String>,
     /// Where `execute_code` runs scripts (`standard`: in process;
@@ -42,6 +45,7 @@ pub(super) struct GatewayTable {
     token: Option<SecretSource>,
     #[serde(default)]
     tokens: Vec<TokenTable>,
+    auth: Option<AuthTable>,
     #[serde(default)]
     allowed_origins: Vec<String>,
     code_profile: Option<CodeProfile>,
@@ -60,6 +64,49 @@ pub(super) struct GatewayTable {
 struct TokenTable {
     name: String,
     token: SecretSource,
+}
+
+/// `[gateway.auth]`: the gateway as an OAuth resource server.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthTable {
+    issuer: String,
+    audience: OneOrMany,
+    jwks_uri: Option<String>,
+    #[serde(default)]
+    scopes: Vec<String>,
+    resource: Option<String>,
+    leeway: Option<DurationText>,
+    ca_file: Option<std::path::PathBuf>,
+}
+
+/// A string or a list of strings.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl AuthTable {
+    fn resolve(self, base: &Path) -> Result<OAuthOptions, Fault> {
+        let audience = match self.audience {
+            OneOrMany::One(a) => vec![a],
+            OneOrMany::Many(list) => list,
+        };
+        let mut o = OAuthOptions::new(self.issuer, String::new());
+        o.audience = audience;
+        o.jwks_uri = self.jwks_uri;
+        o.scopes = self.scopes;
+        o.resource = self.resource;
+        if let Some(l) = self.leeway {
+            o.leeway = l.0;
+        }
+        o.tls.ca_file = self.ca_file.map(|f| super::values::relative_to(base, &f));
+        o.check()
+            .map_err(|e| Fault::refused("gateway.auth", e, &[]))?;
+        Ok(o)
+    }
 }
 
 /// `meta`, `all` or `both`.
@@ -110,6 +157,13 @@ impl GatewayTable {
                     .token
                     .resolve(&format!("gateway.tokens[{i}].token"), base)?,
             });
+        }
+        let oauth = self.auth.map(|a| a.resolve(base)).transpose()?;
+        if oauth.is_some() && (token.is_some() || !tokens.is_empty()) {
+            return Err(Fault::new(
+                "gateway.auth",
+                "give either auth (OAuth access tokens) or token/tokens (static ones), not both",
+            ));
         }
         if !tokens.is_empty() {
             HttpAuth::Tokens(tokens.clone())
@@ -168,6 +222,7 @@ impl GatewayTable {
             expose: self.expose.map(|e| e.0),
             token,
             tokens,
+            oauth,
             allowed_origins: self.allowed_origins,
             code_profile: self.code_profile.map(|p| p.0),
             http_limits,

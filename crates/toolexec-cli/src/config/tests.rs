@@ -301,3 +301,38 @@ concurrent = 16
     assert_eq!(quotas.caller.unwrap().rate, Some(10.0));
     assert_eq!(quotas.tool.unwrap().concurrent, Some(16));
 }
+
+#[test]
+fn gateway_auth_is_an_oauth_resource_server() {
+    let c = parse(
+        r#"
+[gateway.auth]
+issuer = "https://as.example.com"
+audience = ["https://gw.example.com/mcp", "toolexec"]
+scopes = ["tools"]
+leeway = "30s"
+"#,
+    )
+    .unwrap();
+    let o = c.gateway.oauth.unwrap();
+    assert_eq!(o.issuer, "https://as.example.com");
+    assert_eq!(o.audience, ["https://gw.example.com/mcp", "toolexec"]);
+    assert_eq!(o.leeway, std::time::Duration::from_secs(30));
+    for (text, key) in [
+        (
+            "[gateway.auth]\nissuer = \"as.example.com\"\naudience = \"https://gw/mcp\"\n",
+            "gateway.auth.issuer",
+        ),
+        (
+            "[gateway.auth]\nissuer = \"https://as\"\naudience = \"urn:x\"\n",
+            "gateway.auth.resource",
+        ),
+        (
+            "[gateway]\ntoken = \"t\"\n[gateway.auth]\nissuer = \"https://as\"\naudience = \"https://gw/mcp\"\n",
+            "gateway.auth",
+        ),
+    ] {
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains(key), "{text:?}: {err}");
+    }
+}

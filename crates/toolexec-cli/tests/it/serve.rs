@@ -17,8 +17,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::{
     Background, INITIALIZE, PY_DEMO_UPSTREAM, PY_GATEWAY_CLIENT, PY_SERVE_CLIENT,
-    PY_UPSTREAM_SERVER, StdioSession, TempDir, dep, deps, free_port, post_status, run, toml_str,
-    toolexec,
+    PY_UPSTREAM_SERVER, StdioSession, TempDir, dep, deps, free_port, get_with, post_status, run,
+    toml_str, toolexec,
 };
 
 const META_TOOLS: [&str; 6] = [
@@ -885,4 +885,131 @@ burst = 3
     // Another caller's bucket is its own.
     let again = client("root-secret", &calls);
     assert_eq!(again["calls"][0]["is_error"], false, "{again}");
+}
+
+/// `[gateway.auth]`: access tokens of a test issuer (PyJWT) checked by
+/// `toolexec serve --http`; the Python SDK and the Inspector connect with a
+/// valid one, and the token's subject and claims are what the policy
+/// decides on.
+#[test]
+fn oauth_access_tokens_over_http() {
+    let test = "oauth_access_tokens_over_http";
+    let Some(python) = dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let dir = TempDir::new("oauth");
+    let audience = "https://toolexec.test/mcp";
+    let mut issuer = Background::spawn(
+        Command::new(&python)
+            .arg(support::PY_OAUTH_ISSUER)
+            .arg(audience)
+            .current_dir(dir.path()),
+    );
+    let started: Value = serde_json::from_str(&issuer.wait_stdout_line("ISSUER ")).unwrap();
+    let url = started["issuer"].as_str().unwrap();
+    let token = |name: &str| started["tokens"][name].as_str().unwrap().to_owned();
+    let config = dir.write(
+        "toolexec.toml",
+        &format!(
+            r#"
+[builtins]
+enabled = ["math", "hash"]
+
+[gateway.auth]
+issuer = {url}
+audience = {audience}
+scopes = ["tools"]
+
+[[policy.rules]]
+name = "alice-does-math"
+effect = "allow"
+subjects = ["alice"]
+tools = ["math:*"]
+
+[[policy.rules]]
+name = "admins"
+effect = "allow"
+claims = {{ groups = "admin" }}
+"#,
+            url = toml_str(url),
+            audience = toml_str(audience),
+        ),
+    );
+    let (_server, port) = serve_http(
+        dir.path(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "serve",
+            "--expose",
+            "all",
+        ],
+        &[],
+    );
+    let mcp = format!("http://127.0.0.1:{port}/mcp");
+    let calls = json!([
+        {"tool": "math__add", "args": {"a": 2, "b": 3}},
+        {"tool": "hash__sha256", "args": {"text": "abc"}},
+    ]);
+    let alice = serve_client(
+        dir.path(),
+        &python,
+        &calls,
+        &["http", &mcp, &token("alice")],
+    );
+    let tools = alice["tools"].as_array().unwrap();
+    assert!(tools.contains(&json!("math__add")), "{alice}");
+    assert!(!tools.contains(&json!("hash__sha256")), "{alice}");
+    assert_eq!(
+        alice["calls"][0]["structured"],
+        json!({"result": 5.0}),
+        "{alice}"
+    );
+    assert_eq!(
+        alice["calls"][1]["structured"]["error"]["code"], "not_allowed",
+        "{alice}"
+    );
+    let bob = serve_client(dir.path(), &python, &calls, &["http", &mcp, &token("bob")]);
+    assert_eq!(bob["calls"][1]["is_error"], false, "{bob}");
+
+    // Refusals, with the challenge RFC 6750 and RFC 9728 ask for.
+    let bearer = |t: &str| format!("Authorization: Bearer {t}");
+    assert_eq!(post_status(port, &[], INITIALIZE), 401);
+    assert_eq!(
+        post_status(port, &[&bearer(&token("expired"))], INITIALIZE),
+        401
+    );
+    assert_eq!(
+        post_status(port, &[&bearer(&token("unscoped"))], INITIALIZE),
+        403
+    );
+    assert_eq!(post_status(port, &[&bearer("not-a-jwt")], INITIALIZE), 401);
+    let (status, body) = get_with(port, "/.well-known/oauth-protected-resource/mcp", &[]);
+    assert_eq!(status, 200, "{body}");
+    let meta: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(meta["authorization_servers"], json!([url]), "{meta}");
+
+    // The Inspector, with the token in a header.
+    if let Some(inspector) = Inspector::find(test) {
+        let (code, v) = inspector.run(
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "math__add",
+                "--tool-args-json",
+                r#"{"a": 2, "b": 3}"#,
+                "--header",
+                &bearer(&token("alice")),
+            ],
+            &[&mcp],
+        );
+        assert_eq!(code, 0, "{v}");
+        assert_eq!(
+            v["result"]["structuredContent"],
+            json!({"result": 5}),
+            "{v}"
+        );
+    }
+    drop(issuer);
 }

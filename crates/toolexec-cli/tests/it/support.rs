@@ -29,6 +29,11 @@ pub(crate) const PY_SERVE_CLIENT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/py_serve_client.py"
 );
+/// The test OAuth issuer (metadata, key set, signed tokens).
+pub(crate) const PY_OAUTH_ISSUER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/py_oauth_issuer.py"
+);
 
 /// Deadline for any one command; only there so that a hang fails instead of
 /// stalling the suite.

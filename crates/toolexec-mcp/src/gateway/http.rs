@@ -2,6 +2,7 @@
 //! axum, behind bearer-token auth and `Origin` checks, within the bounds of
 //! [`HttpLimits`] (connections, header and body time, sessions).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +22,8 @@ use toolexec::{Error, Secret};
 
 use super::Gateway;
 use super::limits::{BACKEND, HttpLimits};
+#[cfg(feature = "oauth")]
+use super::oauth::{OAuthOptions, ResourceServer};
 use super::trace::Identity;
 
 /// The header naming a request's MCP session.
@@ -44,6 +47,11 @@ pub enum HttpAuth {
     /// the name of the token a request carries is its caller's principal
     /// ([`PrincipalKind::Token`]), which policies and quotas match.
     Tokens(Vec<NamedToken>),
+    /// OAuth 2.1 access tokens (JWTs) of an authorization server: the
+    /// caller is the token's subject ([`PrincipalKind::Subject`]) with its
+    /// scopes and claims (feature `oauth`; see [`OAuthOptions`]).
+    #[cfg(feature = "oauth")]
+    OAuth(OAuthOptions),
     /// No authentication (local experiments only; `toolexec serve` refuses
     /// it on a non-loopback address unless told twice).
     InsecureNoAuth,
@@ -124,6 +132,11 @@ pub async fn bind_http(
     Error,
 > {
     options.auth.check()?;
+    #[cfg(feature = "oauth")]
+    let oauth = match &options.auth {
+        HttpAuth::OAuth(o) => Some(Arc::new(ResourceServer::new(o.clone()).await?)),
+        _ => None,
+    };
     options.limits.check()?;
     let limits = options.limits;
     let mut config =
@@ -137,6 +150,9 @@ pub async fn bind_http(
         sessions: sessions.clone(),
         creating: tokio::sync::Mutex::new(()),
         auth: options.auth,
+        owners: parking_lot::Mutex::default(),
+        #[cfg(feature = "oauth")]
+        oauth,
         origins: if options.allowed_origins.is_empty() {
             DEFAULT_ALLOWED_ORIGINS
                 .iter()
@@ -175,6 +191,7 @@ pub async fn bind_http(
             limit_sessions,
         ))
         .layer(middleware::from_fn_with_state(guard.clone(), buffer_body))
+        .layer(middleware::from_fn_with_state(guard.clone(), bind_sessions))
         .layer(middleware::from_fn_with_state(guard, check_request));
     let server = async move {
         super::listener::serve(listener, router, limits, shutdown).await;
@@ -196,6 +213,11 @@ struct Guard {
     /// session count checked is the count the new session joins.
     creating: tokio::sync::Mutex<()>,
     auth: HttpAuth,
+    /// Each session's creator ([`bind_sessions`]).
+    owners: parking_lot::Mutex<HashMap<String, String>>,
+    /// Checks access tokens under [`HttpAuth::OAuth`].
+    #[cfg(feature = "oauth")]
+    oauth: Option<Arc<ResourceServer>>,
     origins: Vec<OriginRule>,
 }
 
@@ -223,6 +245,9 @@ impl Guard {
             ..Caller::default()
         };
         match &self.auth {
+            // Checked by `check_request` with the issuer's keys.
+            #[cfg(feature = "oauth")]
+            HttpAuth::OAuth(_) => None,
             HttpAuth::InsecureNoAuth => Some(Caller {
                 principal: Some("anonymous".into()),
                 ..Caller::default()
@@ -260,10 +285,10 @@ impl HttpAuth {
                     return Err(Error::invalid_request("auth.tokens", "no tokens"));
                 }
                 for (i, t) in tokens.iter().enumerate() {
-                    if t.name.trim().is_empty() {
+                    if t.name.trim().is_empty() || t.name.contains(['*', '?']) {
                         return Err(Error::invalid_request(
                             format!("auth.tokens[{i}].name"),
-                            "must not be empty",
+                            "must not be empty, nor hold * or ? (policies read those as globs)",
                         ));
                     }
                     if t.token.is_empty() {
@@ -290,17 +315,43 @@ impl HttpAuth {
                 }
                 Ok(())
             }
+            #[cfg(feature = "oauth")]
+            HttpAuth::OAuth(o) => o.check(),
             _ => Ok(()),
         }
     }
 }
 
 async fn check_request(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    #[cfg(feature = "oauth")]
+    if let Some(rs) = &guard.oauth
+        && req.method() == Method::GET
+        && rs.is_metadata_path(req.uri().path())
+    {
+        // Public, for any origin: clients read it to find the issuer.
+        let mut response = rs.metadata();
+        response.headers_mut().insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
+        );
+        return response;
+    }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let allowed = origin.to_str().is_ok_and(|o| guard.origin_allowed(o));
         if !allowed {
             return (StatusCode::FORBIDDEN, "Forbidden: Origin not allowed\n").into_response();
         }
+    }
+    #[cfg(feature = "oauth")]
+    if let Some(rs) = &guard.oauth {
+        let presented = req.headers().get(header::AUTHORIZATION).cloned();
+        let caller = match rs.authenticate(presented.as_ref()).await {
+            Ok(caller) => caller,
+            Err(refusal) => return rs.refuse(refusal),
+        };
+        let mut req = req;
+        req.extensions_mut().insert(Identity(Arc::new(caller)));
+        return next.run(req).await;
     }
     let Some(caller) = guard.authenticate(req.headers().get(header::AUTHORIZATION)) else {
         return (
@@ -313,6 +364,63 @@ async fn check_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
     let mut req = req;
     req.extensions_mut().insert(Identity(Arc::new(caller)));
     next.run(req).await
+}
+
+/// Keeps each session to the principal that created it: a request naming
+/// a session another principal created gets `404`, as an unknown session
+/// does. Session ids travel in logs and traces; holding one must not let
+/// another token replay its responses, attach to its stream or close it.
+async fn bind_sessions(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    let who = req
+        .extensions()
+        .get::<Identity>()
+        .map(|Identity(c)| {
+            format!(
+                "{}:{}",
+                c.kind.as_str(),
+                c.principal.as_deref().unwrap_or("")
+            )
+        })
+        .unwrap_or_default();
+    let session = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let Some(id) = session else {
+        let response = next.run(req).await;
+        if let Some(id) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        {
+            let id = id.to_owned();
+            // Forget sessions that ended (closed or idle) now and then.
+            if guard.owners.lock().len() >= guard.limits.max_sessions {
+                let live: std::collections::HashSet<String> = guard
+                    .sessions
+                    .sessions
+                    .read()
+                    .await
+                    .keys()
+                    .map(|k| k.to_string())
+                    .collect();
+                guard.owners.lock().retain(|k, _| live.contains(k));
+            }
+            guard.owners.lock().insert(id, who);
+        }
+        return response;
+    };
+    let owner = guard.owners.lock().get(&id).cloned();
+    if owner.is_some_and(|o| o != who) {
+        return (StatusCode::NOT_FOUND, "Not Found: session not found\n").into_response();
+    }
+    let closing = req.method() == Method::DELETE;
+    let response = next.run(req).await;
+    if closing && response.status().is_success() {
+        guard.owners.lock().remove(&id);
+    }
+    response
 }
 
 /// Refuses an `initialize` over [`HttpLimits::max_sessions`]. A POST without
@@ -492,6 +600,9 @@ mod tests {
             sessions: Arc::new(LocalSessionManager::default()),
             creating: tokio::sync::Mutex::new(()),
             auth: HttpAuth::InsecureNoAuth,
+            owners: parking_lot::Mutex::default(),
+            #[cfg(feature = "oauth")]
+            oauth: None,
             origins: Vec::new(),
         }
     }
@@ -592,6 +703,10 @@ mod tests {
         );
         assert_eq!(
             field(HttpAuth::Tokens(vec![named(" ", "x")])),
+            "auth.tokens[0].name"
+        );
+        assert_eq!(
+            field(HttpAuth::Tokens(vec![named("a*", "x")])),
             "auth.tokens[0].name"
         );
         assert_eq!(

@@ -106,6 +106,8 @@ mod listener;
 mod meta;
 mod names;
 mod notify;
+#[cfg(feature = "oauth")]
+mod oauth;
 mod options;
 #[cfg(feature = "upstream")]
 mod passthrough;
@@ -131,6 +133,8 @@ pub use limits::{
 pub use list::{META_ID_KEY, TOOLS_PAGE};
 pub use meta::{DEFAULT_INSTRUCTIONS, META_TOOLS};
 pub use names::{NameConflict, id_to_mcp_name, mcp_name_to_id};
+#[cfg(feature = "oauth")]
+pub use oauth::{OAuthOptions, PROTECTED_RESOURCE_PATH};
 pub use options::{Expose, GatewayOptions};
 #[cfg(feature = "upstream")]
 pub use passthrough::RPC_NOT_ALLOWED;

@@ -21,8 +21,8 @@ use toolexec::policy::{Policy, PolicyConfig};
 use toolexec::quota::{CallQuota, QuotaConfig, Quotas};
 use toolexec::{Catalog, Exec, Secret};
 use toolexec_mcp::gateway::{
-    self, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions, NamedToken, RPC_NOT_ALLOWED,
-    RunLimits,
+    self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions, NamedToken,
+    RPC_NOT_ALLOWED, RunLimits,
 };
 use toolexec_mcp::upstream::Upstream;
 
@@ -398,5 +398,123 @@ async fn quotas_hold_under_a_thousand_concurrent_calls_from_four_clients() {
     for client in clients {
         client.cancel().await.unwrap();
     }
+    shutdown.cancel();
+}
+
+/// A script in a bubblewrap sandbox calls back through the host's tool
+/// channel: the host side decides for the caller that ran the script.
+#[tokio::test(flavor = "multi_thread")]
+async fn sandboxed_scripts_are_held_to_their_callers_policy() {
+    let Some(runtimes) = crate::support::hardened::bubblewrap_runtimes(
+        "sandboxed_scripts_are_held_to_their_callers_policy",
+    ) else {
+        return;
+    };
+    let catalog = toolexec_builtins::catalog();
+    support::register_demo_tools(&catalog);
+    let exec = Exec::builder()
+        .catalog(catalog)
+        .policy(policy(json!({"rules": [
+            {"name": "staff", "effect": "allow", "tokens": ["ops", "root"]},
+            {"name": "demo-is-root-only", "effect": "deny", "tokens": ["ops"], "namespaces": ["demo"]},
+        ]})))
+        .build();
+    let gateway = Gateway::new(
+        exec,
+        GatewayOptions {
+            code: CodeModeOptions {
+                profile: toolexec_runtime::Profile::Hardened,
+                max_concurrent: 2,
+                ..CodeModeOptions::default()
+            },
+            runtimes: Some(runtimes),
+            ..GatewayOptions::default()
+        },
+    );
+    let options = HttpOptions::new("127.0.0.1:0".parse().unwrap(), tokens());
+    let (addr, shutdown) = serve(gateway, options).await;
+    let (ops, root) = tokio::join!(connect(addr, "ops"), connect(addr, "root"));
+    let script = json!({"code": r#"
+        const found = await tools.search("sleep demo", 50);
+        let ran;
+        try { ran = await tools.run("demo:sleep", {ms: 1}); }
+        catch (e) { ran = e.code; }
+        return {ran, demo: found.filter(t => t.id.startsWith("demo:")).length};
+    "#});
+    let r = call(&ops, "execute_code", script.clone()).await;
+    assert_eq!(
+        structured(&r)["value"],
+        json!({"ran": "not_allowed", "demo": 0}),
+        "{r:?}"
+    );
+    let r = call(&root, "execute_code", script).await;
+    let value = &structured(&r)["value"];
+    assert_eq!(value["ran"], json!({"slept_ms": 1}), "{r:?}");
+    assert!(value["demo"].as_u64().unwrap() >= 1, "{r:?}");
+    ops.cancel().await.unwrap();
+    root.cancel().await.unwrap();
+    shutdown.cancel();
+}
+
+/// A session belongs to the token that created it: another valid token
+/// holding its id gets 404, as for an unknown session.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_is_its_creators_alone() {
+    let gateway = support::demo_gateway(Expose::Meta);
+    let options = HttpOptions::new("127.0.0.1:0".parse().unwrap(), tokens());
+    let (addr, shutdown) = serve(gateway, options).await;
+    let http = reqwest::Client::builder()
+        .tls_backend_preconfigured(toolexec_http::tls::Tls::unused().config)
+        .build()
+        .unwrap();
+    let url = format!("http://{addr}/mcp");
+    let send =
+        |method: reqwest::Method, token: &str, session: Option<&str>, body: Option<Value>| {
+            let mut req = http
+                .request(method, &url)
+                .bearer_auth(format!("{token}-secret"))
+                .header("Accept", "application/json, text/event-stream");
+            if let Some(s) = session {
+                req = req.header("mcp-session-id", s);
+            }
+            if let Some(b) = body {
+                req = req.json(&b);
+            }
+            req.send()
+        };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let created = send(reqwest::Method::POST, "ops", None, Some(init))
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let id = created.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    drop(created);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let other = send(
+        reqwest::Method::POST,
+        "root",
+        Some(&id),
+        Some(initialized.clone()),
+    );
+    assert_eq!(status(other.await.unwrap()), 404);
+    let owner = send(reqwest::Method::POST, "ops", Some(&id), Some(initialized));
+    assert_eq!(status(owner.await.unwrap()), 202);
+    let other = send(reqwest::Method::POST, "root", Some(&id), Some(list.clone()));
+    assert_eq!(status(other.await.unwrap()), 404);
+    let other = send(reqwest::Method::GET, "root", Some(&id), None);
+    assert_eq!(status(other.await.unwrap()), 404);
+    let other = send(reqwest::Method::DELETE, "root", Some(&id), None);
+    assert_eq!(status(other.await.unwrap()), 404);
+    let owner = send(reqwest::Method::POST, "ops", Some(&id), Some(list));
+    assert_eq!(status(owner.await.unwrap()), 200);
+    let owner = send(reqwest::Method::DELETE, "ops", Some(&id), None);
+    assert!(owner.await.unwrap().status().is_success());
     shutdown.cancel();
 }

@@ -9,6 +9,7 @@ mod gateway_code;
 mod gateway_conformance;
 mod gateway_inspector;
 mod gateway_limits;
+mod gateway_oauth;
 mod gateway_passthrough;
 mod gateway_policy;
 mod gateway_python;

@@ -13,6 +13,7 @@
 //! the rules about its caller and those about everyone.
 
 mod config;
+mod uri;
 
 use std::collections::HashMap;
 
@@ -367,12 +368,12 @@ impl What {
                     && (self.prompts.is_empty()
                         || self.prompts.iter().any(|p| glob_match(p, &keys.key)))
             }
-            Target::Resource { uri, .. } => {
+            Target::Resource { .. } => {
                 self.tools.is_empty()
                     && self.prompts.is_empty()
                     && self.annotations.is_empty()
                     && (self.resources.is_empty()
-                        || self.resources.iter().any(|p| glob_match(p, uri)))
+                        || self.resources.iter().any(|p| glob_match(p, &keys.key)))
             }
         };
         kind_ok
@@ -385,7 +386,8 @@ impl What {
 }
 
 /// A target's names, made once per decision: `namespace:name` (a tool's
-/// or prompt's; a resource's URI), and a versioned tool's full id.
+/// or prompt's), a resource's canonical URI ([`uri::canonical`]), and a
+/// versioned tool's full id.
 struct Keys {
     key: String,
     id: Option<String>,
@@ -402,8 +404,8 @@ impl Keys {
                 key: format!("{namespace}:{name}"),
                 id: None,
             },
-            Target::Resource { .. } => Keys {
-                key: String::new(),
+            Target::Resource { uri, .. } => Keys {
+                key: uri::canonical(uri),
                 id: None,
             },
         }

@@ -273,3 +273,37 @@ fn bad_rules_name_their_field() {
             .contains("unknown field `tool`")
     );
 }
+
+#[test]
+fn resource_rules_see_through_dot_segments_escapes_and_case() {
+    let p = policy(json!({"rules": [
+        {"name": "public", "effect": "allow", "resources": ["file:///srv/public/*"]},
+        {"name": "keys", "effect": "deny", "resources": ["file:///srv/public/keys/*"]},
+    ]}));
+    let decide = |uri: &str| {
+        let d = p.decide(
+            None,
+            &Target::Resource {
+                namespace: "fs",
+                uri,
+            },
+        );
+        (d.allowed(), d.rule_name().to_owned())
+    };
+    assert_eq!(decide("file:///srv/public/a.txt"), (true, "public".into()));
+    for sneaky in [
+        "file:///srv/public/../secret/key",
+        "file:///srv/public/%2e%2e/secret/key",
+        "file:///srv/public%2F..%2Fsecret",
+    ] {
+        assert_eq!(decide(sneaky), (false, "default".into()), "{sneaky}");
+    }
+    for sneaky in [
+        "file:///srv/public//keys/id_rsa",
+        "file:///srv/public/%6beys/id_rsa",
+        "FILE:///srv/public/./keys/id_rsa",
+        "file:///srv/public/x/../keys/id_rsa",
+    ] {
+        assert_eq!(decide(sneaky), (false, "keys".into()), "{sneaky}");
+    }
+}

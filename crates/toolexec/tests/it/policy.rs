@@ -321,3 +321,53 @@ async fn concurrency_quotas_hold_under_a_thousand_concurrent_calls() {
     // Everything was released: a new call gets through.
     exec.run_tool("slow:wait", json!({})).await.unwrap();
 }
+
+/// What a script's worker thread holds: an access captured in the caller's
+/// scope, used on a thread with no caller of its own. Under an open policy
+/// (default allow) a leak would show as the denied tool found or described.
+#[tokio::test]
+async fn scoped_access_decides_for_its_caller_on_any_thread() {
+    let config: PolicyConfig = serde_json::from_value(json!({
+        "default": "allow",
+        "rules": [{"name": "no-shell-for-interns", "effect": "deny", "tokens": ["intern"], "namespaces": ["shell"]}]
+    }))
+    .unwrap();
+    let exec = Exec::builder()
+        .policy(Policy::new(&config).unwrap())
+        .build();
+    exec.catalog()
+        .tool("shell:run", "Runs a shell command", |_: Cmd| async move {
+            Ok::<_, ToolError>("ran")
+        })
+        .unwrap();
+    let access = with_caller(token("intern"), async {
+        toolexec::telemetry::scoped_access(Arc::new(exec.clone()))
+    })
+    .await;
+    let (found, described, ran) = std::thread::spawn(move || {
+        futures::executor::block_on(async {
+            (
+                access.search("run shell command", 10).await.unwrap(),
+                access.describe("shell:run", DetailLevel::Full).await,
+                access
+                    .call("shell:run", json!({"cmd": "id"}), CancellationToken::new())
+                    .await,
+            )
+        })
+    })
+    .join()
+    .unwrap();
+    assert_eq!(found, json!([]));
+    denied(
+        &described.unwrap_err().to_body(),
+        "shell:run",
+        "no-shell-for-interns",
+    );
+    denied(
+        &ran.unwrap_err().to_body(),
+        "shell:run",
+        "no-shell-for-interns",
+    );
+    // Anyone else (here: no caller at all) may.
+    assert_eq!(exec.search_tools("run shell command", 10).len(), 1);
+}
