@@ -350,7 +350,7 @@ async fn check_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
             Err(refusal) => return rs.refuse(refusal),
         };
         let mut req = req;
-        req.extensions_mut().insert(Identity(Arc::new(caller)));
+        req.extensions_mut().insert(Identity(caller));
         return next.run(req).await;
     }
     let Some(caller) = guard.authenticate(req.headers().get(header::AUTHORIZATION)) else {

@@ -74,6 +74,20 @@
 //! `details.reason = "at_capacity"`. Over HTTP, [`HttpLimits`] bounds
 //! connections, the time to send headers and bodies, and sessions.
 //!
+//! # Callers, policy and quotas
+//!
+//! Every request runs for a [`Caller`](toolexec::telemetry::Caller): over
+//! HTTP, the name of the token it carries ([`HttpAuth::Tokens`]) or the
+//! subject, scopes and claims of an OAuth access token
+//! ([`HttpAuth::OAuth`], [`ResourceServer`]); over stdio, the local user.
+//! A session belongs to the principal that created it. The executor's
+//! [`Policy`](toolexec::policy::Policy) and
+//! [`Quotas`](toolexec::quota::Quotas) decide every call in its pipeline
+//! (so chain steps and scripts' calls too); the gateway also filters
+//! `tools/list`, `search_tools`, `list_namespaces`, prompts, resources and
+//! templates by the policy, and refuses `resources/read`, `subscribe`,
+//! `prompts/get` and completion with [`RPC_NOT_ALLOWED`].
+//!
 //! # Protocol versions
 //!
 //! The gateway speaks the session-based MCP revisions 2024-11-05 through
@@ -134,7 +148,7 @@ pub use list::{META_ID_KEY, TOOLS_PAGE};
 pub use meta::{DEFAULT_INSTRUCTIONS, META_TOOLS};
 pub use names::{NameConflict, id_to_mcp_name, mcp_name_to_id};
 #[cfg(feature = "oauth")]
-pub use oauth::{OAuthOptions, PROTECTED_RESOURCE_PATH};
+pub use oauth::{OAuthOptions, PROTECTED_RESOURCE_PATH, Refusal, ResourceServer};
 pub use options::{Expose, GatewayOptions};
 #[cfg(feature = "upstream")]
 pub use passthrough::RPC_NOT_ALLOWED;

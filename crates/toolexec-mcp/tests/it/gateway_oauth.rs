@@ -438,3 +438,31 @@ async fn an_unreachable_issuer_is_a_503_not_an_open_door() {
     assert_eq!(status, 401);
     shutdown.cancel();
 }
+
+/// A verified token is remembered (later requests skip the signature
+/// check), but never past its `exp`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remembered_token_still_expires() {
+    let key = Key::new("k1");
+    let (issuer, stop_issuer) = start_issuer(vec![key.jwk.clone()]).await;
+    let mut oauth = OAuthOptions::new(issuer.url.clone(), AUDIENCE);
+    oauth.leeway = Duration::ZERO;
+    let shutdown = CancellationToken::new();
+    let (addr, server) = gateway::bind_http(
+        support::demo_gateway(Expose::Meta),
+        HttpOptions::new("127.0.0.1:0".parse().unwrap(), HttpAuth::OAuth(oauth)),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(server);
+    let token = key.sign(&claims(&issuer, "alice", json!({"exp": now() + 2})));
+    assert_eq!(post(addr, Some(&token)).await.0, 200);
+    assert_eq!(post(addr, Some(&token)).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let (status, challenge) = post(addr, Some(&token)).await;
+    assert_eq!(status, 401, "{challenge}");
+    assert!(challenge.contains("ExpiredSignature"), "{challenge}");
+    shutdown.cancel();
+    stop_issuer.cancel();
+}

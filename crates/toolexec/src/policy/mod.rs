@@ -13,6 +13,7 @@
 //! the rules about its caller and those about everyone.
 
 mod config;
+mod pattern;
 mod uri;
 
 use std::collections::HashMap;
@@ -22,9 +23,9 @@ use serde_json::Value;
 pub use config::{Effect, PolicyConfig, RuleConfig};
 
 use crate::error::Error;
-use crate::glob_match;
 use crate::telemetry::{Caller, PrincipalKind};
 use crate::tool::Tool;
+use pattern::Pattern;
 
 /// What a decision is about.
 #[derive(Debug, Clone, Copy)]
@@ -108,7 +109,10 @@ pub struct Policy {
     rules: Vec<Rule>,
     /// Rules naming exact principals, by kind and principal.
     by_principal: HashMap<PrincipalKind, HashMap<Box<str>, Vec<u32>>>,
-    /// Rules about any principal, or naming principals by glob.
+    /// Rules about any principal (or naming principals by glob) that only
+    /// match targets of given namespaces, by namespace.
+    open_by_namespace: HashMap<Box<str>, Vec<u32>>,
+    /// The other rules about any principal.
     open: Vec<u32>,
 }
 
@@ -119,6 +123,7 @@ impl Policy {
         let mut rules = Vec::with_capacity(config.rules.len());
         let mut by_principal: HashMap<PrincipalKind, HashMap<Box<str>, Vec<u32>>> = HashMap::new();
         let mut open = Vec::new();
+        let mut open_by_namespace: HashMap<Box<str>, Vec<u32>> = HashMap::new();
         let mut names = HashMap::new();
         for (i, rc) in config.rules.iter().enumerate() {
             let rule = Rule::new(i, rc)?;
@@ -138,7 +143,17 @@ impl Policy {
                         named.entry(name).or_default().push(index);
                     }
                 }
-                None => open.push(index),
+                None => match rule.what.literal_namespaces() {
+                    Some(namespaces) => {
+                        for ns in namespaces {
+                            let rules = open_by_namespace.entry(ns.into()).or_default();
+                            if rules.last() != Some(&index) {
+                                rules.push(index);
+                            }
+                        }
+                    }
+                    None => open.push(index),
+                },
             }
             rules.push(rule);
         }
@@ -146,6 +161,7 @@ impl Policy {
             default: config.default,
             rules,
             by_principal,
+            open_by_namespace,
             open,
         })
     }
@@ -172,10 +188,14 @@ impl Policy {
                 .map_or(&[], Vec::as_slice),
             None => &[],
         };
+        let by_namespace: &[u32] = self
+            .open_by_namespace
+            .get(target.namespace())
+            .map_or(&[], Vec::as_slice);
         let keys = Keys::of(target);
         let mut allow: Option<u32> = None;
         let mut deny: Option<u32> = None;
-        for &i in named.iter().chain(&self.open) {
+        for &i in named.iter().chain(by_namespace).chain(&self.open) {
             let rule = &self.rules[i as usize];
             let best = match rule.effect {
                 Effect::Allow => &mut allow,
@@ -220,13 +240,13 @@ impl Rule {
             Some(n) => n.clone(),
             None => format!("rules[{i}]"),
         };
-        let patterns = |field: &str, list: &[String]| -> Result<Vec<String>, Error> {
+        let patterns = |field: &str, list: &[String]| -> Result<Vec<Pattern>, Error> {
             match list.iter().position(|p| p.trim().is_empty()) {
                 Some(j) => Err(Error::invalid_request(
                     at(&format!("{field}[{j}]")),
                     "must not be empty",
                 )),
-                None => Ok(list.to_vec()),
+                None => Ok(list.iter().map(|p| Pattern::new(p)).collect()),
             }
         };
         let mut claims = Vec::with_capacity(rc.claims.len());
@@ -289,8 +309,8 @@ impl Rule {
 /// Whom a rule is about.
 #[derive(Debug, Clone)]
 struct Who {
-    tokens: Vec<String>,
-    subjects: Vec<String>,
+    tokens: Vec<Pattern>,
+    subjects: Vec<Pattern>,
     scopes: Vec<String>,
     claims: Vec<(String, Value)>,
 }
@@ -305,7 +325,7 @@ impl Who {
         let subjects = self.subjects.iter().map(|s| (PrincipalKind::Subject, s));
         tokens
             .chain(subjects)
-            .map(|(k, p)| (!is_glob(p)).then(|| (k, Box::from(p.as_str()))))
+            .map(|(k, p)| p.exact().map(|p| (k, Box::from(p))))
             .collect()
     }
 
@@ -319,7 +339,7 @@ impl Who {
             let Some(principal) = &caller.principal else {
                 return false;
             };
-            if !names.iter().any(|n| glob_match(n, principal)) {
+            if !names.iter().any(|n| n.matches(principal)) {
                 return false;
             }
         }
@@ -338,14 +358,30 @@ impl Who {
 /// What a rule is about.
 #[derive(Debug, Clone)]
 struct What {
-    tools: Vec<String>,
-    prompts: Vec<String>,
-    resources: Vec<String>,
-    namespaces: Vec<String>,
+    tools: Vec<Pattern>,
+    prompts: Vec<Pattern>,
+    resources: Vec<Pattern>,
+    namespaces: Vec<Pattern>,
     annotations: Vec<(Hint, bool)>,
 }
 
 impl What {
+    /// The namespaces outside which the rule matches nothing, when they
+    /// are all written without globs (the rule can then be indexed).
+    fn literal_namespaces(&self) -> Option<Vec<&str>> {
+        fn literal(parts: Vec<&str>) -> Option<Vec<&str>> {
+            (!parts.is_empty() && parts.iter().all(|p| !is_glob(p))).then_some(parts)
+        }
+        fn before_colon(list: &[Pattern]) -> Vec<&str> {
+            list.iter()
+                .map(|p| p.glob().split(':').next().unwrap_or(p.glob()))
+                .collect()
+        }
+        literal(self.namespaces.iter().map(Pattern::glob).collect())
+            .or_else(|| literal(before_colon(&self.tools)))
+            .or_else(|| literal(before_colon(&self.prompts)))
+    }
+
     fn matches(&self, target: &Target<'_>, keys: &Keys) -> bool {
         let kind_ok = match target {
             Target::Tool(tool) => {
@@ -353,8 +389,7 @@ impl What {
                     && self.resources.is_empty()
                     && (self.tools.is_empty()
                         || self.tools.iter().any(|p| {
-                            glob_match(p, &keys.key)
-                                || keys.id.as_ref().is_some_and(|id| glob_match(p, id))
+                            p.matches(&keys.key) || keys.id.as_ref().is_some_and(|id| p.matches(id))
                         }))
                     && self
                         .annotations
@@ -366,14 +401,14 @@ impl What {
                     && self.resources.is_empty()
                     && self.annotations.is_empty()
                     && (self.prompts.is_empty()
-                        || self.prompts.iter().any(|p| glob_match(p, &keys.key)))
+                        || self.prompts.iter().any(|p| p.matches(&keys.key)))
             }
             Target::Resource { .. } => {
                 self.tools.is_empty()
                     && self.prompts.is_empty()
                     && self.annotations.is_empty()
                     && (self.resources.is_empty()
-                        || self.resources.iter().any(|p| glob_match(p, &keys.key)))
+                        || self.resources.iter().any(|p| p.matches(&keys.key)))
             }
         };
         kind_ok
@@ -381,7 +416,7 @@ impl What {
                 || self
                     .namespaces
                     .iter()
-                    .any(|p| glob_match(p, target.namespace())))
+                    .any(|p| p.matches(target.namespace())))
     }
 }
 

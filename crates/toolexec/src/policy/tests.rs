@@ -307,3 +307,29 @@ fn resource_rules_see_through_dot_segments_escapes_and_case() {
         assert_eq!(decide(sneaky), (false, "keys".into()), "{sneaky}");
     }
 }
+
+#[test]
+fn rules_indexed_by_namespace_decide_as_the_others() {
+    let p = policy(json!({"default": "allow", "rules": [
+        {"name": "glob-ns", "effect": "deny", "tools": ["m*:div"]},
+        {"name": "math-div", "effect": "deny", "tools": ["math:div", "math:mod"]},
+        {"name": "mixed", "effect": "deny", "tools": ["text:x", "*:wipe"]},
+        {"name": "ns", "effect": "deny", "namespaces": ["fs"], "tokens": ["*"]},
+        {"name": "gh-review", "effect": "deny", "prompts": ["gh:review"]},
+    ]}));
+    let decide = |id: &str| {
+        let t = tool(id);
+        let d = p.decide(Some(&token("ci")), &Target::Tool(&t));
+        (d.allowed(), d.rule_name().to_owned())
+    };
+    assert_eq!(decide("math:div"), (false, "glob-ns".into()));
+    assert_eq!(decide("math:mod"), (false, "math-div".into()));
+    assert_eq!(decide("math:add"), (true, "default".into()));
+    assert_eq!(decide("other:wipe"), (false, "mixed".into()));
+    assert_eq!(decide("fs:read"), (false, "ns".into()));
+    let review = Target::Prompt {
+        namespace: "gh",
+        name: "review",
+    };
+    assert_eq!(allowed(&p, None, review), (false, "gh-review".into()));
+}

@@ -12,7 +12,9 @@
 
 mod jwks;
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +25,8 @@ use toolexec::telemetry::{Caller, PrincipalKind};
 use toolexec_http::tls::{Tls, TlsOptions};
 
 use jwks::{Jwks, KeyError};
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
 
 /// The path of the protected resource metadata (RFC 9728); the resource's
 /// own path follows it (`/.well-known/oauth-protected-resource/mcp`).
@@ -73,6 +77,13 @@ pub struct OAuthOptions {
     pub jwks_min_interval: Duration,
     /// TLS for an `https://` issuer: CA file, client certificate.
     pub tls: TlsOptions,
+    /// Most verified tokens remembered (by SHA-256 digest, never the
+    /// token), so a client's later requests skip the signature check: each
+    /// until its `exp` or `jwks_max_age` after it was checked, whichever
+    /// comes first (so a key retired from the set stops working as it
+    /// would without the cache). `0`: every request is verified in full.
+    /// Default 10,000.
+    pub cache_tokens: usize,
 }
 
 impl OAuthOptions {
@@ -89,6 +100,7 @@ impl OAuthOptions {
             jwks_max_age: Duration::from_secs(600),
             jwks_min_interval: Duration::from_secs(10),
             tls: TlsOptions::default(),
+            cache_tokens: 10_000,
         }
     }
 
@@ -146,10 +158,13 @@ fn is_scope_token(s: &str) -> bool {
             .all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
 }
 
-/// Checks access tokens for one gateway.
-pub(super) struct ResourceServer {
+/// Checks access tokens for one gateway: the gateway's HTTP layer under
+/// [`HttpAuth::OAuth`](super::HttpAuth::OAuth), or code of your own.
+pub struct ResourceServer {
     options: OAuthOptions,
     jwks: Jwks,
+    /// Verified tokens by digest: the caller and until when it stands.
+    verified: Mutex<HashMap<[u8; 32], (Arc<Caller>, Instant)>>,
     /// `resource_metadata="..."` for `WWW-Authenticate`.
     metadata_url: String,
     /// The metadata document.
@@ -158,7 +173,8 @@ pub(super) struct ResourceServer {
 
 /// Why a request is refused.
 #[derive(Debug)]
-pub(super) enum Refusal {
+#[non_exhaustive]
+pub enum Refusal {
     /// No bearer token (`401` without an error code, RFC 6750 section 3.1).
     Missing,
     /// A token that is not valid (`401`, `invalid_token`).
@@ -172,7 +188,7 @@ pub(super) enum Refusal {
 impl ResourceServer {
     /// Checks `options` and fetches the key set once (a failure is logged:
     /// requests then get `503` until the keys can be fetched).
-    pub(super) async fn new(options: OAuthOptions) -> Result<Self, Error> {
+    pub async fn new(options: OAuthOptions) -> Result<Self, Error> {
         options.check()?;
         let tls = match options.issuer.starts_with("https://")
             || options
@@ -220,6 +236,7 @@ impl ResourceServer {
         Ok(ResourceServer {
             options,
             jwks,
+            verified: Mutex::default(),
             metadata_url,
             metadata,
         })
@@ -248,10 +265,7 @@ impl ResourceServer {
     }
 
     /// The caller a request's `Authorization` header proves.
-    pub(super) async fn authenticate(
-        &self,
-        value: Option<&HeaderValue>,
-    ) -> Result<Caller, Refusal> {
+    pub async fn authenticate(&self, value: Option<&HeaderValue>) -> Result<Arc<Caller>, Refusal> {
         let token = value
             .and_then(|v| v.to_str().ok())
             .and_then(|v| match v.trim().split_once(' ') {
@@ -259,6 +273,31 @@ impl ResourceServer {
                 _ => None,
             })
             .ok_or(Refusal::Missing)?;
+        if self.options.cache_tokens == 0 {
+            return self.checked(token).await.map(Arc::new);
+        }
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = Instant::now();
+        if let Some((caller, until)) = self.verified.lock().get(&digest)
+            && now < *until
+        {
+            return Ok(caller.clone());
+        }
+        let caller = Arc::new(self.checked(token).await?);
+        let until = now + self.options.jwks_max_age.min(until_exp(&caller.claims));
+        let mut verified = self.verified.lock();
+        if verified.len() >= self.options.cache_tokens {
+            verified.retain(|_, (_, u)| now < *u);
+            if verified.len() >= self.options.cache_tokens {
+                verified.clear();
+            }
+        }
+        verified.insert(digest, (caller.clone(), until));
+        Ok(caller)
+    }
+
+    /// [`Self::verify`], logging why a token is refused.
+    async fn checked(&self, token: &str) -> Result<Caller, Refusal> {
         let caller = self.verify(token).await;
         if let Err(Refusal::Invalid(why)) = &caller {
             tracing::debug!(target: "toolexec::oauth", reason = %why, "access token refused");
@@ -323,7 +362,7 @@ impl ResourceServer {
     }
 
     /// The answer to a refused request.
-    pub(super) fn refuse(&self, refusal: Refusal) -> Response {
+    pub fn refuse(&self, refusal: Refusal) -> Response {
         let scope = match self.options.scopes.is_empty() {
             true => String::new(),
             false => format!(", scope=\"{}\"", self.options.scopes.join(" ")),
@@ -361,6 +400,15 @@ impl ResourceServer {
             .unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
         (status, [(header::WWW_AUTHENTICATE, challenge)], body).into_response()
     }
+}
+
+/// Time left until the token's `exp` (zero when it is missing or past).
+fn until_exp(claims: &Map<String, Value>) -> Duration {
+    let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Duration::from_secs(exp.saturating_sub(now))
 }
 
 /// RFC 9728 section 3.1: the well-known name between the host and the
