@@ -48,7 +48,10 @@ fn bench(c: &mut Criterion) {
         o.cache_tokens = cache_tokens;
         rt.block_on(ResourceServer::new(o)).unwrap()
     };
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let mut header = Header::new(Algorithm::ES256);
     header.kid = Some("k1".into());
     let claims = json!({

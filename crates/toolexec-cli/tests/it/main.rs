@@ -15,5 +15,6 @@ mod remote;
 mod runtimes;
 mod search;
 mod serve;
+mod serve_auth;
 mod serve_hostile;
 mod telemetry;

@@ -109,6 +109,7 @@
 //! [`Exec`]: toolexec::Exec
 //! [`Exec::run_stream`]: toolexec::Exec::run_stream
 
+mod auth;
 #[cfg(feature = "code")]
 mod code;
 mod dispatch;
@@ -133,12 +134,10 @@ mod session;
 mod stdio;
 mod trace;
 
+pub use auth::{BEARER_TOKEN_NAME, HttpAuth, NamedToken};
 #[cfg(feature = "code")]
 pub use code::CodeModeOptions;
-pub use http::{
-    BEARER_TOKEN_NAME, DEFAULT_ALLOWED_ORIGINS, HttpAuth, HttpOptions, MCP_PATH, NamedToken,
-    bind_http, serve_http,
-};
+pub use http::{DEFAULT_ALLOWED_ORIGINS, HttpOptions, MCP_PATH, bind_http, serve_http};
 pub use limits::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUED_RUNS, DEFAULT_MAX_SESSIONS,

@@ -164,12 +164,15 @@ pub struct ResourceServer {
     options: OAuthOptions,
     jwks: Jwks,
     /// Verified tokens by digest: the caller and until when it stands.
-    verified: Mutex<HashMap<[u8; 32], (Arc<Caller>, Instant)>>,
+    verified: Mutex<Verified>,
     /// `resource_metadata="..."` for `WWW-Authenticate`.
     metadata_url: String,
     /// The metadata document.
     metadata: Value,
 }
+
+/// Verified tokens by SHA-256 digest: the caller, and until when.
+type Verified = HashMap<[u8; 32], (Arc<Caller>, Instant)>;
 
 /// Why a request is refused.
 #[derive(Debug)]
@@ -266,13 +269,7 @@ impl ResourceServer {
 
     /// The caller a request's `Authorization` header proves.
     pub async fn authenticate(&self, value: Option<&HeaderValue>) -> Result<Arc<Caller>, Refusal> {
-        let token = value
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| match v.trim().split_once(' ') {
-                Some((scheme, t)) if scheme.eq_ignore_ascii_case("bearer") => Some(t.trim()),
-                _ => None,
-            })
-            .ok_or(Refusal::Missing)?;
+        let token = super::auth::bearer(value).ok_or(Refusal::Missing)?;
         if self.options.cache_tokens == 0 {
             return self.checked(token).await.map(Arc::new);
         }

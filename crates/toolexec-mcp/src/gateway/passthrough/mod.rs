@@ -328,6 +328,48 @@ fn decode_cursor(cursor: Option<&str>) -> Result<(usize, Option<String>), McpErr
     Ok((index, (!inner.is_empty()).then(|| inner.to_owned())))
 }
 
+/// What to do after a page of an upstream's list ([`read_pages`]).
+pub(super) enum Next {
+    /// Read the page at this cursor.
+    Page(String),
+    /// The list ended: it was read whole.
+    End,
+    /// Stop before the end.
+    Stop,
+}
+
+impl Next {
+    /// The page at `cursor`, or the end when there is none.
+    pub(super) fn after(cursor: Option<String>) -> Self {
+        cursor.map_or(Next::End, Next::Page)
+    }
+}
+
+/// Reads a list page by page, at most [`MAX_LOOKUP_PAGES`] pages (a
+/// server whose listing never ends is not read forever): `fetch` gets each
+/// page's cursor, `take` each page with its number and says what next.
+/// True when the list was read to its end; a failed page stops the read.
+pub(super) async fn read_pages<P, Fut>(
+    mut fetch: impl FnMut(Option<String>) -> Fut,
+    mut take: impl FnMut(usize, P) -> Next,
+) -> bool
+where
+    Fut: std::future::Future<Output = Result<P, McpError>>,
+{
+    let mut cursor = None;
+    for number in 0..MAX_LOOKUP_PAGES {
+        let Ok(page) = fetch(cursor.take()).await else {
+            return false;
+        };
+        match take(number, page) {
+            Next::Page(c) => cursor = Some(c),
+            Next::End => return true,
+            Next::Stop => return false,
+        }
+    }
+    false
+}
+
 /// JSON-RPC error code of a request the gateway's policy refuses: a
 /// server-defined code (JSON-RPC leaves -32000 to -32099 to servers); the
 /// data carries toolexec's code (`not_allowed`), the target and the rule.

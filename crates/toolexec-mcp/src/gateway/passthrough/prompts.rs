@@ -15,7 +15,7 @@ use toolexec::policy;
 
 use super::super::names::{NameConflict, SEPARATOR};
 use super::uri::parse_rewritten;
-use super::{MAX_LOOKUP_PAGES, MAX_TEMPLATES, Passthrough, due};
+use super::{MAX_TEMPLATES, Next, Passthrough, due, read_pages};
 
 fn has_prompts(c: &ServerCapabilities) -> bool {
     c.prompts.is_some()
@@ -121,28 +121,20 @@ impl Passthrough {
                 continue;
             }
             let mut fresh = std::collections::HashSet::new();
-            let mut cursor = None;
-            let mut complete = false;
-            for _ in 0..MAX_LOOKUP_PAGES {
+            let fetch = |cursor| {
                 let params = PaginatedRequestParams::default().with_cursor(cursor);
                 let request =
                     ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params));
-                let Ok(page) = self
-                    .relay::<ListPromptsResult>(index, request, cancel.clone())
-                    .await
-                else {
-                    break;
-                };
+                self.relay::<ListPromptsResult>(index, request, cancel.clone())
+            };
+            let complete = read_pages(fetch, |_, page: ListPromptsResult| {
                 fresh.extend(page.prompts.into_iter().map(|p| p.name).take(MAX_TEMPLATES));
                 match page.next_cursor {
-                    Some(c) if fresh.len() < MAX_TEMPLATES => cursor = Some(c),
-                    Some(_) => break,
-                    None => {
-                        complete = true;
-                        break;
-                    }
+                    Some(_) if fresh.len() >= MAX_TEMPLATES => Next::Stop,
+                    cursor => Next::after(cursor),
                 }
-            }
+            })
+            .await;
             if complete {
                 self.prompt_names.lock().insert(index, fresh);
             } else {

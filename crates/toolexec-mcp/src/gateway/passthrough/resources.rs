@@ -21,8 +21,8 @@ use toolexec::policy;
 
 use super::uri::{matches_template, parse_rewritten, rewrite};
 use super::{
-    MAX_KNOWN_URIS, MAX_LOOKUP_PAGES, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Passthrough,
-    Subscriber,
+    MAX_KNOWN_URIS, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Next, Passthrough, Subscriber,
+    read_pages,
 };
 
 /// MCP's code for a resource that does not exist.
@@ -345,13 +345,11 @@ impl Passthrough {
             if !self.has(index, has_resources) {
                 continue;
             }
-            let mut cursor = None;
-            for _ in 0..MAX_LOOKUP_PAGES {
-                match self.resources_page(index, cursor, cancel.clone()).await {
-                    Ok(page) if page.next_cursor.is_some() => cursor = page.next_cursor,
-                    _ => break,
-                }
-            }
+            read_pages(
+                |cursor| self.resources_page(index, cursor, cancel.clone()),
+                |_, page| Next::after(page.next_cursor),
+            )
+            .await;
         }
     }
 
@@ -371,17 +369,14 @@ impl Passthrough {
             if !self.has(index, has_resources) {
                 continue;
             }
-            let mut cursor = None;
-            for page_no in 0..MAX_LOOKUP_PAGES {
-                let Ok(page) = self.templates_page(index, cursor, cancel.clone()).await else {
-                    break;
-                };
-                self.remember_templates(index, page_no == 0, &page);
-                match page.next_cursor {
-                    Some(c) => cursor = Some(c),
-                    None => break,
-                }
-            }
+            read_pages(
+                |cursor| self.templates_page(index, cursor, cancel.clone()),
+                |number, page| {
+                    self.remember_templates(index, number == 0, &page);
+                    Next::after(page.next_cursor)
+                },
+            )
+            .await;
         }
     }
 
