@@ -57,8 +57,8 @@ cargo fmt --all --check
 phase "cargo clippy --all-targets -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-phase "toolexec-mcp feature subsets: upstream alone (no QuickJS), gateway without code mode"
-for features in upstream gateway; do
+phase "toolexec-mcp feature subsets: upstream alone (no QuickJS), gateway without code mode, with OAuth"
+for features in upstream gateway gateway,oauth; do
   cargo clippy -p toolexec-mcp --no-default-features --features "$features" --locked -- -D warnings
   if cargo tree -p toolexec-mcp --no-default-features --features "$features" -e normal --locked | grep -q quickjs; then
     echo "error: toolexec-mcp with only '$features' depends on QuickJS" >&2

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -207,7 +207,7 @@ async fn check_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
         let mut response = rs.metadata();
         response.headers_mut().insert(
             header::ACCESS_CONTROL_ALLOW_ORIGIN,
-            HeaderValue::from_static("*"),
+            header::HeaderValue::from_static("*"),
         );
         return response;
     }
