@@ -88,14 +88,10 @@ impl Quotas {
     /// [`Error::Throttled`]. The concurrency share is held until the
     /// returned [`Admission`] is dropped.
     pub fn admit(self: &Arc<Self>, caller: Option<&Caller>, key: &str) -> Result<Admission, Error> {
-        let caller_key: Box<str> = match caller {
-            Some(Caller {
-                principal: Some(p),
-                kind,
-                ..
-            }) if *kind != PrincipalKind::Anonymous => format!("{}:{p}", kind.as_str()).into(),
-            _ => "anonymous".into(),
-        };
+        let caller_key: Box<str> = caller.map_or_else(
+            || PrincipalKind::Anonymous.as_str().into(),
+            |c| c.principal_key().into(),
+        );
         let mut admission = Admission {
             quotas: self.clone(),
             caller: None,

@@ -105,6 +105,18 @@ pub struct Caller {
     pub claims: serde_json::Map<String, Value>,
 }
 
+impl Caller {
+    /// One key per principal, for state kept per caller (quotas, sessions):
+    /// `kind:principal` (`token:ci`, `subject:alice`, `local:stdio`), or
+    /// `anonymous` for every caller that is not authenticated.
+    pub fn principal_key(&self) -> String {
+        match (&self.principal, self.kind) {
+            (Some(p), kind) if kind != PrincipalKind::Anonymous => format!("{}:{p}", kind.as_str()),
+            _ => PrincipalKind::Anonymous.as_str().to_owned(),
+        }
+    }
+}
+
 /// How a [`Caller`]'s principal was established.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -252,13 +252,7 @@ async fn bind_sessions(State(guard): State<Arc<Guard>>, req: Request, next: Next
     let who = req
         .extensions()
         .get::<Identity>()
-        .map(|Identity(c)| {
-            format!(
-                "{}:{}",
-                c.kind.as_str(),
-                c.principal.as_deref().unwrap_or("")
-            )
-        })
+        .map(|Identity(c)| c.principal_key())
         .unwrap_or_default();
     let session = req
         .headers()

@@ -31,7 +31,7 @@ pub(crate) fn canonical(uri: &str) -> String {
     };
     let end = rest.find(['?', '#']).unwrap_or(rest.len());
     let (path, tail) = rest.split_at(end);
-    let decoded = percent_decode(path);
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
     let absolute = decoded.starts_with('/');
     let mut segments: Vec<&str> = Vec::new();
     for segment in decoded.split('/') {
@@ -62,30 +62,6 @@ pub(crate) fn canonical(uri: &str) -> String {
     }
     out.push_str(tail);
     out
-}
-
-/// Decodes every valid `%XX`; invalid UTF-8 in the result is replaced.
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
-            out.push(h << 4 | l);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(c: u8) -> Option<u8> {
-    (c as char).to_digit(16).map(|d| d as u8)
 }
 
 #[cfg(test)]

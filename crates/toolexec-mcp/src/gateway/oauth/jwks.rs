@@ -13,6 +13,7 @@ use parking_lot::RwLock;
 use serde::Deserialize;
 use tokio::sync::Mutex;
 use toolexec::Error;
+use toolexec_http::tls::{error_chain, next_link};
 
 /// Most bytes read from a metadata document or key set.
 const MAX_DOCUMENT_BYTES: usize = 1 << 20;
@@ -193,7 +194,7 @@ impl Jwks {
         let response = tokio::time::timeout(FETCH_TIMEOUT, self.client.get(url).send())
             .await
             .map_err(|_| unavailable(format!("{url}: no answer within {FETCH_TIMEOUT:?}")))?
-            .map_err(|e| unavailable(format!("{url}: {}", error_chain(&e))))?;
+            .map_err(|e| unavailable(format!("{url}: {}", error_chain(&e, next_link))))?;
         let status = response.status();
         if !status.is_success() {
             return Err(unavailable(format!("{url}: HTTP {status}")));
@@ -245,17 +246,6 @@ pub(super) fn metadata_urls(issuer: &str) -> Vec<String> {
 
 fn unavailable(message: String) -> Error {
     Error::backend_unavailable(BACKEND, message)
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]
