@@ -107,6 +107,21 @@ async fn start_issuer(keys: Vec<Jwk>) -> (Arc<Issuer>, CancellationToken) {
     (issuer, stop)
 }
 
+/// `gateway` over HTTP on a free loopback port, taking OAuth access
+/// tokens as `oauth` says, until the returned token is cancelled.
+async fn serve(gateway: Gateway, oauth: OAuthOptions) -> (SocketAddr, CancellationToken) {
+    let shutdown = CancellationToken::new();
+    let (addr, server) = gateway::bind_http(
+        gateway,
+        HttpOptions::new("127.0.0.1:0".parse().unwrap(), HttpAuth::OAuth(oauth)),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(server);
+    (addr, shutdown)
+}
+
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -207,15 +222,7 @@ async fn access_tokens_are_checked_against_the_issuers_keys() {
     oauth.scopes = vec!["tools".into()];
     oauth.jwks_min_interval = Duration::from_millis(50);
     oauth.jwks_max_age = Duration::from_secs(2);
-    let shutdown = CancellationToken::new();
-    let (addr, server) = gateway::bind_http(
-        gateway,
-        HttpOptions::new("127.0.0.1:0".parse().unwrap(), HttpAuth::OAuth(oauth)),
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(server);
+    let (addr, shutdown) = serve(gateway, oauth).await;
     assert_eq!(
         issuer.fetches.load(Ordering::SeqCst),
         1,
@@ -421,15 +428,7 @@ async fn an_unreachable_issuer_is_a_503_not_an_open_door() {
     drop(listener);
     let mut oauth = OAuthOptions::new(dead.clone(), AUDIENCE);
     oauth.jwks_min_interval = Duration::from_millis(10);
-    let shutdown = CancellationToken::new();
-    let (addr, server) = gateway::bind_http(
-        support::demo_gateway(Expose::Meta),
-        HttpOptions::new("127.0.0.1:0".parse().unwrap(), HttpAuth::OAuth(oauth)),
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(server);
+    let (addr, shutdown) = serve(support::demo_gateway(Expose::Meta), oauth).await;
     let key = Key::new("k1");
     let token = key.sign(&json!({"iss": dead, "aud": AUDIENCE, "sub": "a", "exp": now() + 60}));
     let (status, _) = post(addr, Some(&token)).await;
@@ -447,15 +446,7 @@ async fn a_remembered_token_still_expires() {
     let (issuer, stop_issuer) = start_issuer(vec![key.jwk.clone()]).await;
     let mut oauth = OAuthOptions::new(issuer.url.clone(), AUDIENCE);
     oauth.leeway = Duration::ZERO;
-    let shutdown = CancellationToken::new();
-    let (addr, server) = gateway::bind_http(
-        support::demo_gateway(Expose::Meta),
-        HttpOptions::new("127.0.0.1:0".parse().unwrap(), HttpAuth::OAuth(oauth)),
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(server);
+    let (addr, shutdown) = serve(support::demo_gateway(Expose::Meta), oauth).await;
     let token = key.sign(&claims(&issuer, "alice", json!({"exp": now() + 2})));
     assert_eq!(post(addr, Some(&token)).await.0, 200);
     assert_eq!(post(addr, Some(&token)).await.0, 200);

@@ -101,17 +101,23 @@ async fn search_ids(client: &Client, query: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn callers_see_and_reach_only_what_the_policy_allows() {
+/// The built-ins and the demo tools, for `ops` and `root`; only `root`
+/// may use the `demo` namespace (rule `demo-is-root-only`).
+fn demo_exec_for_staff() -> Exec {
     let catalog = toolexec_builtins::catalog();
     support::register_demo_tools(&catalog);
-    let exec = Exec::builder()
+    Exec::builder()
         .catalog(catalog)
         .policy(policy(json!({"rules": [
             {"name": "staff", "effect": "allow", "tokens": ["ops", "root"]},
             {"name": "demo-is-root-only", "effect": "deny", "tokens": ["ops"], "namespaces": ["demo"]},
         ]})))
-        .build();
+        .build()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn callers_see_and_reach_only_what_the_policy_allows() {
+    let exec = demo_exec_for_staff();
     let gateway = Gateway::new(
         exec,
         GatewayOptions {
@@ -410,15 +416,7 @@ async fn sandboxed_scripts_are_held_to_their_callers_policy() {
     ) else {
         return;
     };
-    let catalog = toolexec_builtins::catalog();
-    support::register_demo_tools(&catalog);
-    let exec = Exec::builder()
-        .catalog(catalog)
-        .policy(policy(json!({"rules": [
-            {"name": "staff", "effect": "allow", "tokens": ["ops", "root"]},
-            {"name": "demo-is-root-only", "effect": "deny", "tokens": ["ops"], "namespaces": ["demo"]},
-        ]})))
-        .build();
+    let exec = demo_exec_for_staff();
     let gateway = Gateway::new(
         exec,
         GatewayOptions {
