@@ -2,12 +2,38 @@
 //! access tokens of a test issuer (PyJWT), a `[policy]` and `[quotas]`,
 //! driven by the Python SDK and the Inspector.
 
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
 
 use crate::serve::{Inspector, serve_client, serve_http};
 use crate::support::{self, Background, INITIALIZE, TempDir, dep, get_with, post_status, toml_str};
+
+/// `toolexec --config CONFIG serve --expose all --http 127.0.0.1:PORT`,
+/// listening: the server and its port.
+fn serve_all(dir: &TempDir, config: &Path) -> (Background, u16) {
+    serve_http(
+        dir.path(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "serve",
+            "--expose",
+            "all",
+        ],
+        &[],
+    )
+}
+
+/// Calls of one math tool and one hash tool, for callers allowed one
+/// namespace or both.
+fn add_and_hash() -> Value {
+    json!([
+        {"tool": "math__add", "args": {"a": 2, "b": 3}},
+        {"tool": "hash__sha256", "args": {"text": "abc"}},
+    ])
+}
 
 /// `[gateway] tokens`, `[policy]` and `[quotas]` through `toolexec serve
 /// --http`, driven by the Python SDK: callers are their tokens' names, see
@@ -50,22 +76,9 @@ rate = 0.001
 burst = 3
 "#,
     );
-    let (_server, port) = serve_http(
-        dir.path(),
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "serve",
-            "--expose",
-            "all",
-        ],
-        &[],
-    );
+    let (_server, port) = serve_all(&dir, &config);
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let calls = json!([
-        {"tool": "math__add", "args": {"a": 2, "b": 3}},
-        {"tool": "hash__sha256", "args": {"text": "abc"}},
-    ]);
+    let calls = add_and_hash();
     let client = |token: &str, calls: &Value| {
         serve_client(dir.path(), &python, calls, &["http", &url, token])
     };
@@ -182,22 +195,9 @@ claims = {{ groups = "admin" }}
             audience = toml_str(audience),
         ),
     );
-    let (_server, port) = serve_http(
-        dir.path(),
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "serve",
-            "--expose",
-            "all",
-        ],
-        &[],
-    );
+    let (_server, port) = serve_all(&dir, &config);
     let mcp = format!("http://127.0.0.1:{port}/mcp");
-    let calls = json!([
-        {"tool": "math__add", "args": {"a": 2, "b": 3}},
-        {"tool": "hash__sha256", "args": {"text": "abc"}},
-    ]);
+    let calls = add_and_hash();
     let alice = serve_client(
         dir.path(),
         &python,
