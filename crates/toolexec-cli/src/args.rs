@@ -42,12 +42,55 @@ pub(crate) enum Command {
     /// List the sandbox runtimes: isolation, strongest profile, unit kinds,
     /// the profiles each serves in the configured mapping, and availability.
     Runtimes,
+    /// Sign in to upstream servers with OAuth (`[[servers]] auth.oauth`):
+    /// login, status, logout.
+    #[command(subcommand)]
+    Auth(AuthCommand),
     /// Run units for remote callers (`[runtimes.remote]` elsewhere) on this
     /// machine's runtimes, over HTTP with HMAC-signed requests.
     RuntimeServer(RuntimeServerArgs),
     /// The sandboxed side of hardened code mode (started by sandbox runtimes).
     #[command(name = "__script-worker", hide = true)]
     ScriptWorker,
+}
+
+/// `toolexec auth ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum AuthCommand {
+    /// Sign in to SERVER: prints the authorization URL, opens a browser when
+    /// one is available, and waits for the redirect on 127.0.0.1.
+    Login(AuthLoginArgs),
+    /// What the token files hold: signed in, scopes, expiry (never tokens).
+    Status {
+        /// One server (default: every server with `auth.oauth`).
+        server: Option<String>,
+    },
+    /// Delete SERVER's stored tokens.
+    Logout {
+        /// The server's name in `[[servers]]`.
+        server: String,
+    },
+}
+
+/// `toolexec auth login`.
+#[derive(Debug, Args)]
+pub(crate) struct AuthLoginArgs {
+    /// The server's name in `[[servers]]`.
+    pub server: String,
+    /// A scope to ask for besides the configured ones (repeatable), as a
+    /// server's `insufficient_scope` refusal names them.
+    #[arg(long = "scope", value_name = "SCOPE")]
+    pub scopes: Vec<String>,
+    /// Port of the loopback redirect listener (0: any free port; a
+    /// pre-registered client needs the port its redirect URI names).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Print the URL only, never start a browser.
+    #[arg(long)]
+    pub no_browser: bool,
+    /// How long to wait for the redirect.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    pub timeout: Duration,
 }
 
 /// Log line format.

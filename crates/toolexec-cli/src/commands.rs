@@ -84,6 +84,10 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
     if let Command::RuntimeServer(args) = &cli.command {
         return runtime_server(&config, args, json).await;
     }
+    // Signing in needs the server's settings, not a connection.
+    if let Command::Auth(cmd) = &cli.command {
+        return finish(crate::auth::run(&config, cmd, json).await, json);
+    }
     // `serve`'s own options are checked before any upstream server starts.
     let mut serve_plan = match &cli.command {
         Command::Serve(args) => match crate::serve::plan(&config, args) {
@@ -117,7 +121,7 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
             .map(|()| EXIT_OK)
             .map_err(Failure::Io),
         // Handled in `main` before any configuration is read, and above.
-        Command::ScriptWorker | Command::RuntimeServer(_) => Ok(EXIT_USAGE),
+        Command::ScriptWorker | Command::RuntimeServer(_) | Command::Auth(_) => Ok(EXIT_USAGE),
         Command::Serve(_) => {
             let plan = serve_plan.expect("planned before connecting");
             crate::serve::serve(exec, runtimes.clone(), upstreams.clone(), plan, telemetry)
@@ -129,6 +133,11 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
     for upstream in upstreams {
         upstream.shutdown().await;
     }
+    finish(result, json)
+}
+
+/// The exit code of a command's result, reporting its failure.
+pub(crate) fn finish(result: Result<u8, Failure>, json: bool) -> u8 {
     match result {
         Ok(code) => code,
         Err(Failure::Error(e)) => {

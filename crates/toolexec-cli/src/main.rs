@@ -1,6 +1,7 @@
 //! The `toolexec` command: a thin layer over the `toolexec` library.
 
 mod args;
+mod auth;
 mod code;
 mod commands;
 mod config;

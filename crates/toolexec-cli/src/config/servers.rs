@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toolexec::{Limits, Secret};
 use toolexec_builtins::Group;
+use toolexec_mcp::upstream::oauth::{Grant, UpstreamOAuth};
 use toolexec_mcp::upstream::{
     DEFAULT_MAX_CONCURRENCY, TlsOptions, UpstreamConfig, UpstreamTransport,
 };
@@ -44,6 +45,96 @@ pub(super) struct ServerTable {
     /// `false`: the gateway publishes the server's tools and prompts under
     /// their own names instead of `name__tool`.
     prefix: Option<bool>,
+    /// `auth = { oauth = { ... } }`: OAuth 2.1 sign-in instead of a static
+    /// token.
+    auth: Option<AuthTable>,
+}
+
+/// `auth = { ... }` of a server.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AuthTable {
+    oauth: OAuthTable,
+}
+
+/// `auth.oauth = { ... }`: toolexec-mcp's [`UpstreamOAuth`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct OAuthTable {
+    /// `"authorization_code"` (default) or `"client_credentials"`.
+    grant: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<SecretSource>,
+    client_metadata_url: Option<String>,
+    client_name: Option<String>,
+    #[serde(default)]
+    scopes: Vec<String>,
+    /// Default: `$XDG_STATE_HOME/toolexec/oauth/NAME.json` (or
+    /// `~/.local/state/...`).
+    token_file: Option<PathBuf>,
+}
+
+/// Where the tokens of server `name` are kept by default.
+fn default_token_file(name: &str) -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local").join("state"))
+        })?;
+    Some(
+        base.join("toolexec")
+            .join("oauth")
+            .join(format!("{name}.json")),
+    )
+}
+
+impl OAuthTable {
+    fn resolve(
+        self,
+        name: &str,
+        key: impl Fn(&str) -> String,
+        base: &Path,
+    ) -> Result<UpstreamOAuth, Fault> {
+        let token_file = match self.token_file {
+            Some(p) => relative_to(base, &p),
+            None => default_token_file(name).ok_or_else(|| {
+                Fault::new(
+                    key("token_file"),
+                    "neither XDG_STATE_HOME nor HOME is set: give token_file",
+                )
+            })?,
+        };
+        let mut oauth = UpstreamOAuth::new(token_file);
+        oauth.grant = match self.grant.as_deref() {
+            None | Some("authorization_code") => Grant::AuthorizationCode,
+            Some("client_credentials") => Grant::ClientCredentials,
+            Some(other) => {
+                return Err(Fault::new(
+                    key("grant"),
+                    format!(
+                        "expected \"authorization_code\" or \"client_credentials\", got {other:?}"
+                    ),
+                ));
+            }
+        };
+        oauth.client_id = self.client_id;
+        oauth.client_secret = match &self.client_secret {
+            Some(src) => Some(src.resolve(&key("client_secret"), base)?),
+            None => None,
+        };
+        oauth.client_metadata_url = self.client_metadata_url;
+        if let Some(n) = self.client_name {
+            oauth.client_name = n;
+        }
+        oauth.scopes = self.scopes;
+        oauth.check().map_err(|e| {
+            let (field, message) = e.into_field_message("oauth");
+            let field = field.strip_prefix("transport.oauth.").unwrap_or(&field);
+            Fault::new(key(field), message)
+        })?;
+        Ok(oauth)
+    }
 }
 
 /// The servers of the file (their names are namespaces, unique and apart
@@ -115,6 +206,9 @@ impl ServerTable {
                         "headers and bearer_token are for url servers".into(),
                     );
                 }
+                if self.auth.is_some() {
+                    return fail("auth", "auth is for url servers".into());
+                }
                 if !tls.is_empty() {
                     return fail(
                         first_tls_key(&tls),
@@ -156,6 +250,20 @@ impl ServerTable {
                     tls.check()
                         .map_err(|e| Fault::refused(&format!("servers[{i}]"), e, &[]))?;
                 }
+                if self.auth.is_some() && self.bearer_token.is_some() {
+                    return fail(
+                        "auth",
+                        "auth.oauth and bearer_token are alternatives: set one".into(),
+                    );
+                }
+                let oauth = match self.auth {
+                    Some(auth) => Some(auth.oauth.resolve(
+                        &self.name,
+                        |k| key(&format!("auth.oauth.{k}")),
+                        base,
+                    )?),
+                    None => None,
+                };
                 UpstreamTransport::Http {
                     url,
                     headers: secrets(&self.headers, |n| key(&format!("headers.{n}")), base)?,
@@ -164,6 +272,7 @@ impl ServerTable {
                         None => None,
                     },
                     tls,
+                    oauth,
                 }
             }
             (Some(_), Some(_)) => {

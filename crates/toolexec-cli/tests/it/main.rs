@@ -6,6 +6,7 @@
 
 mod support;
 
+mod auth;
 mod cli;
 mod code;
 mod config;

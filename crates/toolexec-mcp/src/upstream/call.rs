@@ -280,6 +280,9 @@ impl Shared {
                 if http && session_lost_in_chain(err.error.as_ref()) {
                     return Failure::SessionLost(detail);
                 }
+                if let Some(hint) = self.endpoint.auth_refusal(err.error.as_ref()) {
+                    return Failure::Error(RequestError::Local(self.unavailable(&hint)));
+                }
                 Failure::Error(RequestError::Local(
                     self.unavailable(&format!("sending the request failed: {detail}")),
                 ))

@@ -8,6 +8,8 @@ use std::time::Duration;
 use toolexec::Secret;
 pub use toolexec_http::TlsOptions;
 
+use super::oauth::UpstreamOAuth;
+
 /// Default [`UpstreamConfig::call_timeout`].
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default [`UpstreamConfig::max_concurrency`].
@@ -42,6 +44,7 @@ impl UpstreamConfig {
     ///     headers: Default::default(),
     ///     bearer_token: Some(toolexec::Secret::new("s3cr3t")),
     ///     tls: Default::default(),
+    ///     oauth: None,
     /// });
     /// assert!(!format!("{config:?}").contains("s3cr3t"));
     /// ```
@@ -57,6 +60,9 @@ impl UpstreamConfig {
 }
 
 /// The transport to an upstream server.
+// A configuration value, made once per server: boxing the larger variant's
+// settings would only make it harder to write.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum UpstreamTransport {
     /// A child process speaking MCP on stdin/stdout; its stderr goes to
@@ -94,5 +100,8 @@ pub enum UpstreamTransport {
         /// Roots and client certificate of an `https://` URL (must be empty
         /// for `http://`).
         tls: TlsOptions,
+        /// OAuth 2.1 sign-in instead of a static token (see
+        /// [`oauth`](super::oauth)); not with `bearer_token`.
+        oauth: Option<UpstreamOAuth>,
     },
 }

@@ -130,6 +130,7 @@ mod convert;
 mod env;
 mod http_client;
 mod import;
+pub mod oauth;
 mod passthrough;
 mod routing;
 mod session;

@@ -12,15 +12,18 @@ use rmcp::model::{
 };
 use rmcp::service::{ClientInitializeError, NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::{
+    AuthRequiredError, InsufficientScopeError, StreamableHttpClient,
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
+use tokio::sync::OnceCell;
 use toolexec::Secret;
 
 use super::UpstreamTransport;
+use super::oauth::{Authorizer, SignedIn, UpstreamOAuth};
 use super::passthrough::UpstreamNotice;
 use super::routing::{InOrder, Router};
 use toolexec_http::tls::Tls;
@@ -46,6 +49,9 @@ pub(crate) enum Endpoint {
         bearer_token: Option<Secret>,
         /// The TLS configuration (for `http://`, one that is never used).
         tls: Box<Tls>,
+        /// OAuth sign-in: the settings, and the authorizer the sessions of
+        /// this server share (made by the first connection attempt).
+        oauth: Option<Arc<(UpstreamOAuth, OnceCell<Arc<Authorizer>>)>>,
     },
 }
 
@@ -83,7 +89,17 @@ impl Endpoint {
                 headers,
                 bearer_token,
                 tls,
+                oauth,
             } => {
+                if let Some(oauth) = oauth {
+                    oauth.check()?;
+                    if bearer_token.is_some() {
+                        return Err(toolexec::Error::invalid_request(
+                            "transport.oauth",
+                            "OAuth and bearer_token are alternatives: set one",
+                        ));
+                    }
+                }
                 let lower = url.trim().to_ascii_lowercase();
                 let tls = Box::new(if lower.starts_with("https://") {
                     tls.client_config(server)?
@@ -133,6 +149,7 @@ impl Endpoint {
                     headers: map,
                     bearer_token: bearer_token.clone(),
                     tls,
+                    oauth: oauth.clone().map(|o| Arc::new((o, OnceCell::new()))),
                 })
             }
         }
@@ -140,6 +157,19 @@ impl Endpoint {
 
     pub(crate) fn is_http(&self) -> bool {
         matches!(self, Endpoint::Http { .. })
+    }
+
+    /// For an OAuth server whose request `e` was refused (`401`, or `403
+    /// insufficient_scope`), what its operator should do.
+    pub(crate) fn auth_refusal(&self, e: &(dyn std::error::Error + 'static)) -> Option<String> {
+        let Endpoint::Http {
+            oauth: Some(oauth), ..
+        } = self
+        else {
+            return None;
+        };
+        let authorizer = oauth.1.get()?;
+        auth_refusal_in(e).map(|challenge| authorizer.refusal(challenge.as_deref()))
     }
 }
 
@@ -191,15 +221,41 @@ pub(crate) struct ConnectError {
     pub(crate) message: String,
     /// Retrying cannot help (authorization refused, no common protocol version).
     pub(crate) permanent: bool,
+    /// The server refused the credentials: `Some(None)` after a `401`,
+    /// `Some(Some(challenge))` after a `403 insufficient_scope`.
+    pub(crate) auth: Option<Option<String>>,
 }
 
 impl ConnectError {
-    fn transient(message: impl Into<String>) -> Self {
+    pub(crate) fn transient(message: impl Into<String>) -> Self {
         ConnectError {
             message: message.into(),
             permanent: false,
+            auth: None,
         }
     }
+}
+
+/// Whether an error chain holds an authorization refusal, and its kind.
+fn auth_refusal_in(e: &(dyn std::error::Error + 'static)) -> Option<Option<String>> {
+    let mut link = Some(e);
+    while let Some(current) = link {
+        if current.is::<AuthRequiredError>() {
+            return Some(None);
+        }
+        if let Some(r) = current.downcast_ref::<InsufficientScopeError>() {
+            return Some(Some(r.www_authenticate_header.clone()));
+        }
+        match current.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            Some(StreamableHttpError::AuthRequired(_)) => return Some(None),
+            Some(StreamableHttpError::InsufficientScope(r)) => {
+                return Some(Some(r.www_authenticate_header.clone()));
+            }
+            _ => {}
+        }
+        link = next_link(current);
+    }
+    None
 }
 
 /// Opens a session: spawns the child (stdio) or opens the HTTP session, and
@@ -250,6 +306,7 @@ pub(crate) async fn open(
             headers,
             bearer_token,
             tls,
+            oauth,
         } => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers.clone())
@@ -260,15 +317,57 @@ pub(crate) async fn open(
             tls.new_attempt();
             let client = super::http_client::SessionAwareClient::new(tls.config.clone())
                 .map_err(ConnectError::transient)?;
-            let transport = StreamableHttpClientTransport::with_client(client, config);
-            let transport = InOrder::new(transport, handler.router.clone());
-            let running = handler
-                .serve(transport)
+            let Some(oauth) = oauth else {
+                return serve_http(client, config, handler, tls).await;
+            };
+            let (options, cell) = &**oauth;
+            let authorizer = cell
+                .get_or_try_init(|| {
+                    Authorizer::new(&handler.server, url, options, tls.config.clone())
+                })
                 .await
-                .map_err(|e| init_error(&e, Some(tls)))?;
-            Ok((running, None))
+                .map_err(ConnectError::transient)?
+                .clone();
+            // Not signed in (yet) or discovery failed: retried with backoff,
+            // so a sign-in made meanwhile is picked up.
+            authorizer
+                .prepare()
+                .await
+                .map_err(ConnectError::transient)?;
+            let refusal = authorizer.clone();
+            serve_http(SignedIn::new(authorizer, client), config, handler, tls)
+                .await
+                .map_err(|mut e| {
+                    if let Some(hint) = e.auth.take() {
+                        e.message = match hint {
+                            Some(challenge) => refusal.refusal(Some(&challenge)),
+                            None => refusal.refusal(None),
+                        };
+                        e.permanent = false;
+                    }
+                    e
+                })
         }
     }
+}
+
+/// Opens a streamable HTTP session with `client`.
+async fn serve_http<C>(
+    client: C,
+    config: StreamableHttpClientTransportConfig,
+    handler: Handler,
+    tls: &Tls,
+) -> Result<(Running, Option<u32>), ConnectError>
+where
+    C: StreamableHttpClient<Error = reqwest::Error> + Send + Sync + 'static,
+{
+    let transport = StreamableHttpClientTransport::with_client(client, config);
+    let transport = InOrder::new(transport, handler.router.clone());
+    let running = handler
+        .serve(transport)
+        .await
+        .map_err(|e| init_error(&e, Some(tls)))?;
+    Ok((running, None))
 }
 
 /// `http` is the TLS setup of an HTTP session.
@@ -287,6 +386,7 @@ fn init_error(e: &ClientInitializeError, http: Option<&Tls>) -> ConnectError {
         return ConnectError {
             message,
             permanent: failure.permanent,
+            auth: None,
         };
     }
     let http = http.is_some();
@@ -305,7 +405,11 @@ fn init_error(e: &ClientInitializeError, http: Option<&Tls>) -> ConnectError {
     if permanent {
         message.push_str(" (not retried)");
     }
-    ConnectError { message, permanent }
+    ConnectError {
+        message,
+        permanent,
+        auth: auth_refusal_in(cause),
+    }
 }
 
 /// An error and its sources, in one line (sources already quoted by an

@@ -57,10 +57,10 @@ pub(crate) async fn supervise(
             biased;
             _ = shared.shutdown.cancelled() => break,
             r = tokio::time::timeout(CONNECT_TIMEOUT, open_and_list(&shared)) => r.unwrap_or_else(|_| {
-                Err(ConnectError {
-                    message: format!("no MCP session within {}s", CONNECT_TIMEOUT.as_secs()),
-                    permanent: false,
-                })
+                Err(ConnectError::transient(format!(
+                    "no MCP session within {}s",
+                    CONNECT_TIMEOUT.as_secs()
+                )))
             }),
         };
         let mut reinitializing = false;
@@ -169,10 +169,7 @@ async fn open_and_list(
         Ok(listed) => Ok((running, pid, listed)),
         Err(message) => {
             let _ = running.close_with_timeout(CLOSE_TIMEOUT).await;
-            Err(ConnectError {
-                message,
-                permanent: false,
-            })
+            Err(ConnectError::transient(message))
         }
     }
 }

@@ -16,6 +16,7 @@ mod gateway_python;
 mod gateway_rmcp;
 #[path = "../support/mod.rs"]
 mod support;
+mod upstream_conformance;
 mod upstream_everything;
 mod upstream_python;
 mod upstream_tls;

@@ -443,6 +443,7 @@ async fn configuration_errors_fail_fast_without_leaking_secrets() {
             headers,
             bearer_token: None,
             tls: Default::default(),
+            oauth: None,
         },
     );
     let err = assert_code(

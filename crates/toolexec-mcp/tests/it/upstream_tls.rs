@@ -63,6 +63,7 @@ fn https_config(name: &str, host: &str, port: u16, tls: TlsOptions) -> UpstreamC
             headers: Default::default(),
             bearer_token: None,
             tls,
+            oauth: None,
         },
     );
     config.call_timeout = Duration::from_secs(20);

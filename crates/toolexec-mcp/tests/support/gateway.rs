@@ -111,34 +111,30 @@ pub(crate) use toolexec_testkit::dep;
 /// examples for `cargo test`, but not for `cargo test --test ...`).
 pub(crate) fn gateway_server_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-        let out = std::process::Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--quiet",
-                "--example",
-                "gateway_server",
-                "--manifest-path",
-            ])
-            .arg(&manifest)
-            .output()
-            .expect("run cargo build --example gateway_server");
-        assert!(
-            out.status.success(),
-            "cargo build --example gateway_server failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let test_exe = std::env::current_exe().unwrap();
-        // target/<profile>/deps/<test> → target/<profile>/examples/gateway_server
-        let profile_dir = test_exe.parent().and_then(Path::parent).unwrap();
-        let bin = profile_dir
-            .join("examples")
-            .join(format!("gateway_server{}", std::env::consts::EXE_SUFFIX));
-        assert!(bin.exists(), "{} was not built", bin.display());
-        bin
-    })
-    .clone()
+    BIN.get_or_init(|| example_bin("gateway_server")).clone()
+}
+
+/// Builds example `name` of this crate and returns its path.
+pub(crate) fn example_bin(name: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--example", name, "--manifest-path"])
+        .arg(&manifest)
+        .output()
+        .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+    assert!(
+        out.status.success(),
+        "cargo build --example {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let test_exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> → target/<profile>/examples/<name>
+    let profile_dir = test_exe.parent().and_then(Path::parent).unwrap();
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.exists(), "{} was not built", bin.display());
+    bin
 }
 
 /// Runs `cmd` with a deadline, returning (status, stdout, stderr).

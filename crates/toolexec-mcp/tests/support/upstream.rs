@@ -141,6 +141,7 @@ pub(crate) fn http_config(name: &str, port: u16) -> toolexec_mcp::upstream::Upst
             headers: std::collections::BTreeMap::new(),
             bearer_token: None,
             tls: Default::default(),
+            oauth: None,
         },
     );
     config.call_timeout = Duration::from_secs(20);

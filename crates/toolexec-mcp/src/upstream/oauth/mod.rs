@@ -1,0 +1,446 @@
+//! OAuth 2.1 sign-in to upstream HTTP servers, on rmcp's authorization
+//! client: discovery from the server's `401` (RFC 9728 protected resource
+//! metadata, then RFC 8414 or OpenID Connect discovery), dynamic client
+//! registration (RFC 7591), Client ID Metadata Documents, pre-registered
+//! clients, PKCE, refresh before expiry and after a `401`.
+//!
+//! Two grants ([`Grant`]):
+//! - **Authorization code** for a person's account: [`login`] runs the
+//!   flow once (the user opens a URL, the authorization server redirects to
+//!   a loopback listener) and stores the tokens; sessions then use and
+//!   refresh them. A server that needs a sign-in nobody did, or whose
+//!   refresh token was revoked, fails its connection with
+//!   `backend_unavailable` saying to run `toolexec auth login NAME`.
+//! - **Client credentials** for a machine account: the token is fetched
+//!   when a session opens and again before it expires, and a `403
+//!   insufficient_scope` fetches one with the scopes the server named
+//!   (step-up), once per new scope set.
+//!
+//! Tokens live in a file per server ([`UpstreamOAuth::token_file`]) that
+//! only its owner may read, bound to the server's URL; they never appear in
+//! logs, errors or `Debug` output.
+
+mod http;
+mod login;
+mod store;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rmcp::transport::auth::{
+    AuthClient, AuthError, AuthorizationManager, ClientCredentialsConfig, OAuthClientConfig,
+    WWWAuthenticateParams,
+};
+use tokio::sync::Mutex;
+use toolexec::{Error, Secret};
+use url::Url;
+
+pub use self::login::{LoginOptions, LoginReport, TokenStatus, login, logout, status};
+pub(crate) use self::transport::SignedIn;
+
+use self::http::{AddressPolicy, OAuthHttp};
+use self::store::TokenStore;
+use super::http_client::SessionAwareClient;
+
+mod transport;
+
+/// Redirect URI configured on clients that only refresh tokens (the
+/// authorization code flow sets its real loopback one).
+const REFRESH_ONLY_REDIRECT: &str = "http://127.0.0.1/callback";
+
+/// How toolexec gets access tokens for one upstream server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Grant {
+    /// A person signs in once with [`login`] (authorization code + PKCE).
+    #[default]
+    AuthorizationCode,
+    /// A machine account: [`UpstreamOAuth::client_id`] and
+    /// [`UpstreamOAuth::client_secret`] are exchanged for tokens.
+    ClientCredentials,
+}
+
+/// OAuth 2.1 sign-in to an upstream HTTP server.
+///
+/// ```
+/// use toolexec_mcp::upstream::oauth::{Grant, UpstreamOAuth};
+/// let mut oauth = UpstreamOAuth::new("/home/me/.local/state/toolexec/oauth/remote.json");
+/// oauth.grant = Grant::ClientCredentials;
+/// oauth.client_id = Some("ci-bot".into());
+/// oauth.client_secret = Some(toolexec::Secret::new("s3cr3t"));
+/// assert!(oauth.check().is_ok());
+/// assert!(!format!("{oauth:?}").contains("s3cr3t"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct UpstreamOAuth {
+    /// Which grant gets tokens.
+    pub grant: Grant,
+    /// A client registered with the authorization server beforehand. Without
+    /// one, the authorization code grant uses [`client_metadata_url`] where
+    /// the server supports it, else dynamic client registration.
+    ///
+    /// [`client_metadata_url`]: UpstreamOAuth::client_metadata_url
+    pub client_id: Option<String>,
+    /// The secret of [`client_id`](UpstreamOAuth::client_id), for a
+    /// confidential client.
+    pub client_secret: Option<Secret>,
+    /// An `https://` URL of this client's metadata document, used as its
+    /// client id where the authorization server supports Client ID
+    /// Metadata Documents.
+    pub client_metadata_url: Option<String>,
+    /// The client name sent with a dynamic registration.
+    pub client_name: String,
+    /// Scopes to ask for. Empty: those the server's challenge names, else
+    /// all it lists as supported, else none.
+    pub scopes: Vec<String>,
+    /// The token file (created with mode 0600 in a 0700 directory).
+    pub token_file: PathBuf,
+}
+
+impl UpstreamOAuth {
+    /// Authorization code sign-in with dynamic registration, storing tokens
+    /// in `token_file`.
+    pub fn new(token_file: impl Into<PathBuf>) -> UpstreamOAuth {
+        UpstreamOAuth {
+            grant: Grant::AuthorizationCode,
+            client_id: None,
+            client_secret: None,
+            client_metadata_url: None,
+            client_name: "toolexec".to_owned(),
+            scopes: Vec::new(),
+            token_file: token_file.into(),
+        }
+    }
+
+    /// Checks the settings; errors name the field (`transport.oauth.*`).
+    pub fn check(&self) -> Result<(), Error> {
+        let field = |f: &str| format!("transport.oauth.{f}");
+        if self
+            .client_id
+            .as_deref()
+            .is_some_and(|c| c.trim().is_empty())
+        {
+            return Err(Error::invalid_request(field("client_id"), "is empty"));
+        }
+        if self.client_secret.is_some() && self.client_id.is_none() {
+            return Err(Error::invalid_request(
+                field("client_secret"),
+                "needs client_id (the client it belongs to)",
+            ));
+        }
+        if self.grant == Grant::ClientCredentials
+            && (self.client_id.is_none() || self.client_secret.is_none())
+        {
+            return Err(Error::invalid_request(
+                field("grant"),
+                "client_credentials needs client_id and client_secret",
+            ));
+        }
+        if let Some(u) = &self.client_metadata_url {
+            let ok = Url::parse(u)
+                .is_ok_and(|u| u.scheme() == "https" && u.path() != "/" && !u.path().is_empty());
+            if !ok {
+                return Err(Error::invalid_request(
+                    field("client_metadata_url"),
+                    "must be an https:// URL with a path",
+                ));
+            }
+        }
+        if self.token_file.as_os_str().is_empty() {
+            return Err(Error::invalid_request(field("token_file"), "is empty"));
+        }
+        for s in &self.scopes {
+            if s.is_empty() || s.chars().any(|c| c.is_whitespace() || c == '"') {
+                return Err(Error::invalid_request(
+                    field("scopes"),
+                    format!("{s:?} is not a scope token"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Signs in to one upstream server for its sessions: the rmcp manager,
+/// shared by every session of the server, and the token file.
+pub(crate) struct Authorizer {
+    server: String,
+    url: Url,
+    options: UpstreamOAuth,
+    store: TokenStore,
+    /// rmcp's client around the shared manager (sessions clone it with
+    /// their own HTTP client).
+    template: AuthClient<SessionAwareClient>,
+    manager: Arc<Mutex<AuthorizationManager>>,
+    /// Set once the manager knows the client (and, for client credentials,
+    /// the authorization server's metadata).
+    prepared: tokio::sync::OnceCell<()>,
+    /// Scopes asked for by client credentials (configured ones, then those
+    /// step-ups added).
+    scopes: parking_lot::Mutex<Vec<String>>,
+}
+
+impl std::fmt::Debug for Authorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authorizer")
+            .field("server", &self.server)
+            .field("grant", &self.options.grant)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An rmcp error as one line without secrets (rmcp's messages carry no
+/// token values).
+fn describe(e: &AuthError) -> String {
+    crate::upstream::session::error_chain(e)
+}
+
+/// The rmcp manager for a server, with the address-checked HTTP client and
+/// the token file.
+async fn manager_for(
+    url: &Url,
+    tls: &rustls::ClientConfig,
+    store: &TokenStore,
+) -> Result<AuthorizationManager, String> {
+    let http = OAuthHttp::new(tls.clone(), AddressPolicy::for_server(url))?;
+    let mut manager =
+        AuthorizationManager::new_with_oauth_http_client(url.as_str(), Arc::new(http))
+            .await
+            .map_err(|e| describe(&e))?;
+    manager.set_credential_store(store.clone());
+    Ok(manager)
+}
+
+impl Authorizer {
+    pub(crate) async fn new(
+        server: &str,
+        url: &str,
+        options: &UpstreamOAuth,
+        tls: rustls::ClientConfig,
+    ) -> Result<Arc<Authorizer>, String> {
+        let url = Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
+        let store = TokenStore::new(options.token_file.clone(), url.as_str());
+        let manager = manager_for(&url, &tls, &store).await?;
+        let template = AuthClient::new(SessionAwareClient::new(tls)?, manager);
+        Ok(Arc::new(Authorizer {
+            server: server.to_owned(),
+            url,
+            options: options.clone(),
+            store,
+            manager: template.auth_manager.clone(),
+            template,
+            prepared: tokio::sync::OnceCell::new(),
+            scopes: parking_lot::Mutex::new(options.scopes.clone()),
+        }))
+    }
+
+    /// The rmcp client that adds the token to each request of a session
+    /// made with `http`.
+    pub(crate) fn client(&self, http: SessionAwareClient) -> AuthClient<SessionAwareClient> {
+        let mut client = self.template.clone();
+        client.http_client = http;
+        client
+    }
+
+    /// Makes the manager ready for this server's sessions (once): the
+    /// client registration from the token file or the configuration, and,
+    /// for client credentials, the authorization server's metadata.
+    pub(crate) async fn prepare(&self) -> Result<(), String> {
+        self.prepared
+            .get_or_try_init(|| async {
+                let mut manager = self.manager.lock().await;
+                match self.options.grant {
+                    Grant::AuthorizationCode => {
+                        let record = self.store.record().await?;
+                        if record.credentials.is_none() {
+                            return Err(self.not_signed_in());
+                        }
+                        manager
+                            .initialize_from_store()
+                            .await
+                            .map_err(|e| describe(&e))?;
+                        let secret = self
+                            .options
+                            .client_secret
+                            .clone()
+                            .or(self.store.client_secret().await?);
+                        if let (Some(id), Some(secret)) = (record.client_id, secret) {
+                            manager
+                                .configure_client(
+                                    OAuthClientConfig::new(id, REFRESH_ONLY_REDIRECT)
+                                        .with_client_secret(secret.expose()),
+                                )
+                                .map_err(|e| describe(&e))?;
+                        }
+                    }
+                    Grant::ClientCredentials => {
+                        let resolution = manager
+                            .resolve_metadata()
+                            .await
+                            .map_err(|e| format!("OAuth discovery failed: {}", describe(&e)))?;
+                        manager.set_metadata(resolution.metadata);
+                        let config = self.credentials_config();
+                        manager
+                            .validate_client_credentials_metadata(&config)
+                            .map_err(|e| describe(&e))?;
+                        manager
+                            .configure_client_credentials(&config)
+                            .map_err(|e| describe(&e))?;
+                    }
+                }
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    fn not_signed_in(&self) -> String {
+        format!(
+            "not signed in to {0}: run `toolexec auth login {0}` (tokens: {1})",
+            self.server,
+            self.store.path().display()
+        )
+    }
+
+    fn credentials_config(&self) -> ClientCredentialsConfig {
+        ClientCredentialsConfig::ClientSecret {
+            client_id: self.options.client_id.clone().unwrap_or_default(),
+            client_secret: self
+                .options
+                .client_secret
+                .as_ref()
+                .map(|s| s.expose().to_owned())
+                .unwrap_or_default(),
+            scopes: self.scopes.lock().clone(),
+            resource: Some(self.url.as_str().to_owned()),
+        }
+    }
+
+    /// Client credentials: a token is at hand, fetched now if the stored
+    /// one is missing or about to expire. Other grants: nothing to do (rmcp
+    /// refreshes).
+    pub(crate) async fn top_up(&self) -> Result<(), AuthError> {
+        if self.options.grant != Grant::ClientCredentials {
+            return Ok(());
+        }
+        let manager = self.manager.lock().await;
+        match manager.get_access_token().await {
+            Ok(_) => Ok(()),
+            Err(AuthError::AuthorizationRequired) => manager
+                .exchange_client_credentials(&self.credentials_config())
+                .await
+                .map(|_| {
+                    tracing::debug!(
+                        target: "toolexec_mcp::upstream::oauth",
+                        server = %self.server,
+                        "fetched a client credentials token"
+                    );
+                }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Client credentials after a `403 insufficient_scope`: asks for a token
+    /// with the scopes the challenge names added. Returns whether there is
+    /// a new token worth retrying with (false when the scopes asked for
+    /// already included them: retrying would loop).
+    pub(crate) async fn step_up(&self, challenge: &str) -> Result<bool, AuthError> {
+        if self.options.grant != Grant::ClientCredentials {
+            return Ok(false);
+        }
+        let params = WWWAuthenticateParams::parse(challenge, &self.url);
+        let wanted: Vec<String> = params
+            .scope
+            .as_deref()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        {
+            let mut scopes = self.scopes.lock();
+            let before = scopes.len();
+            for s in wanted {
+                if !scopes.contains(&s) {
+                    scopes.push(s);
+                }
+            }
+            if scopes.len() == before {
+                return Ok(false);
+            }
+        }
+        tracing::info!(
+            target: "toolexec_mcp::upstream::oauth",
+            server = %self.server,
+            scopes = ?self.scopes.lock(),
+            "insufficient_scope: fetching a token with more scopes"
+        );
+        let manager = self.manager.lock().await;
+        manager
+            .exchange_client_credentials(&self.credentials_config())
+            .await?;
+        Ok(true)
+    }
+
+    /// What a refused session should tell its operator.
+    pub(crate) fn refusal(&self, insufficient_scope: Option<&str>) -> String {
+        match (self.options.grant, insufficient_scope) {
+            (Grant::AuthorizationCode, Some(challenge)) => {
+                let params = WWWAuthenticateParams::parse(challenge, &self.url);
+                format!(
+                    "{0} needs more scopes ({1}): run `toolexec auth login {0} --scope \"{1}\"`",
+                    self.server,
+                    params.scope.as_deref().unwrap_or("not named")
+                )
+            }
+            (Grant::AuthorizationCode, None) => format!(
+                "{} refused the stored token and it could not be refreshed; {}",
+                self.server,
+                self.not_signed_in()
+            ),
+            (Grant::ClientCredentials, Some(_)) => format!(
+                "{} refused the client credentials token for missing scopes even after \
+                 asking for them (granted scopes may be capped for this client)",
+                self.server
+            ),
+            (Grant::ClientCredentials, None) => format!(
+                "{} refused the client credentials token (check client_id, client_secret \
+                 and the server's audience)",
+                self.server
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(o: &UpstreamOAuth) -> String {
+        o.check()
+            .unwrap_err()
+            .field()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[test]
+    fn bad_settings_name_their_field() {
+        let mut o = UpstreamOAuth::new("/tmp/x.json");
+        assert!(o.check().is_ok());
+        o.client_secret = Some(Secret::new("s"));
+        assert_eq!(field_of(&o), "transport.oauth.client_secret");
+        o = UpstreamOAuth::new("/tmp/x.json");
+        o.grant = Grant::ClientCredentials;
+        assert_eq!(field_of(&o), "transport.oauth.grant");
+        o = UpstreamOAuth::new("/tmp/x.json");
+        o.client_metadata_url = Some("http://example.com/client.json".into());
+        assert_eq!(field_of(&o), "transport.oauth.client_metadata_url");
+        o.client_metadata_url = Some("https://example.com/".into());
+        assert_eq!(field_of(&o), "transport.oauth.client_metadata_url");
+        o = UpstreamOAuth::new("/tmp/x.json");
+        o.scopes = vec!["a b".into()];
+        assert_eq!(field_of(&o), "transport.oauth.scopes");
+        o = UpstreamOAuth::new("");
+        assert_eq!(field_of(&o), "transport.oauth.token_file");
+    }
+}

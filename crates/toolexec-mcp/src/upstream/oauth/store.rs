@@ -1,0 +1,383 @@
+//! The token store of one upstream server: a JSON file readable by its
+//! owner only, behind rmcp's [`CredentialStore`].
+//!
+//! The file holds the client registration (client id, and the secret a
+//! dynamic registration returned) and rmcp's [`StoredCredentials`] (access
+//! and refresh tokens, granted scopes, issuer), bound to the server's URL: a
+//! file written for another URL is ignored, so a changed `url` never sends
+//! a token to a new host. A file (or its directory) that others can read or
+//! write, or that another user owns, is refused rather than used. Writes go
+//! to a new file with mode 0600, synced, then renamed over the old one, so a
+//! crash leaves the old file or the new one. Reads are served from memory
+//! after the first.
+
+use std::io::Write as _;
+use std::os::unix::fs::{
+    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use rmcp::transport::auth::{
+    AuthError, CredentialRefreshGuard, CredentialStore, StoredCredentials,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use toolexec::Secret;
+
+/// Version of the file's layout.
+const FORMAT: u32 = 1;
+
+/// What the file holds.
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Record {
+    format: u32,
+    /// The MCP endpoint the tokens are for.
+    pub(crate) server_url: String,
+    /// The client registration used to get them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) client_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) credentials: Option<StoredCredentials>,
+}
+
+impl Record {
+    fn new(server_url: &str) -> Record {
+        Record {
+            format: FORMAT,
+            server_url: server_url.to_owned(),
+            ..Record::default()
+        }
+    }
+}
+
+/// The token file of one server. Cheap to clone (shared state).
+#[derive(Clone)]
+pub(crate) struct TokenStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    server_url: String,
+    /// The file's content once read (`None`: not read yet), with the
+    /// file's modification time then: a file another process rewrote (a
+    /// new sign-in) is read again.
+    cache: Mutex<Option<(Record, Option<SystemTime>)>>,
+    /// Held across a token refresh and its save.
+    refresh: Arc<Mutex<()>>,
+}
+
+impl TokenStore {
+    pub(crate) fn new(path: PathBuf, server_url: &str) -> TokenStore {
+        TokenStore {
+            inner: Arc::new(Inner {
+                path,
+                server_url: server_url.to_owned(),
+                cache: Mutex::new(None),
+                refresh: Arc::new(Mutex::new(())),
+            }),
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The record, read from the file the first time. A missing file, or
+    /// one written for another URL, is an empty record.
+    pub(crate) async fn record(&self) -> Result<Record, String> {
+        let mut cache = self.inner.cache.lock().await;
+        self.current(&mut cache).map(|r| r.clone())
+    }
+
+    /// The cached record, read again when the file changed since.
+    fn current<'a>(
+        &self,
+        cache: &'a mut Option<(Record, Option<SystemTime>)>,
+    ) -> Result<&'a mut Record, String> {
+        let modified = modified(&self.inner.path);
+        let fresh = matches!(cache.as_ref(), Some((_, seen)) if *seen == modified);
+        if !fresh {
+            let record = read(&self.inner.path, &self.inner.server_url)?;
+            *cache = Some((record, modified));
+        }
+        match cache {
+            Some((record, _)) => Ok(record),
+            None => Err("the token file cache is empty".into()),
+        }
+    }
+
+    /// Changes the record and writes it.
+    pub(crate) async fn update(&self, change: impl FnOnce(&mut Record)) -> Result<(), String> {
+        let mut cache = self.inner.cache.lock().await;
+        let record = self.current(&mut cache)?;
+        change(record);
+        let written = write(&self.inner.path, record);
+        if let Some((_, seen)) = cache.as_mut() {
+            *seen = modified(&self.inner.path);
+        }
+        written
+    }
+
+    /// Deletes the file. Returns whether there was one.
+    pub(crate) async fn remove(&self) -> Result<bool, String> {
+        let mut cache = self.inner.cache.lock().await;
+        *cache = None;
+        match std::fs::remove_file(&self.inner.path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(format!("cannot remove {}: {e}", self.inner.path.display())),
+        }
+    }
+
+    /// The stored client secret (a pre-registered or dynamically registered
+    /// confidential client's).
+    pub(crate) async fn client_secret(&self) -> Result<Option<Secret>, String> {
+        Ok(self.record().await?.client_secret.map(Secret::new))
+    }
+}
+
+/// The file's modification time (`None`: no file).
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn store_error(e: String) -> AuthError {
+    AuthError::CredentialStoreError(e)
+}
+
+#[async_trait]
+impl CredentialStore for TokenStore {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        Ok(self.record().await.map_err(store_error)?.credentials)
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        self.update(|record| {
+            record.client_id = Some(credentials.client_id.clone());
+            record.credentials = Some(credentials);
+        })
+        .await
+        .map_err(store_error)
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        self.update(|record| record.credentials = None)
+            .await
+            .map_err(store_error)
+    }
+
+    async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
+        let guard = self.inner.refresh.clone().lock_owned().await;
+        Ok(Some(CredentialRefreshGuard::new(guard)))
+    }
+}
+
+/// Refuses a file or directory others may read or write, or that another
+/// user owns.
+fn check_private(path: &Path, meta: &std::fs::Metadata, allowed: u32) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid {
+        return Err(format!(
+            "{} belongs to uid {}, not to this user (uid {uid}): refused",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & !allowed != 0 {
+        return Err(format!(
+            "{} has mode {mode:04o}, so others can reach the tokens: refused \
+             (chmod {allowed:o} it, or remove it and sign in again)",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+fn read(path: &Path, server_url: &str) -> Result<Record, String> {
+    if let Some(dir) = path.parent()
+        && let Ok(meta) = std::fs::metadata(dir)
+    {
+        check_private(dir, &meta, 0o700)?;
+    }
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Record::new(server_url)),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    check_private(path, &meta, 0o600)?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut file, &mut text)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let record: Record = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{} is not a toolexec token file ({e}): remove it and sign in again",
+            path.display()
+        )
+    })?;
+    if record.format != FORMAT {
+        return Err(format!(
+            "{} has format {}, this toolexec reads {FORMAT}",
+            path.display(),
+            record.format
+        ));
+    }
+    if record.server_url != server_url {
+        tracing::warn!(
+            target: "toolexec_mcp::upstream::oauth",
+            file = %path.display(),
+            "the token file is for {}, not {server_url}: ignored (sign in again)",
+            record.server_url
+        );
+        return Ok(Record::new(server_url));
+    }
+    Ok(record)
+}
+
+fn write(path: &Path, record: &Record) -> Result<(), String> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    check_private(dir, &meta, 0o700)?;
+    let text = serde_json::to_vec_pretty(record).map_err(|e| e.to_string())?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(&text)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}: {e}", path.display())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("toolexec-token-store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[tokio::test]
+    async fn round_trip_with_private_modes() {
+        let dir = temp_dir("round");
+        let path = dir.join("nested").join("server.json");
+        let store = TokenStore::new(path.clone(), "https://mcp.example/mcp");
+        assert!(store.load().await.unwrap().is_none());
+        store
+            .save(StoredCredentials::new(
+                "client-1".into(),
+                None,
+                vec!["a".into()],
+                Some(1),
+            ))
+            .await
+            .unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        // A second store reads what the first wrote.
+        let again = TokenStore::new(path.clone(), "https://mcp.example/mcp");
+        let loaded = again.load().await.unwrap().unwrap();
+        assert_eq!(loaded.client_id, "client-1");
+        assert_eq!(loaded.granted_scopes, vec!["a".to_owned()]);
+        // Another URL does not see them.
+        let other = TokenStore::new(path.clone(), "https://elsewhere.example/mcp");
+        assert!(other.load().await.unwrap().is_none());
+        assert!(again.remove().await.unwrap());
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn wider_modes_are_refused() {
+        let dir = temp_dir("modes");
+        let path = dir.join("server.json");
+        let store = TokenStore::new(path.clone(), "http://127.0.0.1/mcp");
+        store
+            .save(StoredCredentials::new("c".into(), None, vec![], None))
+            .await
+            .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let fresh = TokenStore::new(path.clone(), "http://127.0.0.1/mcp");
+        let e = fresh.load().await.unwrap_err().to_string();
+        assert!(e.contains("mode 0644") && e.contains("refused"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let fresh = TokenStore::new(path.clone(), "http://127.0.0.1/mcp");
+        let e = fresh.load().await.unwrap_err().to_string();
+        assert!(e.contains("mode 0755"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn another_owner_is_refused() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: another_owner_is_refused: needs root to chown (runs in CI)");
+            return;
+        }
+        let dir = temp_dir("owner");
+        let path = dir.join("server.json");
+        let store = TokenStore::new(path.clone(), "http://127.0.0.1/mcp");
+        store
+            .save(StoredCredentials::new("c".into(), None, vec![], None))
+            .await
+            .unwrap();
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        let fresh = TokenStore::new(path.clone(), "http://127.0.0.1/mcp");
+        let e = fresh.load().await.unwrap_err().to_string();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn garbage_is_a_clear_error() {
+        let dir = temp_dir("garbage");
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        let path = dir.join("server.json");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{not json")
+            .unwrap();
+        let store = TokenStore::new(path, "http://127.0.0.1/mcp");
+        let e = store.load().await.unwrap_err().to_string();
+        assert!(e.contains("not a toolexec token file"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
