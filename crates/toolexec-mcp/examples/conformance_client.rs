@@ -94,6 +94,7 @@ fn config(
             bearer_token: None,
             tls: Default::default(),
             oauth,
+            token_exchange: None,
         },
     );
     config.call_timeout = Duration::from_secs(20);

@@ -103,7 +103,37 @@ pub struct Caller {
     /// (they may hold personal data); policies read them.
     #[serde(skip)]
     pub claims: serde_json::Map<String, Value>,
+    /// The verified access token itself, for backends that act as the
+    /// caller (an upstream server configured for token exchange). Never
+    /// serialized, redacted in `Debug`.
+    #[serde(skip)]
+    pub credential: Option<AccessToken>,
 }
+
+/// A caller's access token: a [`Secret`](crate::Secret) that compares in
+/// constant time.
+#[derive(Debug, Clone)]
+pub struct AccessToken(crate::Secret);
+
+impl AccessToken {
+    /// Wraps a token.
+    pub fn new(token: impl Into<String>) -> Self {
+        AccessToken(crate::Secret::new(token))
+    }
+
+    /// The token, for the one place that sends it on.
+    pub fn expose(&self) -> &str {
+        self.0.expose()
+    }
+}
+
+impl PartialEq for AccessToken {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.constant_time_eq(other.0.expose())
+    }
+}
+
+impl Eq for AccessToken {}
 
 impl Caller {
     /// One key per principal, for state kept per caller (quotas, sessions):

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toolexec::{Limits, Secret};
 use toolexec_builtins::Group;
-use toolexec_mcp::upstream::oauth::{Grant, UpstreamOAuth};
+use toolexec_mcp::upstream::oauth::{Grant, TokenExchange, UpstreamOAuth};
 use toolexec_mcp::upstream::{
     DEFAULT_MAX_CONCURRENCY, TlsOptions, UpstreamConfig, UpstreamTransport,
 };
@@ -50,11 +50,44 @@ pub(super) struct ServerTable {
     auth: Option<AuthTable>,
 }
 
-/// `auth = { ... }` of a server.
+/// `auth = { ... }` of a server: the session's own sign-in (`oauth`), and
+/// acting as each caller (`token_exchange`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AuthTable {
-    oauth: OAuthTable,
+    oauth: Option<OAuthTable>,
+    token_exchange: Option<ExchangeTable>,
+}
+
+/// `auth.token_exchange = { ... }`: toolexec-mcp's [`TokenExchange`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ExchangeTable {
+    token_endpoint: String,
+    client_id: String,
+    client_secret: SecretSource,
+    audience: Option<String>,
+    resource: Option<String>,
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
+impl ExchangeTable {
+    fn resolve(self, key: impl Fn(&str) -> String, base: &Path) -> Result<TokenExchange, Fault> {
+        let secret = self.client_secret.resolve(&key("client_secret"), base)?;
+        let mut exchange = TokenExchange::new(self.token_endpoint, self.client_id, secret);
+        exchange.audience = self.audience;
+        exchange.resource = self.resource;
+        exchange.scopes = self.scopes;
+        exchange.check().map_err(|e| {
+            let (field, message) = e.into_field_message("token_exchange");
+            let field = field
+                .strip_prefix("transport.token_exchange.")
+                .unwrap_or(&field);
+            Fault::new(key(field), message)
+        })?;
+        Ok(exchange)
+    }
 }
 
 /// `auth.oauth = { ... }`: toolexec-mcp's [`UpstreamOAuth`].
@@ -250,19 +283,31 @@ impl ServerTable {
                     tls.check()
                         .map_err(|e| Fault::refused(&format!("servers[{i}]"), e, &[]))?;
                 }
-                if self.auth.is_some() && self.bearer_token.is_some() {
-                    return fail(
-                        "auth",
-                        "auth.oauth and bearer_token are alternatives: set one".into(),
-                    );
-                }
-                let oauth = match self.auth {
-                    Some(auth) => Some(auth.oauth.resolve(
-                        &self.name,
-                        |k| key(&format!("auth.oauth.{k}")),
-                        base,
-                    )?),
-                    None => None,
+                let (oauth, token_exchange) = match self.auth {
+                    Some(auth) => {
+                        if auth.oauth.is_some() && self.bearer_token.is_some() {
+                            return fail(
+                                "auth",
+                                "auth.oauth and bearer_token are alternatives: set one".into(),
+                            );
+                        }
+                        let oauth = match auth.oauth {
+                            Some(o) => Some(o.resolve(
+                                &self.name,
+                                |k| key(&format!("auth.oauth.{k}")),
+                                base,
+                            )?),
+                            None => None,
+                        };
+                        let exchange = match auth.token_exchange {
+                            Some(t) => {
+                                Some(t.resolve(|k| key(&format!("auth.token_exchange.{k}")), base)?)
+                            }
+                            None => None,
+                        };
+                        (oauth, exchange)
+                    }
+                    None => (None, None),
                 };
                 UpstreamTransport::Http {
                     url,
@@ -273,6 +318,7 @@ impl ServerTable {
                     },
                     tls,
                     oauth,
+                    token_exchange,
                 }
             }
             (Some(_), Some(_)) => {

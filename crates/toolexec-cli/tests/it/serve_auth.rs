@@ -260,3 +260,99 @@ claims = {{ groups = "admin" }}
     }
     drop(issuer);
 }
+
+/// `auth.token_exchange` on an upstream server: each caller's call reaches
+/// it with a token the issuer exchanged for that caller's own (RFC 8693),
+/// so the server sees alice as alice and bob as bob, acted for by the
+/// gateway; exchanges are cached per caller token, and a caller with no
+/// access token (a local command) is refused rather than sent without one.
+#[test]
+fn token_exchange_acts_as_the_caller() {
+    let test = "token_exchange_acts_as_the_caller";
+    let Some(python) = dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let dir = TempDir::new("exchange");
+    let audience = "https://toolexec.test/mcp";
+    let mut issuer = Background::spawn(
+        Command::new(&python)
+            .arg(support::PY_OAUTH_ISSUER)
+            .arg(audience)
+            .current_dir(dir.path()),
+    );
+    let started: Value = serde_json::from_str(&issuer.wait_stdout_line("ISSUER ")).unwrap();
+    let url = started["issuer"].as_str().unwrap();
+    let token = |name: &str| started["tokens"][name].as_str().unwrap().to_owned();
+    let up_port = support::free_port();
+    let mut upstream = Background::spawn(
+        Command::new(&python)
+            .args([support::PY_UPSTREAM_SERVER, "http", &up_port.to_string()])
+            .current_dir(dir.path()),
+    );
+    upstream.wait_listening(up_port);
+    let config = dir.write(
+        "toolexec.toml",
+        &format!(
+            r#"
+[builtins]
+enabled = []
+
+[gateway.auth]
+issuer = {url}
+audience = {audience}
+
+[[servers]]
+name = "up"
+url = "http://127.0.0.1:{up_port}/mcp"
+auth = {{ token_exchange = {{ token_endpoint = {endpoint}, client_id = "gateway", client_secret = "gw-secret", audience = "upstream-api" }} }}
+"#,
+            url = toml_str(url),
+            audience = toml_str(audience),
+            endpoint = toml_str(format!("{url}/token")),
+        ),
+    );
+    let (_server, port) = serve_all(&dir, &config);
+    let mcp = format!("http://127.0.0.1:{port}/mcp");
+    let whoami = json!([{"tool": "up__whoami", "args": {}}, {"tool": "up__whoami", "args": {}}]);
+    for name in ["alice", "bob"] {
+        let seen = serve_client(dir.path(), &python, &whoami, &["http", &mcp, &token(name)]);
+        for call in seen["calls"].as_array().unwrap() {
+            assert_eq!(call["is_error"], false, "{seen}");
+            let claims = &call["structured"]["result"];
+            assert_eq!(claims["sub"], name, "{seen}");
+            assert_eq!(claims["aud"], "upstream-api", "{seen}");
+            assert_eq!(claims["act"]["sub"], "gateway", "{seen}");
+            assert_eq!(
+                claims["resource"],
+                format!("http://127.0.0.1:{up_port}/mcp"),
+                "{seen}"
+            );
+        }
+    }
+    // One exchange per caller token: the second call of each used the cache.
+    let (status, body) = get_with(
+        url.rsplit(':').next().unwrap().parse().unwrap(),
+        "/exchanges",
+        &[],
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["count"], 2);
+
+    // A local caller has no access token to exchange: refused, never sent
+    // with another credential.
+    let local = support::run(&mut support::toolexec(
+        dir.path(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "up:whoami",
+            "{}",
+        ],
+    ));
+    assert!(
+        local.stderr.contains("not_allowed") && local.stderr.contains("token exchange"),
+        "{local}"
+    );
+    drop(issuer);
+}

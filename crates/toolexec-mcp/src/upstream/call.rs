@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    ProgressToken, RequestId, RequestMetaObject, ServerResult,
+    GetExtensions as _, ProgressToken, RequestId, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpError;
@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolOutput};
 use tracing::Instrument;
 
+use super::http_client::ActAs;
 use super::routing::Router;
 use super::session::error_chain;
 use super::shared::Shared;
@@ -151,6 +152,10 @@ impl Shared {
         ctx: &ToolContext,
     ) -> Result<ServerResult, RequestError> {
         let work = async {
+            let request = self
+                .as_caller(label, request)
+                .await
+                .map_err(RequestError::Local)?;
             let _slot = self
                 .slots
                 .acquire()
@@ -239,6 +244,33 @@ impl Shared {
             )),
             Err(_) => Err(self.unavailable("shut down")),
         }
+    }
+
+    /// For a server that acts as the caller, `request` with the token
+    /// exchanged for the caller's access token attached (sent instead of
+    /// the server's own credential); refused for a caller without one.
+    async fn as_caller(
+        &self,
+        label: &str,
+        mut request: ClientRequest,
+    ) -> Result<ClientRequest, Error> {
+        let Some(exchange) = self.endpoint.exchange() else {
+            return Ok(request);
+        };
+        let caller = toolexec::telemetry::current_caller();
+        let Some(subject) = caller.as_ref().and_then(|c| c.credential.as_ref()) else {
+            return Err(Error::NotAllowed {
+                tool: label.to_owned(),
+                reason: format!(
+                    "{} acts as the calling user (token exchange), and this caller has no \
+                     OAuth access token to exchange",
+                    self.name
+                ),
+            });
+        };
+        let token = exchange.token_for(subject.expose()).await?;
+        request.extensions_mut().insert(ActAs(token));
+        Ok(request)
     }
 
     async fn send_once(

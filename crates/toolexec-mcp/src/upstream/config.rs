@@ -8,7 +8,7 @@ use std::time::Duration;
 use toolexec::Secret;
 pub use toolexec_http::TlsOptions;
 
-use super::oauth::UpstreamOAuth;
+use super::oauth::{TokenExchange, UpstreamOAuth};
 
 /// Default [`UpstreamConfig::call_timeout`].
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -45,6 +45,7 @@ impl UpstreamConfig {
     ///     bearer_token: Some(toolexec::Secret::new("s3cr3t")),
     ///     tls: Default::default(),
     ///     oauth: None,
+    ///     token_exchange: None,
     /// });
     /// assert!(!format!("{config:?}").contains("s3cr3t"));
     /// ```
@@ -103,5 +104,9 @@ pub enum UpstreamTransport {
         /// OAuth 2.1 sign-in instead of a static token (see
         /// [`oauth`](super::oauth)); not with `bearer_token`.
         oauth: Option<UpstreamOAuth>,
+        /// Act as the caller: each call carries a token exchanged for the
+        /// caller's access token (RFC 8693) instead of the credential above
+        /// (which the session itself keeps using).
+        token_exchange: Option<TokenExchange>,
     },
 }

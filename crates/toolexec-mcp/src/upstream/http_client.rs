@@ -16,13 +16,33 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, GetExtensions as _, ServerJsonRpcMessage};
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
 };
 
 type HttpError = StreamableHttpError<reqwest::Error>;
+
+/// Attached to a request (its extensions, never serialized) whose
+/// `Authorization` must be this token instead of the session's credential:
+/// a call made as the caller (token exchange).
+#[derive(Clone, Debug)]
+pub(crate) struct ActAs(pub(crate) toolexec::Secret);
+
+/// The bearer token a message must carry: its [`ActAs`], else the
+/// session's.
+fn bearer_for(message: &ClientJsonRpcMessage, session: Option<String>) -> Option<String> {
+    match message {
+        ClientJsonRpcMessage::Request(r) => r
+            .request
+            .extensions()
+            .get::<ActAs>()
+            .map(|a| a.0.expose().to_owned())
+            .or(session),
+        _ => session,
+    }
+}
 
 /// reqwest, without redirects and without idle connection pooling (as rmcp's
 /// default client, whose pooling stalls on Linux delayed ACKs), with the
@@ -96,6 +116,7 @@ impl StreamableHttpClient for SessionAwareClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
         let session_attached = session_id.is_some();
+        let auth_header = bearer_for(&message, auth_header);
         let response = self
             .0
             .post_message(
@@ -119,6 +140,7 @@ impl StreamableHttpClient for SessionAwareClient {
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
         let session_attached = session_id.is_some();
+        let auth_header = bearer_for(&message, auth_header);
         let response = self
             .0
             .post_message_with_max_sse_event_size(

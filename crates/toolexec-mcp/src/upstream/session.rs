@@ -23,7 +23,7 @@ use tokio::sync::OnceCell;
 use toolexec::Secret;
 
 use super::UpstreamTransport;
-use super::oauth::{Authorizer, SignedIn, UpstreamOAuth};
+use super::oauth::{Authorizer, Exchanger, SignedIn, UpstreamOAuth};
 use super::passthrough::UpstreamNotice;
 use super::routing::{InOrder, Router};
 use toolexec_http::tls::Tls;
@@ -52,6 +52,8 @@ pub(crate) enum Endpoint {
         /// OAuth sign-in: the settings, and the authorizer the sessions of
         /// this server share (made by the first connection attempt).
         oauth: Option<Arc<(UpstreamOAuth, OnceCell<Arc<Authorizer>>)>>,
+        /// Token exchange for calls made as the caller.
+        exchange: Option<Arc<Exchanger>>,
     },
 }
 
@@ -90,6 +92,7 @@ impl Endpoint {
                 bearer_token,
                 tls,
                 oauth,
+                token_exchange,
             } => {
                 if let Some(oauth) = oauth {
                     oauth.check()?;
@@ -148,8 +151,17 @@ impl Endpoint {
                     url: url.trim().to_owned(),
                     headers: map,
                     bearer_token: bearer_token.clone(),
-                    tls,
                     oauth: oauth.clone().map(|o| Arc::new((o, OnceCell::new()))),
+                    exchange: match token_exchange {
+                        Some(settings) => Some(Arc::new(Exchanger::new(
+                            server,
+                            url.trim(),
+                            settings,
+                            tls.config.clone(),
+                        )?)),
+                        None => None,
+                    },
+                    tls,
                 })
             }
         }
@@ -157,6 +169,16 @@ impl Endpoint {
 
     pub(crate) fn is_http(&self) -> bool {
         matches!(self, Endpoint::Http { .. })
+    }
+
+    /// The token exchange of a server that acts as the caller.
+    pub(crate) fn exchange(&self) -> Option<&Exchanger> {
+        match self {
+            Endpoint::Http {
+                exchange: Some(e), ..
+            } => Some(e),
+            _ => None,
+        }
     }
 
     /// For an OAuth server whose request `e` was refused (`401`, or `403
@@ -307,6 +329,7 @@ pub(crate) async fn open(
             bearer_token,
             tls,
             oauth,
+            exchange: _,
         } => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers.clone())

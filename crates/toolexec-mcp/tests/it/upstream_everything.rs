@@ -444,6 +444,7 @@ async fn configuration_errors_fail_fast_without_leaking_secrets() {
             bearer_token: None,
             tls: Default::default(),
             oauth: None,
+            token_exchange: None,
         },
     );
     let err = assert_code(

@@ -64,6 +64,7 @@ fn https_config(name: &str, host: &str, port: u16, tls: TlsOptions) -> UpstreamC
             bearer_token: None,
             tls,
             oauth: None,
+            token_exchange: None,
         },
     );
     config.call_timeout = Duration::from_secs(20);

@@ -142,6 +142,7 @@ pub(crate) fn http_config(name: &str, port: u16) -> toolexec_mcp::upstream::Upst
             bearer_token: None,
             tls: Default::default(),
             oauth: None,
+            token_exchange: None,
         },
     );
     config.call_timeout = Duration::from_secs(20);

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde_json::{Map, Value, json};
 use toolexec::Error;
-use toolexec::telemetry::{Caller, PrincipalKind};
+use toolexec::telemetry::{AccessToken, Caller, PrincipalKind};
 use toolexec_http::tls::{Tls, TlsOptions};
 
 use jwks::{Jwks, KeyError};
@@ -354,6 +354,7 @@ impl ResourceServer {
             kind: PrincipalKind::Subject,
             scopes,
             claims,
+            credential: Some(AccessToken::new(token)),
             ..Caller::default()
         })
     }

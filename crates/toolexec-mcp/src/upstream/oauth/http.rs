@@ -157,21 +157,38 @@ pub(crate) struct OAuthHttp {
     policy: AddressPolicy,
 }
 
+/// A client whose names resolve under `policy`, with `redirect`.
+fn build(
+    tls: &rustls::ClientConfig,
+    policy: AddressPolicy,
+    timeout: Duration,
+    redirect: reqwest::redirect::Policy,
+) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls.clone())
+        .timeout(timeout)
+        .dns_resolver(Arc::new(Filtered(policy)))
+        .redirect(redirect)
+        .build()
+        .map_err(|e| format!("cannot build the OAuth HTTP client: {e}"))
+}
+
 impl OAuthHttp {
+    /// A plain client under `policy` that follows no redirects, for
+    /// requests made outside rmcp (token exchange).
+    pub(crate) fn client(
+        tls: rustls::ClientConfig,
+        policy: AddressPolicy,
+        timeout: Duration,
+    ) -> Result<reqwest::Client, String> {
+        build(&tls, policy, timeout, reqwest::redirect::Policy::none())
+    }
+
     pub(crate) fn new(
         tls: rustls::ClientConfig,
         policy: AddressPolicy,
     ) -> Result<OAuthHttp, String> {
-        let resolver = Arc::new(Filtered(policy));
-        let build = |redirect: reqwest::redirect::Policy| {
-            reqwest::Client::builder()
-                .tls_backend_preconfigured(tls.clone())
-                .timeout(TIMEOUT)
-                .dns_resolver(resolver.clone())
-                .redirect(redirect)
-                .build()
-                .map_err(|e| format!("cannot build the OAuth HTTP client: {e}"))
-        };
+        let build = |redirect| build(&tls, policy, TIMEOUT, redirect);
         let follow = reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= MAX_REDIRECTS {
                 attempt.error(format!("more than {MAX_REDIRECTS} redirects"))

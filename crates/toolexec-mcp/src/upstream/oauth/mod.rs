@@ -20,6 +20,7 @@
 //! only its owner may read, bound to the server's URL; they never appear in
 //! logs, errors or `Debug` output.
 
+mod exchange;
 mod http;
 mod login;
 mod store;
@@ -35,7 +36,10 @@ use tokio::sync::Mutex;
 use toolexec::{Error, Secret};
 use url::Url;
 
+pub use self::exchange::TokenExchange;
 pub use self::login::{LoginOptions, LoginReport, TokenStatus, login, logout, status};
+
+pub(crate) use self::exchange::Exchanger;
 pub(crate) use self::transport::SignedIn;
 
 use self::http::{AddressPolicy, OAuthHttp};
