@@ -78,10 +78,19 @@ impl Telemetry {
         } else {
             &options.log_filter
         };
-        let env = EnvFilter::try_new(filter).map_err(|e| TelemetryError::Invalid {
-            field: "log filter",
-            message: e.to_string(),
-        })?;
+        let env = EnvFilter::try_new(filter)
+            .map_err(|e| TelemetryError::Invalid {
+                field: "log filter",
+                message: e.to_string(),
+            })?
+            // rmcp's OAuth client logs authorization codes at debug level:
+            // never below info, whatever the filter asks.
+            .add_directive("rmcp::transport::auth=info".parse().map_err(
+                |e: tracing_subscriber::filter::ParseError| TelemetryError::Invalid {
+                    field: "log filter",
+                    message: e.to_string(),
+                },
+            )?);
         let logs = match options.log_format {
             LogFormat::Text => tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)

@@ -105,6 +105,8 @@ pub(super) struct OAuthTable {
     /// Default: `$XDG_STATE_HOME/toolexec/oauth/NAME.json` (or
     /// `~/.local/state/...`).
     token_file: Option<PathBuf>,
+    /// The authorization server's issuer, pinned.
+    issuer: Option<String>,
 }
 
 /// Where the tokens of server `name` are kept by default.
@@ -161,6 +163,7 @@ impl OAuthTable {
             oauth.client_name = n;
         }
         oauth.scopes = self.scopes;
+        oauth.issuer = self.issuer;
         oauth.check().map_err(|e| {
             let (field, message) = e.into_field_message("oauth");
             let field = field.strip_prefix("transport.oauth.").unwrap_or(&field);

@@ -44,22 +44,27 @@ enum Reach {
 fn reach(ip: IpAddr) -> Reach {
     match ip {
         IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
             if v4.is_loopback() {
                 Reach::Loopback
             } else if v4.is_link_local()
-                || v4.is_unspecified()
                 || v4.is_multicast()
                 || v4.is_broadcast()
+                || a == 0
+                || a >= 240
             {
                 Reach::Never
-            } else if v4.is_private() || v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64 {
+            } else if v4.is_private()
+                || a == 100 && (b & 0xc0) == 64
+                || a == 198 && (b & 0xfe) == 18
+            {
                 Reach::Private
             } else {
                 Reach::Public
             }
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
+            if let Some(v4) = embedded_ipv4(v6) {
                 return reach(IpAddr::V4(v4));
             }
             let first = v6.segments()[0];
@@ -73,6 +78,26 @@ fn reach(ip: IpAddr) -> Reach {
                 Reach::Public
             }
         }
+    }
+}
+
+/// The IPv4 address an IPv6 address stands for: mapped (`::ffff:a.b.c.d`),
+/// compatible (`::a.b.c.d`), NAT64 (`64:ff9b::/96`), or 6to4 (`2002::/16`).
+fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let v4 = |hi: u16, lo: u16| {
+        std::net::Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8)
+    };
+    if let Some(mapped) = v6.to_ipv4_mapped() {
+        Some(mapped)
+    } else if (s[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified())
+        || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+    {
+        Some(v4(s[6], s[7]))
+    } else if s[0] == 0x2002 {
+        Some(v4(s[1], s[2]))
+    } else {
+        None
     }
 }
 
@@ -168,6 +193,8 @@ fn build(
         .tls_backend_preconfigured(tls.clone())
         .timeout(timeout)
         .dns_resolver(Arc::new(Filtered(policy)))
+        // A proxy would resolve names itself, past the address policy.
+        .no_proxy()
         .redirect(redirect)
         .build()
         .map_err(|e| format!("cannot build the OAuth HTTP client: {e}"))
@@ -260,9 +287,20 @@ mod tests {
             assert!(!p.allows(ip("fe80::1")));
             assert!(!p.allows(ip("0.0.0.0")));
             assert!(!p.allows(ip("::ffff:169.254.169.254")));
+            assert!(
+                !p.allows(ip("64:ff9b::a9fe:a9fe")),
+                "NAT64 of 169.254.169.254"
+            );
+            assert!(
+                !p.allows(ip("2002:a9fe:a9fe::1")),
+                "6to4 of 169.254.169.254"
+            );
+            assert!(!p.allows(ip("0.1.2.3")) && !p.allows(ip("240.0.0.1")));
         }
         assert!(!public.allows(ip("10.1.2.3")) && !public.allows(ip("127.0.0.1")));
         assert!(!public.allows(ip("fd00::1")) && !public.allows(ip("::1")));
+        assert!(!public.allows(ip("64:ff9b::a00:1")), "NAT64 of 10.0.0.1");
+        assert!(!public.allows(ip("198.18.0.1")));
         assert!(private.allows(ip("192.168.1.1")) && !private.allows(ip("127.0.0.1")));
         assert!(local.allows(ip("127.0.0.1")) && local.allows(ip("10.1.2.3")));
     }

@@ -15,18 +15,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::auth::{
     AuthorizationCallback, AuthorizationManager, AuthorizationRequest, AuthorizationSession,
 };
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use toolexec::Error;
+use toolexec::{Error, Secret};
 use url::Url;
 
 use super::store::TokenStore;
-use super::{Authorizer, Grant, UpstreamOAuth, describe, manager_for};
+use super::{
+    Authorizer, Grant, UpstreamOAuth, check_authorization_server, describe, manager_for, printable,
+};
 use crate::upstream::session::Endpoint;
 use crate::upstream::{UpstreamConfig, UpstreamTransport};
 
@@ -135,9 +137,10 @@ pub async fn status(config: &UpstreamConfig) -> Result<TokenStatus, Error> {
         .as_ref()
         .and_then(|c| c.token_response.as_ref());
     let expires_in = record.credentials.as_ref().and_then(|c| {
-        let lifetime = token?.expires_in()?.as_secs() as i64;
-        let received = c.token_received_at? as i64;
-        Some(received + lifetime - now() as i64)
+        let lifetime = i64::try_from(token?.expires_in()?.as_secs()).unwrap_or(i64::MAX);
+        let received = i64::try_from(c.token_received_at?).unwrap_or(i64::MAX);
+        let now = i64::try_from(now()).unwrap_or(i64::MAX);
+        Some(received.saturating_add(lifetime).saturating_sub(now))
     });
     Ok(TokenStatus {
         server: config.name.clone(),
@@ -216,6 +219,13 @@ pub async fn login(
         .resolve_metadata_from_challenge(challenge.as_deref())
         .await
         .map_err(|e| fail(format!("OAuth discovery failed: {}", describe(&e))))?;
+    let stored_issuer = store.record().await.map_err(fail)?.issuer;
+    check_authorization_server(
+        &oauth,
+        resolution.metadata.issuer.as_deref(),
+        stored_issuer.as_deref(),
+    )
+    .map_err(fail)?;
     let cimd_supported = resolution
         .metadata
         .additional_fields
@@ -263,8 +273,13 @@ pub async fn login(
     let session = AuthorizationSession::new(manager, request)
         .await
         .map_err(|(_, e)| fail(format!("cannot start the sign-in: {}", describe(&e))))?;
+    // Only a redirect carrying this sign-in's `state` ends the wait: any
+    // other request to the listener (another local process, a stale tab)
+    // is answered and ignored.
+    let state = query_value(session.get_authorization_url(), "state")
+        .ok_or_else(|| fail("the authorization URL has no state".into()))?;
     let (tx, mut rx) = mpsc::channel::<String>(1);
-    let server = tokio::spawn(serve_callbacks(listener, tx));
+    let server = tokio::spawn(serve_callbacks(listener, Secret::new(state), tx));
     open(session.get_authorization_url());
     let callback = tokio::time::timeout(options.timeout, rx.recv()).await;
     server.abort();
@@ -282,7 +297,8 @@ pub async fn login(
     if let Some(error) = query_value(&callback_url, "error") {
         let description = query_value(&callback_url, "error_description").unwrap_or_default();
         return Err(fail(format!(
-            "the authorization server refused: {error} {description}"
+            "the authorization server refused: {}",
+            printable(&format!("{error} {description}"))
         )));
     }
     let callback = AuthorizationCallback::from_redirect_url(&callback_url)
@@ -324,14 +340,8 @@ async fn register(
         .await
         .map_err(|e| format!("dynamic client registration failed: {}", describe(&e)))?;
     let (id, secret) = (registered.client_id, registered.client_secret);
-    let kept = secret.clone();
-    store
-        .update(|record| {
-            record.client_id = Some(id.clone());
-            record.client_secret = kept;
-            record.credentials = None;
-        })
-        .await?;
+    // Written with the tokens: an abandoned sign-in changes nothing.
+    store.set_pending_client(id.clone(), secret.clone());
     Ok((id, secret))
 }
 
@@ -376,31 +386,48 @@ async fn probe(url: &Url, tls: &rustls::ClientConfig) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Answers requests on the loopback listener until one reaches
-/// `/callback`, whose target (path and query) is sent to `tx`.
-async fn serve_callbacks(listener: TcpListener, tx: mpsc::Sender<String>) {
+/// Most connections the redirect listener serves at once.
+const MAX_CONNECTIONS: usize = 16;
+
+/// Answers requests on the loopback listener; the target (path and query)
+/// of the first `/callback` whose `state` is `state` is sent to `tx`.
+/// Connections are bounded in number and in the time to send headers, and
+/// all end when this task is aborted.
+async fn serve_callbacks(listener: TcpListener, state: Secret, tx: mpsc::Sender<String>) {
+    let state = std::sync::Arc::new(state);
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let Ok((stream, _)) = accepted else {
             return;
         };
-        let tx = tx.clone();
-        tokio::spawn(async move {
+        if connections.len() >= MAX_CONNECTIONS {
+            continue;
+        }
+        let (tx, state) = (tx.clone(), state.clone());
+        connections.spawn(async move {
             let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-                let tx = tx.clone();
+                let (tx, state) = (tx.clone(), state.clone());
                 async move {
                     let target = request
                         .uri()
                         .path_and_query()
                         .map(|p| p.as_str().to_owned())
                         .unwrap_or_default();
-                    let (status, text) = if request.uri().path() == "/callback" {
+                    let ours = request.uri().path() == "/callback"
+                        && query_value(&format!("http://127.0.0.1{target}"), "state")
+                            .is_some_and(|s| state.constant_time_eq(&s));
+                    let (status, text) = if ours {
                         let _ = tx.try_send(target);
                         (
                             200,
                             "toolexec: sign-in received. You can close this window.",
                         )
                     } else {
-                        (404, "not found")
+                        (400, "not a redirect of the sign-in in progress")
                     };
                     hyper::Response::builder()
                         .status(status)
@@ -409,8 +436,14 @@ async fn serve_callbacks(listener: TcpListener, tx: mpsc::Sender<String>) {
                 }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .keep_alive(false)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
     }
 }
+
+/// Time a client of the redirect listener has to send its headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -27,6 +27,7 @@ mod store;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rmcp::transport::auth::{
     AuthClient, AuthError, AuthorizationManager, ClientCredentialsConfig, OAuthClientConfig,
@@ -99,6 +100,11 @@ pub struct UpstreamOAuth {
     pub scopes: Vec<String>,
     /// The token file (created with mode 0600 in a 0700 directory).
     pub token_file: PathBuf,
+    /// The authorization server's issuer identifier, when known: discovery
+    /// that finds another is refused. Without it, the first issuer that
+    /// grants tokens is remembered in the token file and later ones are
+    /// refused. Recommended with client credentials.
+    pub issuer: Option<String>,
 }
 
 impl UpstreamOAuth {
@@ -113,6 +119,7 @@ impl UpstreamOAuth {
             client_name: "toolexec".to_owned(),
             scopes: Vec::new(),
             token_file: token_file.into(),
+            issuer: None,
         }
     }
 
@@ -150,11 +157,19 @@ impl UpstreamOAuth {
                 ));
             }
         }
+        if let Some(issuer) = &self.issuer
+            && !Url::parse(issuer).is_ok_and(|u| matches!(u.scheme(), "https" | "http"))
+        {
+            return Err(Error::invalid_request(
+                field("issuer"),
+                "must be the authorization server's http(s) URL",
+            ));
+        }
         if self.token_file.as_os_str().is_empty() {
             return Err(Error::invalid_request(field("token_file"), "is empty"));
         }
         for s in &self.scopes {
-            if s.is_empty() || s.chars().any(|c| c.is_whitespace() || c == '"') {
+            if !is_scope_token(s) {
                 return Err(Error::invalid_request(
                     field("scopes"),
                     format!("{s:?} is not a scope token"),
@@ -182,6 +197,8 @@ pub(crate) struct Authorizer {
     /// Scopes asked for by client credentials (configured ones, then those
     /// step-ups added).
     scopes: parking_lot::Mutex<Vec<String>>,
+    /// When the last client credentials step-up happened.
+    last_step_up: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -193,10 +210,76 @@ impl std::fmt::Debug for Authorizer {
     }
 }
 
-/// An rmcp error as one line without secrets (rmcp's messages carry no
-/// token values).
+/// Most scopes asked for with client credentials.
+const MAX_SCOPES: usize = 32;
+/// Least time between two client credentials step-ups.
+const STEP_UP_INTERVAL: Duration = Duration::from_secs(5);
+/// Longest error text kept from an authorization server's answer.
+const MAX_DETAIL: usize = 300;
+
+/// Whether `s` is a scope token (RFC 6749 3.3: `%x21 / %x23-5B / %x5D-7E`).
+fn is_scope_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+}
+
+/// Text from a remote server made safe to print: control characters
+/// dropped, at most [`MAX_DETAIL`] characters.
+pub(crate) fn printable(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_DETAIL)
+        .collect();
+    if text
+        .chars()
+        .filter(|c| !c.is_control())
+        .nth(MAX_DETAIL)
+        .is_some()
+    {
+        out.push_str("...");
+    }
+    out
+}
+
+/// An rmcp error as one printable line without secrets (rmcp's messages
+/// carry no token values, but may quote the authorization server).
 fn describe(e: &AuthError) -> String {
-    crate::upstream::session::error_chain(e)
+    printable(&crate::upstream::session::error_chain(e))
+}
+
+/// Refuses an authorization server other than the one configured
+/// ([`UpstreamOAuth::issuer`]) or the one that issued the stored tokens,
+/// and guessed endpoints (a server without metadata) once tokens came from
+/// a real one: a server that turns hostile cannot redirect the client
+/// secret or the refresh token to itself.
+/// `found` is the issuer discovery found (`None`: no metadata, guessed
+/// endpoints).
+fn check_authorization_server(
+    options: &UpstreamOAuth,
+    found: Option<&str>,
+    stored_issuer: Option<&str>,
+) -> Result<(), String> {
+    let shown = |i: Option<&str>| printable(i.unwrap_or("none (no metadata)"));
+    if let Some(pinned) = options.issuer.as_deref()
+        && found != Some(pinned)
+    {
+        return Err(format!(
+            "the authorization server is {}, not the configured issuer {pinned}: refused",
+            shown(found)
+        ));
+    }
+    if let Some(stored) = stored_issuer
+        && found != Some(stored)
+    {
+        return Err(format!(
+            "the authorization server is now {}, but the stored tokens came from {stored}: \
+             refused (if the move is expected, sign in again: toolexec auth logout, then login)",
+            shown(found)
+        ));
+    }
+    Ok(())
 }
 
 /// The rmcp manager for a server, with the address-checked HTTP client and
@@ -235,6 +318,7 @@ impl Authorizer {
             template,
             prepared: tokio::sync::OnceCell::new(),
             scopes: parking_lot::Mutex::new(options.scopes.clone()),
+            last_step_up: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -253,12 +337,22 @@ impl Authorizer {
         self.prepared
             .get_or_try_init(|| async {
                 let mut manager = self.manager.lock().await;
+                let record = self.store.record().await?;
+                if self.options.grant == Grant::AuthorizationCode && record.credentials.is_none() {
+                    return Err(self.not_signed_in());
+                }
+                let resolution = manager
+                    .resolve_metadata()
+                    .await
+                    .map_err(|e| format!("OAuth discovery failed: {}", describe(&e)))?;
+                check_authorization_server(
+                    &self.options,
+                    resolution.metadata.issuer.as_deref(),
+                    record.issuer.as_deref(),
+                )?;
+                manager.set_metadata(resolution.metadata);
                 match self.options.grant {
                     Grant::AuthorizationCode => {
-                        let record = self.store.record().await?;
-                        if record.credentials.is_none() {
-                            return Err(self.not_signed_in());
-                        }
                         manager
                             .initialize_from_store()
                             .await
@@ -278,11 +372,6 @@ impl Authorizer {
                         }
                     }
                     Grant::ClientCredentials => {
-                        let resolution = manager
-                            .resolve_metadata()
-                            .await
-                            .map_err(|e| format!("OAuth discovery failed: {}", describe(&e)))?;
-                        manager.set_metadata(resolution.metadata);
                         let config = self.credentials_config();
                         manager
                             .validate_client_credentials_metadata(&config)
@@ -346,42 +435,51 @@ impl Authorizer {
 
     /// Client credentials after a `403 insufficient_scope`: asks for a token
     /// with the scopes the challenge names added. Returns whether there is
-    /// a new token worth retrying with (false when the scopes asked for
-    /// already included them: retrying would loop).
+    /// a new token worth retrying with: false when the challenge adds no
+    /// scope (retrying would loop), when the scope list is full, or when a
+    /// step-up happened less than [`STEP_UP_INTERVAL`] ago. The scopes are
+    /// kept only once the authorization server granted a token for them.
     pub(crate) async fn step_up(&self, challenge: &str) -> Result<bool, AuthError> {
         if self.options.grant != Grant::ClientCredentials {
             return Ok(false);
         }
         let params = WWWAuthenticateParams::parse(challenge, &self.url);
-        let wanted: Vec<String> = params
+        let mut wanted = self.scopes.lock().clone();
+        let before = wanted.len();
+        for s in params
             .scope
             .as_deref()
             .unwrap_or_default()
             .split_whitespace()
-            .map(str::to_owned)
-            .collect();
         {
-            let mut scopes = self.scopes.lock();
-            let before = scopes.len();
-            for s in wanted {
-                if !scopes.contains(&s) {
-                    scopes.push(s);
-                }
+            if is_scope_token(s) && !wanted.iter().any(|w| w == s) {
+                wanted.push(s.to_owned());
             }
-            if scopes.len() == before {
+        }
+        if wanted.len() == before || wanted.len() > MAX_SCOPES {
+            return Ok(false);
+        }
+        {
+            let mut last = self.last_step_up.lock();
+            let now = Instant::now();
+            if last.is_some_and(|t| now.duration_since(t) < STEP_UP_INTERVAL) {
                 return Ok(false);
             }
+            *last = Some(now);
         }
         tracing::info!(
             target: "toolexec_mcp::upstream::oauth",
             server = %self.server,
-            scopes = ?self.scopes.lock(),
+            scopes = ?wanted,
             "insufficient_scope: fetching a token with more scopes"
         );
+        let mut config = self.credentials_config();
+        if let ClientCredentialsConfig::ClientSecret { scopes, .. } = &mut config {
+            *scopes = wanted.clone();
+        }
         let manager = self.manager.lock().await;
-        manager
-            .exchange_client_credentials(&self.credentials_config())
-            .await?;
+        manager.exchange_client_credentials(&config).await?;
+        *self.scopes.lock() = wanted;
         Ok(true)
     }
 
@@ -390,10 +488,30 @@ impl Authorizer {
         match (self.options.grant, insufficient_scope) {
             (Grant::AuthorizationCode, Some(challenge)) => {
                 let params = WWWAuthenticateParams::parse(challenge, &self.url);
+                // The scopes come from the server: only scope characters
+                // reach the command the operator is told to run.
+                let scopes: Vec<&str> = params
+                    .scope
+                    .as_deref()
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    // Quoted with '...' below: a quote would end it.
+                    .filter(|s| is_scope_token(s) && !s.contains('\''))
+                    .take(MAX_SCOPES)
+                    .collect();
+                if scopes.is_empty() {
+                    return format!(
+                        "{0} refused the token for missing scopes it did not name: run \
+                         `toolexec auth login {0}` with the scopes it documents",
+                        self.server
+                    );
+                }
+                let args: Vec<String> = scopes.iter().map(|s| format!("--scope '{s}'")).collect();
                 format!(
-                    "{0} needs more scopes ({1}): run `toolexec auth login {0} --scope \"{1}\"`",
+                    "{0} needs more scopes ({1}): run `toolexec auth login {0} {2}`",
                     self.server,
-                    params.scope.as_deref().unwrap_or("not named")
+                    scopes.join(" "),
+                    args.join(" ")
                 )
             }
             (Grant::AuthorizationCode, None) => format!(
@@ -446,5 +564,60 @@ mod tests {
         assert_eq!(field_of(&o), "transport.oauth.scopes");
         o = UpstreamOAuth::new("");
         assert_eq!(field_of(&o), "transport.oauth.token_file");
+        o = UpstreamOAuth::new("/tmp/x.json");
+        o.issuer = Some("not a url".into());
+        assert_eq!(field_of(&o), "transport.oauth.issuer");
+    }
+
+    #[test]
+    fn remote_text_is_made_printable() {
+        assert!(is_scope_token("mcp:read") && is_scope_token("a/b!"));
+        for bad in ["", "a b", "a\"b", "a\\b", "$(x)\n"] {
+            assert!(!is_scope_token(bad), "{bad:?}");
+        }
+        assert_eq!(printable("ok\u{1b}[31m\n"), "ok[31m");
+        let long = "x".repeat(1000);
+        assert_eq!(printable(&long).len(), MAX_DETAIL + 3);
+    }
+
+    #[tokio::test]
+    async fn refusals_quote_only_scope_characters() {
+        let dir = std::env::temp_dir().join(format!("toolexec-refusal-{}", std::process::id()));
+        let options = UpstreamOAuth::new(dir.join("t.json"));
+        let authorizer = Authorizer::new(
+            "srv",
+            "http://127.0.0.1:1/mcp",
+            &options,
+            toolexec_http::tls::Tls::unused().config.clone(),
+        )
+        .await
+        .unwrap();
+        // Shell syntax stays inside single quotes; a quote is dropped.
+        let hostile = r#"Bearer error="insufficient_scope", scope="ok $(id) x';id;' fine""#;
+        let message = authorizer.refusal(Some(hostile));
+        assert!(
+            message.contains("--scope 'ok' --scope '$(id)' --scope 'fine'`"),
+            "{message}"
+        );
+        assert!(!message.contains(";id;"), "{message}");
+        let message = authorizer.refusal(Some(r#"Bearer error="insufficient_scope""#));
+        assert!(message.contains("did not name"), "{message}");
+    }
+
+    #[test]
+    fn another_authorization_server_is_refused() {
+        let options = UpstreamOAuth::new("/tmp/x.json");
+        let check = check_authorization_server;
+        assert!(check(&options, Some("https://as"), None).is_ok());
+        assert!(check(&options, Some("https://as"), Some("https://as")).is_ok());
+        let e = check(&options, Some("https://evil"), Some("https://as")).unwrap_err();
+        assert!(e.contains("stored tokens came from https://as"), "{e}");
+        // Guessed endpoints (no metadata) after tokens from a real issuer.
+        assert!(check(&options, None, Some("https://as")).is_err());
+        let mut pinned = options.clone();
+        pinned.issuer = Some("https://as".into());
+        assert!(check(&pinned, Some("https://as"), None).is_ok());
+        let e = check(&pinned, Some("https://evil"), None).unwrap_err();
+        assert!(e.contains("not the configured issuer"), "{e}");
     }
 }

@@ -43,6 +43,10 @@ pub(crate) struct Record {
     pub(crate) client_secret: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) credentials: Option<StoredCredentials>,
+    /// The authorization server that issued tokens here (kept when the
+    /// tokens are cleared): a later one is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) issuer: Option<String>,
 }
 
 impl Record {
@@ -67,10 +71,16 @@ struct Inner {
     /// The file's content once read (`None`: not read yet), with the
     /// file's modification time then: a file another process rewrote (a
     /// new sign-in) is read again.
-    cache: Mutex<Option<(Record, Option<SystemTime>)>>,
+    cache: Mutex<Option<(Record, Option<Stamp>)>>,
     /// Held across a token refresh and its save.
     refresh: Arc<Mutex<()>>,
+    /// A client registration made by a sign-in in progress, written with
+    /// its tokens (so an abandoned sign-in leaves the file as it was).
+    pending: parking_lot::Mutex<Option<(String, Option<String>)>>,
 }
+
+/// What identifies one version of the file.
+type Stamp = (SystemTime, u64, u64);
 
 impl TokenStore {
     pub(crate) fn new(path: PathBuf, server_url: &str) -> TokenStore {
@@ -80,6 +90,7 @@ impl TokenStore {
                 server_url: server_url.to_owned(),
                 cache: Mutex::new(None),
                 refresh: Arc::new(Mutex::new(())),
+                pending: parking_lot::Mutex::new(None),
             }),
         }
     }
@@ -98,7 +109,7 @@ impl TokenStore {
     /// The cached record, read again when the file changed since.
     fn current<'a>(
         &self,
-        cache: &'a mut Option<(Record, Option<SystemTime>)>,
+        cache: &'a mut Option<(Record, Option<Stamp>)>,
     ) -> Result<&'a mut Record, String> {
         let modified = modified(&self.inner.path);
         let fresh = matches!(cache.as_ref(), Some((_, seen)) if *seen == modified);
@@ -135,6 +146,12 @@ impl TokenStore {
         }
     }
 
+    /// Keeps a registration made by a sign-in in progress, to be written
+    /// with its tokens.
+    pub(crate) fn set_pending_client(&self, client_id: String, secret: Option<String>) {
+        *self.inner.pending.lock() = Some((client_id, secret));
+    }
+
     /// The stored client secret (a pre-registered or dynamically registered
     /// confidential client's).
     pub(crate) async fn client_secret(&self) -> Result<Option<Secret>, String> {
@@ -142,9 +159,10 @@ impl TokenStore {
     }
 }
 
-/// The file's modification time (`None`: no file).
-fn modified(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+/// The file's modification time, size and inode (`None`: no file).
+fn modified(path: &Path) -> Option<Stamp> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len(), meta.ino()))
 }
 
 fn store_error(e: String) -> AuthError {
@@ -158,8 +176,23 @@ impl CredentialStore for TokenStore {
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let pending = self
+            .inner
+            .pending
+            .lock()
+            .take()
+            .filter(|(id, _)| *id == credentials.client_id);
         self.update(|record| {
+            if let Some((_, secret)) = pending {
+                record.client_secret = secret;
+            } else if record.client_id.as_deref() != Some(&credentials.client_id) {
+                // Another client's secret must not stay with these tokens.
+                record.client_secret = None;
+            }
             record.client_id = Some(credentials.client_id.clone());
+            if credentials.issuer.is_some() {
+                record.issuer = credentials.issuer.clone();
+            }
             record.credentials = Some(credentials);
         })
         .await
