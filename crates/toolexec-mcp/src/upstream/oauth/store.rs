@@ -205,9 +205,60 @@ impl CredentialStore for TokenStore {
             .map_err(store_error)
     }
 
+    /// One refresh at a time for this file: in this process (a mutex) and
+    /// across processes sharing it (an exclusive `flock` on a lock file
+    /// beside it), so two gateways never spend the same refresh token
+    /// (an authorization server that rotates refresh tokens would revoke
+    /// them both). rmcp loads the credentials again under the guard.
     async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
         let guard = self.inner.refresh.clone().lock_owned().await;
-        Ok(Some(CredentialRefreshGuard::new(guard)))
+        let lock_path = lock_path(&self.inner.path);
+        let file = tokio::task::spawn_blocking(move || lock_file(&lock_path))
+            .await
+            .map_err(|e| store_error(e.to_string()))?
+            .map_err(store_error)?;
+        Ok(Some(CredentialRefreshGuard::new((guard, file))))
+    }
+}
+
+/// The lock file of a token file: `.NAME.lock` beside it.
+fn lock_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.lock"))
+}
+
+/// Opens (creating, mode 0600) and exclusively locks `path`; the lock is
+/// released when the file is closed.
+fn lock_file(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd as _;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    loop {
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(file);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("cannot lock {}: {e}", path.display()));
+        }
     }
 }
 
@@ -350,6 +401,26 @@ mod tests {
         assert!(other.load().await.unwrap().is_none());
         assert!(again.remove().await.unwrap());
         assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn refreshes_are_serialized_across_processes() {
+        let dir = temp_dir("lock");
+        let path = dir.join("server.json");
+        let store = TokenStore::new(path.clone(), "http://127.0.0.1/mcp");
+        let guard = store.acquire_refresh_guard().await.unwrap();
+        // Another open file description (as another process would have)
+        // cannot take the lock while the guard is held.
+        use std::os::fd::AsRawFd as _;
+        let other = std::fs::File::open(lock_path(&path)).unwrap();
+        // SAFETY: flock on a descriptor this test owns.
+        let busy = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(busy, -1, "the lock is held");
+        drop(guard);
+        // SAFETY: as above.
+        let free = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(free, 0, "released with the guard");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
