@@ -81,6 +81,13 @@ fn config(
                 .and_then(Value::as_str)
                 .map(toolexec::Secret::new);
         }
+        if let Some(pem) = context.get("private_key_pem").and_then(Value::as_str) {
+            oauth.client_key = Some(toolexec::Secret::new(pem));
+            oauth.client_key_alg = context
+                .get("signing_algorithm")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
         if scenario.starts_with("auth/client-credentials") {
             oauth.grant = Grant::ClientCredentials;
         }

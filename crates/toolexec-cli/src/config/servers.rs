@@ -98,6 +98,9 @@ pub(super) struct OAuthTable {
     grant: Option<String>,
     client_id: Option<String>,
     client_secret: Option<SecretSource>,
+    /// A PEM private key, for `private_key_jwt` client credentials.
+    client_key: Option<SecretSource>,
+    client_key_alg: Option<String>,
     client_metadata_url: Option<String>,
     client_name: Option<String>,
     #[serde(default)]
@@ -158,6 +161,11 @@ impl OAuthTable {
             Some(src) => Some(src.resolve(&key("client_secret"), base)?),
             None => None,
         };
+        oauth.client_key = match &self.client_key {
+            Some(src) => Some(src.resolve(&key("client_key"), base)?),
+            None => None,
+        };
+        oauth.client_key_alg = self.client_key_alg;
         oauth.client_metadata_url = self.client_metadata_url;
         if let Some(n) = self.client_name {
             oauth.client_name = n;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 /// Client scenarios that pass.
-const PASSING: [&str; 22] = [
+const PASSING: [&str; 23] = [
     "initialize",
     "tools_call",
     "sse-retry",
@@ -36,20 +36,16 @@ const PASSING: [&str; 22] = [
     "auth/offline-access-scope",
     "auth/offline-access-not-supported",
     "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
 ];
 
 /// Client scenarios that do not pass, and why (run too: one that starts
 /// passing must move to [`PASSING`]).
-const NOT_PASSING: [(&str, &str); 4] = [
+const NOT_PASSING: [(&str, &str); 3] = [
     (
         "auth/2025-03-26-oauth-metadata-backcompat",
         "its metadata's issuer (/oauth) differs from the discovery URL's; refused \
          per RFC 8414 section 3.3 (mix-up protection)",
-    ),
-    (
-        "auth/client-credentials-jwt",
-        "private_key_jwt client authentication: rmcp builds it on aws-lc (C), \
-         which toolexec does not link",
     ),
     (
         "auth/cross-app-access-complete-flow",

@@ -130,7 +130,7 @@ impl AddressPolicy {
 
     /// Checks a URL before it is fetched: its scheme, and its host when it
     /// is an address.
-    fn check_url(&self, url: &Url) -> Result<(), String> {
+    pub(crate) fn check_url(&self, url: &Url) -> Result<(), String> {
         let loopback = match url.host() {
             Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
             Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),

@@ -20,6 +20,7 @@
 //! only its owner may read, bound to the server's URL; they never appear in
 //! logs, errors or `Debug` output.
 
+mod assertion;
 mod exchange;
 mod http;
 mod login;
@@ -89,6 +90,11 @@ pub struct UpstreamOAuth {
     /// The secret of [`client_id`](UpstreamOAuth::client_id), for a
     /// confidential client.
     pub client_secret: Option<Secret>,
+    /// Instead of a secret, with client credentials: the client's private
+    /// key (PEM), to sign `private_key_jwt` assertions (RFC 7523).
+    pub client_key: Option<Secret>,
+    /// The key's JWS algorithm (default `RS256`; `ES256`, `EdDSA`, ...).
+    pub client_key_alg: Option<String>,
     /// An `https://` URL of this client's metadata document, used as its
     /// client id where the authorization server supports Client ID
     /// Metadata Documents.
@@ -115,6 +121,8 @@ impl UpstreamOAuth {
             grant: Grant::AuthorizationCode,
             client_id: None,
             client_secret: None,
+            client_key: None,
+            client_key_alg: None,
             client_metadata_url: None,
             client_name: "toolexec".to_owned(),
             scopes: Vec::new(),
@@ -139,13 +147,29 @@ impl UpstreamOAuth {
                 "needs client_id (the client it belongs to)",
             ));
         }
+        if self.client_key.is_some() && self.client_secret.is_some() {
+            return Err(Error::invalid_request(
+                field("client_key"),
+                "client_key and client_secret are alternatives: set one",
+            ));
+        }
+        if self.client_key.is_some() && self.grant != Grant::ClientCredentials {
+            return Err(Error::invalid_request(
+                field("client_key"),
+                "is for the client_credentials grant",
+            ));
+        }
         if self.grant == Grant::ClientCredentials
-            && (self.client_id.is_none() || self.client_secret.is_none())
+            && (self.client_id.is_none()
+                || (self.client_secret.is_none() && self.client_key.is_none()))
         {
             return Err(Error::invalid_request(
                 field("grant"),
-                "client_credentials needs client_id and client_secret",
+                "client_credentials needs client_id and client_secret (or client_key)",
             ));
+        }
+        if let Some(pem) = &self.client_key {
+            assertion::ClientKey::new(pem, self.client_key_alg.as_deref().unwrap_or("RS256"))?;
         }
         if let Some(u) = &self.client_metadata_url {
             let ok = Url::parse(u)
@@ -199,6 +223,20 @@ pub(crate) struct Authorizer {
     scopes: parking_lot::Mutex<Vec<String>>,
     /// When the last client credentials step-up happened.
     last_step_up: parking_lot::Mutex<Option<Instant>>,
+    /// The client's signing key (`private_key_jwt`), with the token
+    /// endpoint discovery found and the client for token requests.
+    key: Option<assertion::ClientKey>,
+    endpoint: std::sync::OnceLock<TokenEndpoint>,
+    http: reqwest::Client,
+    policy: AddressPolicy,
+}
+
+/// The authorization server's token endpoint, for `private_key_jwt`.
+struct TokenEndpoint {
+    url: String,
+    /// `aud` of the assertions: the issuer, else the endpoint.
+    audience: String,
+    issuer: Option<String>,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -308,6 +346,18 @@ impl Authorizer {
         let url = Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
         let store = TokenStore::new(options.token_file.clone(), url.as_str());
         let manager = manager_for(&url, &tls, &store).await?;
+        let policy = AddressPolicy::for_server(&url);
+        let key = match &options.client_key {
+            Some(pem) => Some(
+                assertion::ClientKey::new(
+                    pem,
+                    options.client_key_alg.as_deref().unwrap_or("RS256"),
+                )
+                .map_err(|e| e.to_body().message)?,
+            ),
+            None => None,
+        };
+        let http = OAuthHttp::client(tls.clone(), policy, Duration::from_secs(30))?;
         let template = AuthClient::new(SessionAwareClient::new(tls)?, manager);
         Ok(Arc::new(Authorizer {
             server: server.to_owned(),
@@ -319,6 +369,10 @@ impl Authorizer {
             prepared: tokio::sync::OnceCell::new(),
             scopes: parking_lot::Mutex::new(options.scopes.clone()),
             last_step_up: parking_lot::Mutex::new(None),
+            key,
+            endpoint: std::sync::OnceLock::new(),
+            http,
+            policy,
         }))
     }
 
@@ -350,6 +404,8 @@ impl Authorizer {
                     resolution.metadata.issuer.as_deref(),
                     record.issuer.as_deref(),
                 )?;
+                let token_endpoint = resolution.metadata.token_endpoint.clone();
+                let issuer = resolution.metadata.issuer.clone();
                 manager.set_metadata(resolution.metadata);
                 match self.options.grant {
                     Grant::AuthorizationCode => {
@@ -370,6 +426,17 @@ impl Authorizer {
                                 )
                                 .map_err(|e| describe(&e))?;
                         }
+                    }
+                    Grant::ClientCredentials if self.key.is_some() => {
+                        let url = Url::parse(&token_endpoint)
+                            .map_err(|e| format!("bad token endpoint {token_endpoint:?}: {e}"))?;
+                        self.policy.check_url(&url)?;
+                        let audience = issuer.clone().unwrap_or_else(|| token_endpoint.clone());
+                        let _ = self.endpoint.set(TokenEndpoint {
+                            url: token_endpoint,
+                            audience,
+                            issuer,
+                        });
                     }
                     Grant::ClientCredentials => {
                         let config = self.credentials_config();
@@ -419,18 +486,49 @@ impl Authorizer {
         let manager = self.manager.lock().await;
         match manager.get_access_token().await {
             Ok(_) => Ok(()),
-            Err(AuthError::AuthorizationRequired) => manager
-                .exchange_client_credentials(&self.credentials_config())
-                .await
-                .map(|_| {
-                    tracing::debug!(
-                        target: "toolexec_mcp::upstream::oauth",
-                        server = %self.server,
-                        "fetched a client credentials token"
-                    );
-                }),
+            Err(AuthError::AuthorizationRequired) => {
+                let scopes = self.scopes.lock().clone();
+                self.fetch(&manager, scopes).await?;
+                tracing::debug!(
+                    target: "toolexec_mcp::upstream::oauth",
+                    server = %self.server,
+                    "fetched a client credentials token"
+                );
+                Ok(())
+            }
             Err(e) => Err(e),
         }
+    }
+
+    /// A client credentials token for `scopes`, stored: authenticated with
+    /// the client's key (`private_key_jwt`) or its secret (rmcp).
+    async fn fetch(
+        &self,
+        manager: &AuthorizationManager,
+        scopes: Vec<String>,
+    ) -> Result<(), AuthError> {
+        if let (Some(key), Some(endpoint)) = (&self.key, self.endpoint.get()) {
+            let request = assertion::TokenRequest {
+                http: &self.http,
+                token_endpoint: &endpoint.url,
+                audience: &endpoint.audience,
+                client_id: self.options.client_id.as_deref().unwrap_or_default(),
+                scopes: &scopes,
+                resource: self.url.as_str(),
+            };
+            let stored = assertion::client_credentials(key, request, endpoint.issuer.clone())
+                .await
+                .map_err(AuthError::ClientCredentialsError)?;
+            return rmcp::transport::auth::CredentialStore::save(&self.store, stored).await;
+        }
+        let mut config = self.credentials_config();
+        if let ClientCredentialsConfig::ClientSecret { scopes: asked, .. } = &mut config {
+            *asked = scopes;
+        }
+        manager
+            .exchange_client_credentials(&config)
+            .await
+            .map(|_| ())
     }
 
     /// Client credentials after a `403 insufficient_scope`: asks for a token
@@ -473,12 +571,8 @@ impl Authorizer {
             scopes = ?wanted,
             "insufficient_scope: fetching a token with more scopes"
         );
-        let mut config = self.credentials_config();
-        if let ClientCredentialsConfig::ClientSecret { scopes, .. } = &mut config {
-            *scopes = wanted.clone();
-        }
         let manager = self.manager.lock().await;
-        manager.exchange_client_credentials(&config).await?;
+        self.fetch(&manager, wanted.clone()).await?;
         *self.scopes.lock() = wanted;
         Ok(true)
     }
