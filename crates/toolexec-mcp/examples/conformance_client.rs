@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use toolexec::{Catalog, Exec};
-use toolexec_mcp::upstream::oauth::{self, Grant, LoginOptions, UpstreamOAuth};
+use toolexec_mcp::upstream::oauth::{self, EnterpriseIdp, Grant, LoginOptions, UpstreamOAuth};
 use toolexec_mcp::upstream::{Upstream, UpstreamConfig, UpstreamTransport};
 
 /// The client id metadata document the suite's CIMD scenario expects.
@@ -90,6 +90,22 @@ fn config(
         }
         if scenario.starts_with("auth/client-credentials") {
             oauth.grant = Grant::ClientCredentials;
+        }
+        let text = |k: &str| context.get(k).and_then(Value::as_str);
+        if let (Some(issuer), Some(endpoint), Some(client), Some(id_token)) = (
+            text("idp_issuer"),
+            text("idp_token_endpoint"),
+            text("idp_client_id"),
+            text("idp_id_token"),
+        ) {
+            oauth.grant = Grant::EnterpriseManaged;
+            oauth.client_metadata_url = None;
+            oauth.enterprise = Some(EnterpriseIdp::new(
+                issuer,
+                endpoint,
+                client,
+                toolexec::Secret::new(id_token),
+            ));
         }
         oauth
     });

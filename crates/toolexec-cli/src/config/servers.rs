@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toolexec::{Limits, Secret};
 use toolexec_builtins::Group;
-use toolexec_mcp::upstream::oauth::{Grant, TokenExchange, UpstreamOAuth};
+use toolexec_mcp::upstream::oauth::{EnterpriseIdp, Grant, TokenExchange, UpstreamOAuth};
 use toolexec_mcp::upstream::{
     DEFAULT_MAX_CONCURRENCY, TlsOptions, UpstreamConfig, UpstreamTransport,
 };
@@ -110,6 +110,19 @@ pub(super) struct OAuthTable {
     token_file: Option<PathBuf>,
     /// The authorization server's issuer, pinned.
     issuer: Option<String>,
+    /// The identity provider of `grant = "enterprise_managed"`.
+    enterprise: Option<EnterpriseTable>,
+}
+
+/// `auth.oauth.enterprise = { ... }`: toolexec-mcp's [`EnterpriseIdp`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EnterpriseTable {
+    issuer: String,
+    token_endpoint: String,
+    client_id: String,
+    client_secret: Option<SecretSource>,
+    id_token: SecretSource,
 }
 
 /// Where the tokens of server `name` are kept by default.
@@ -147,11 +160,13 @@ impl OAuthTable {
         oauth.grant = match self.grant.as_deref() {
             None | Some("authorization_code") => Grant::AuthorizationCode,
             Some("client_credentials") => Grant::ClientCredentials,
+            Some("enterprise_managed") => Grant::EnterpriseManaged,
             Some(other) => {
                 return Err(Fault::new(
                     key("grant"),
                     format!(
-                        "expected \"authorization_code\" or \"client_credentials\", got {other:?}"
+                        "expected \"authorization_code\", \"client_credentials\" or \
+                         \"enterprise_managed\", got {other:?}"
                     ),
                 ));
             }
@@ -172,6 +187,19 @@ impl OAuthTable {
         }
         oauth.scopes = self.scopes;
         oauth.issuer = self.issuer;
+        if let Some(e) = self.enterprise {
+            let mut idp = EnterpriseIdp::new(
+                e.issuer,
+                e.token_endpoint,
+                e.client_id,
+                e.id_token.resolve(&key("enterprise.id_token"), base)?,
+            );
+            idp.client_secret = match &e.client_secret {
+                Some(src) => Some(src.resolve(&key("enterprise.client_secret"), base)?),
+                None => None,
+            };
+            oauth.enterprise = Some(idp);
+        }
         oauth.check().map_err(|e| {
             let (field, message) = e.into_field_message("oauth");
             let field = field.strip_prefix("transport.oauth.").unwrap_or(&field);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 /// Client scenarios that pass.
-const PASSING: [&str; 23] = [
+const PASSING: [&str; 24] = [
     "initialize",
     "tools_call",
     "sse-retry",
@@ -37,19 +37,16 @@ const PASSING: [&str; 23] = [
     "auth/offline-access-not-supported",
     "auth/client-credentials-basic",
     "auth/client-credentials-jwt",
+    "auth/cross-app-access-complete-flow",
 ];
 
 /// Client scenarios that do not pass, and why (run too: one that starts
 /// passing must move to [`PASSING`]).
-const NOT_PASSING: [(&str, &str); 3] = [
+const NOT_PASSING: [(&str, &str); 2] = [
     (
         "auth/2025-03-26-oauth-metadata-backcompat",
         "its metadata's issuer (/oauth) differs from the discovery URL's; refused \
          per RFC 8414 section 3.3 (mix-up protection)",
-    ),
-    (
-        "auth/cross-app-access-complete-flow",
-        "enterprise-managed authorization (ID-JAG, SEP-990): not built",
     ),
     (
         "elicitation-sep1034-client-defaults",

@@ -180,7 +180,7 @@ pub async fn login(
 ) -> Result<LoginReport, Error> {
     let (url, oauth, tls) = parts(config)?;
     let fail = |e: String| Error::backend_unavailable(&config.name, e);
-    if oauth.grant == Grant::ClientCredentials {
+    if oauth.grant != Grant::AuthorizationCode {
         let authorizer = Authorizer::new(&config.name, url.as_str(), &oauth, tls)
             .await
             .map_err(fail)?;

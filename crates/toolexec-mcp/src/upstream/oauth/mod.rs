@@ -21,6 +21,7 @@
 //! logs, errors or `Debug` output.
 
 mod assertion;
+mod enterprise;
 mod exchange;
 mod http;
 mod login;
@@ -38,6 +39,7 @@ use tokio::sync::Mutex;
 use toolexec::{Error, Secret};
 use url::Url;
 
+pub use self::enterprise::EnterpriseIdp;
 pub use self::exchange::TokenExchange;
 pub use self::login::{LoginOptions, LoginReport, TokenStatus, login, logout, status};
 
@@ -64,6 +66,10 @@ pub enum Grant {
     /// A machine account: [`UpstreamOAuth::client_id`] and
     /// [`UpstreamOAuth::client_secret`] are exchanged for tokens.
     ClientCredentials,
+    /// Enterprise-managed (SEP-990): the user's ID token from
+    /// [`UpstreamOAuth::enterprise`]'s identity provider is exchanged for
+    /// each access token, without a browser.
+    EnterpriseManaged,
 }
 
 /// OAuth 2.1 sign-in to an upstream HTTP server.
@@ -95,6 +101,8 @@ pub struct UpstreamOAuth {
     pub client_key: Option<Secret>,
     /// The key's JWS algorithm (default `RS256`; `ES256`, `EdDSA`, ...).
     pub client_key_alg: Option<String>,
+    /// The identity provider of [`Grant::EnterpriseManaged`].
+    pub enterprise: Option<EnterpriseIdp>,
     /// An `https://` URL of this client's metadata document, used as its
     /// client id where the authorization server supports Client ID
     /// Metadata Documents.
@@ -123,6 +131,7 @@ impl UpstreamOAuth {
             client_secret: None,
             client_key: None,
             client_key_alg: None,
+            enterprise: None,
             client_metadata_url: None,
             client_name: "toolexec".to_owned(),
             scopes: Vec::new(),
@@ -166,6 +175,27 @@ impl UpstreamOAuth {
             return Err(Error::invalid_request(
                 field("grant"),
                 "client_credentials needs client_id and client_secret (or client_key)",
+            ));
+        }
+        if self.grant == Grant::EnterpriseManaged {
+            let Some(idp) = &self.enterprise else {
+                return Err(Error::invalid_request(
+                    field("enterprise"),
+                    "enterprise_managed needs the identity provider's settings",
+                ));
+            };
+            idp.check()?;
+            if self.client_id.is_none() {
+                return Err(Error::invalid_request(
+                    field("client_id"),
+                    "enterprise_managed needs the client registered at the server's \
+                     authorization server",
+                ));
+            }
+        } else if self.enterprise.is_some() {
+            return Err(Error::invalid_request(
+                field("enterprise"),
+                "is for the enterprise_managed grant",
             ));
         }
         if let Some(pem) = &self.client_key {
@@ -226,6 +256,8 @@ pub(crate) struct Authorizer {
     /// The client's signing key (`private_key_jwt`), with the token
     /// endpoint discovery found and the client for token requests.
     key: Option<assertion::ClientKey>,
+    /// The HTTP clients of enterprise-managed authorization.
+    enterprise: Option<enterprise::Clients>,
     endpoint: std::sync::OnceLock<TokenEndpoint>,
     http: reqwest::Client,
     policy: AddressPolicy,
@@ -358,6 +390,12 @@ impl Authorizer {
             None => None,
         };
         let http = OAuthHttp::client(tls.clone(), policy, Duration::from_secs(30))?;
+        let enterprise = match (&options.grant, &options.enterprise) {
+            (Grant::EnterpriseManaged, Some(idp)) => {
+                Some(enterprise::Clients::new(idp, policy, &tls)?)
+            }
+            _ => None,
+        };
         let template = AuthClient::new(SessionAwareClient::new(tls)?, manager);
         Ok(Arc::new(Authorizer {
             server: server.to_owned(),
@@ -370,6 +408,7 @@ impl Authorizer {
             scopes: parking_lot::Mutex::new(options.scopes.clone()),
             last_step_up: parking_lot::Mutex::new(None),
             key,
+            enterprise,
             endpoint: std::sync::OnceLock::new(),
             http,
             policy,
@@ -407,6 +446,18 @@ impl Authorizer {
                 let token_endpoint = resolution.metadata.token_endpoint.clone();
                 let issuer = resolution.metadata.issuer.clone();
                 manager.set_metadata(resolution.metadata);
+                let remember = || -> Result<(), String> {
+                    let url = Url::parse(&token_endpoint)
+                        .map_err(|e| format!("bad token endpoint {token_endpoint:?}: {e}"))?;
+                    self.policy.check_url(&url)?;
+                    let audience = issuer.clone().unwrap_or_else(|| token_endpoint.clone());
+                    let _ = self.endpoint.set(TokenEndpoint {
+                        url: token_endpoint,
+                        audience,
+                        issuer,
+                    });
+                    Ok(())
+                };
                 match self.options.grant {
                     Grant::AuthorizationCode => {
                         manager
@@ -427,17 +478,9 @@ impl Authorizer {
                                 .map_err(|e| describe(&e))?;
                         }
                     }
-                    Grant::ClientCredentials if self.key.is_some() => {
-                        let url = Url::parse(&token_endpoint)
-                            .map_err(|e| format!("bad token endpoint {token_endpoint:?}: {e}"))?;
-                        self.policy.check_url(&url)?;
-                        let audience = issuer.clone().unwrap_or_else(|| token_endpoint.clone());
-                        let _ = self.endpoint.set(TokenEndpoint {
-                            url: token_endpoint,
-                            audience,
-                            issuer,
-                        });
-                    }
+                    // Token requests made here: remember the endpoint.
+                    Grant::EnterpriseManaged => remember()?,
+                    Grant::ClientCredentials if self.key.is_some() => remember()?,
                     Grant::ClientCredentials => {
                         let config = self.credentials_config();
                         manager
@@ -480,7 +523,7 @@ impl Authorizer {
     /// one is missing or about to expire. Other grants: nothing to do (rmcp
     /// refreshes).
     pub(crate) async fn top_up(&self) -> Result<(), AuthError> {
-        if self.options.grant != Grant::ClientCredentials {
+        if self.options.grant == Grant::AuthorizationCode {
             return Ok(());
         }
         let manager = self.manager.lock().await;
@@ -507,6 +550,22 @@ impl Authorizer {
         manager: &AuthorizationManager,
         scopes: Vec<String>,
     ) -> Result<(), AuthError> {
+        if let (Some(clients), Some(endpoint), Some(idp)) = (
+            &self.enterprise,
+            self.endpoint.get(),
+            &self.options.enterprise,
+        ) {
+            let server = enterprise::ResourceServer {
+                issuer: endpoint.issuer.as_deref(),
+                token_endpoint: &endpoint.url,
+                client_id: self.options.client_id.as_deref().unwrap_or_default(),
+                client_secret: self.options.client_secret.as_ref(),
+            };
+            let stored = enterprise::fetch(idp, clients, server, self.url.as_str(), &scopes)
+                .await
+                .map_err(AuthError::ClientCredentialsError)?;
+            return rmcp::transport::auth::CredentialStore::save(&self.store, stored).await;
+        }
         if let (Some(key), Some(endpoint)) = (&self.key, self.endpoint.get()) {
             let request = assertion::TokenRequest {
                 http: &self.http,
@@ -538,7 +597,7 @@ impl Authorizer {
     /// step-up happened less than [`STEP_UP_INTERVAL`] ago. The scopes are
     /// kept only once the authorization server granted a token for them.
     pub(crate) async fn step_up(&self, challenge: &str) -> Result<bool, AuthError> {
-        if self.options.grant != Grant::ClientCredentials {
+        if self.options.grant == Grant::AuthorizationCode {
             return Ok(false);
         }
         let params = WWWAuthenticateParams::parse(challenge, &self.url);
@@ -613,12 +672,12 @@ impl Authorizer {
                 self.server,
                 self.not_signed_in()
             ),
-            (Grant::ClientCredentials, Some(_)) => format!(
+            (_, Some(_)) => format!(
                 "{} refused the client credentials token for missing scopes even after \
                  asking for them (granted scopes may be capped for this client)",
                 self.server
             ),
-            (Grant::ClientCredentials, None) => format!(
+            (_, None) => format!(
                 "{} refused the client credentials token (check client_id, client_secret \
                  and the server's audience)",
                 self.server
