@@ -1,6 +1,6 @@
 //! `toolexec auth login|status|logout`: OAuth sign-in to the upstream
-//! servers configured with `auth.oauth` (toolexec-mcp's
-//! [`oauth`](toolexec_mcp::upstream::oauth) does the work).
+//! servers configured with `auth.oauth` ([`toolexec_mcp::upstream::oauth`]
+//! does the work).
 
 use std::io::Write as _;
 

@@ -25,10 +25,9 @@ use tokio::sync::mpsc;
 use toolexec::{Error, Secret};
 use url::Url;
 
+use super::authorizer::{check_authorization_server, manager_for};
 use super::store::TokenStore;
-use super::{
-    Authorizer, Grant, UpstreamOAuth, check_authorization_server, describe, manager_for, printable,
-};
+use super::{Authorizer, Grant, UpstreamOAuth, describe, printable};
 use crate::upstream::session::Endpoint;
 use crate::upstream::{UpstreamConfig, UpstreamTransport};
 
