@@ -175,3 +175,83 @@ fn unknown_servers_and_missing_sign_ins_say_what_to_do() {
         "{out}"
     );
 }
+
+/// `toolexec auth login` end to end against the MCP conformance suite's
+/// authorization and MCP servers (`auth/metadata-default`): a person's
+/// sign-in (the driver opens the printed URL as a browser would), then
+/// `auth status` and tool calls that use the stored token.
+#[test]
+fn login_against_the_conformance_authorization_server() {
+    let test = "login_against_the_conformance_authorization_server";
+    let Some(deps) = support::deps(
+        test,
+        &[
+            "TOOLEXEC_NODE22",
+            "TOOLEXEC_MCP_CONFORMANCE",
+            "TOOLEXEC_PYTHON",
+        ],
+    ) else {
+        return;
+    };
+    let (node, cli, python) = (&deps[0], &deps[1], &deps[2]);
+    let dir = TempDir::new("auth-login");
+    let out_dir = dir.path().join("results");
+    let driver = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/auth_login_driver.py"
+    );
+    let command = format!(
+        "{python} {driver} {} {}",
+        env!("CARGO_BIN_EXE_toolexec"),
+        dir.path().display()
+    );
+    let out = run(std::process::Command::new(node)
+        .arg(cli)
+        .args(["client", "--scenario", "auth/metadata-default", "--command"])
+        .arg(&command)
+        .arg("-o")
+        .arg(&out_dir)
+        .current_dir(dir.path()));
+    let result = std::fs::read_dir(out_dir.join("auth"))
+        .ok()
+        .and_then(|mut d| d.next())
+        .and_then(Result::ok)
+        .map(|e| e.path())
+        .unwrap_or_else(|| panic!("no results: {out}"));
+    let checks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(result.join("checks.json")).unwrap())
+            .unwrap();
+    let failed: Vec<&serde_json::Value> = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "FAILURE")
+        .collect();
+    let stdout = std::fs::read_to_string(result.join("stdout.txt")).unwrap_or_default();
+    let stderr = std::fs::read_to_string(result.join("stderr.txt")).unwrap_or_default();
+    assert!(failed.is_empty(), "{failed:?}\n{stdout}\n{stderr}");
+    let report: serde_json::Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("DRIVER "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap_or_else(|| panic!("no driver report:\n{stdout}\n{stderr}"));
+    assert_eq!(report["login"]["code"], 0, "{report}");
+    assert!(
+        report["login"]["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("Signed in to remote"),
+        "{report}"
+    );
+    assert_eq!(report["status"][0]["signed_in"], true, "{report}");
+    let calls = report["calls"].as_array().unwrap();
+    assert!(!calls.is_empty(), "{report}");
+    assert!(calls.iter().all(|c| c["code"] == 0), "{report}");
+    // The token file is the owner's alone.
+    let mode = std::fs::metadata(dir.path().join("state").join("remote.json"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+}

@@ -67,7 +67,7 @@ async fn python_stdio_server() {
         upstream.status(),
         UpstreamStatus::Connected { tools: ids.len() }
     );
-    assert_eq!(ids.len(), 16, "{ids:?}");
+    assert_eq!(ids.len(), 17, "{ids:?}");
 
     let exec = Exec::new(catalog.clone());
     // Calls use the original names.
@@ -193,7 +193,7 @@ async fn python_stdio_server() {
         ],
         "unchanged tools must not be churned"
     );
-    assert_eq!(upstream.status(), UpstreamStatus::Connected { tools: 16 });
+    assert_eq!(upstream.status(), UpstreamStatus::Connected { tools: 17 });
 
     upstream.shutdown().await;
     assert!(catalog.is_empty());
