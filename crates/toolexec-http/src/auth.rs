@@ -390,15 +390,12 @@ async fn send_token_request(
         .await?;
     let status = response.status();
     let headers = response.headers().clone();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if bytes.len() + chunk.len() > MAX_TOKEN_RESPONSE {
-            return Err(TokenError(format!(
-                "the token response is larger than {MAX_TOKEN_RESPONSE} bytes"
-            )));
-        }
-        bytes.extend_from_slice(&chunk);
-    }
+    let bytes = crate::body::read_capped(&mut response, MAX_TOKEN_RESPONSE)
+        .await
+        .map_err(|e| match e {
+            crate::body::BodyError::Read(e) => TokenError::from(e),
+            too_large => TokenError(format!("the token response is {too_large}")),
+        })?;
     let mut out = http::Response::new(bytes);
     *out.status_mut() = status;
     *out.headers_mut() = headers;

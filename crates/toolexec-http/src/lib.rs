@@ -31,6 +31,7 @@
 //! `backend_unavailable`; a timeout is `timeout`.
 
 pub mod auth;
+pub mod body;
 pub mod client;
 mod endpoint;
 pub mod openapi;

@@ -105,7 +105,6 @@ pub(crate) async fn client_credentials(
     request: TokenRequest<'_>,
     issuer: Option<String>,
 ) -> Result<StoredCredentials, String> {
-    use futures::StreamExt as _;
     use oauth2::TokenResponse as _;
     let assertion = key.assertion(request.client_id, request.audience)?;
     let scope = request.scopes.join(" ");
@@ -120,7 +119,7 @@ pub(crate) async fn client_credentials(
         }
         form.finish()
     };
-    let response = request
+    let mut response = request
         .http
         .post(request.token_endpoint)
         .header(
@@ -133,15 +132,9 @@ pub(crate) async fn client_credentials(
         .await
         .map_err(|e| crate::upstream::session::error_chain(&e))?;
     let status = response.status();
-    let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(|e| e.to_string())?;
-        if chunk.len() > MAX_BODY - body.len() {
-            return Err(format!("token answer over {MAX_BODY} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let body = toolexec_http::body::read_capped(&mut response, MAX_BODY)
+        .await
+        .map_err(|e| format!("token answer: {e}"))?;
     if !status.is_success() {
         return Err(format!(
             "the token endpoint refused (HTTP {status}): {}",

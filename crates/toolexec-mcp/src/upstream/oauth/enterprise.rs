@@ -18,7 +18,7 @@ use serde_json::json;
 use toolexec::{Error, Secret};
 use url::Url;
 
-use super::http::{AddressPolicy, OAuthHttp};
+use super::http::{AddressPolicy, OAuthHttp, https_or_loopback};
 
 /// The enterprise identity provider of [`Grant::EnterpriseManaged`](super::Grant::EnterpriseManaged).
 #[derive(Debug, Clone)]
@@ -62,12 +62,7 @@ impl EnterpriseIdp {
             ("issuer", &self.issuer),
             ("token_endpoint", &self.token_endpoint),
         ] {
-            let ok = Url::parse(value).is_ok_and(|u| {
-                u.scheme() == "https"
-                    || u.scheme() == "http"
-                        && matches!(u.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
-            });
-            if !ok {
+            if !Url::parse(value).is_ok_and(|u| https_or_loopback(&u)) {
                 return Err(Error::invalid_request(
                     field(name),
                     "must be https:// (plain http:// only on loopback)",

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use toolexec::{Error, Secret};
 use url::Url;
 
-use super::http::{AddressPolicy, OAuthHttp};
+use super::http::{AddressPolicy, OAuthHttp, https_or_loopback};
 
 /// `grant_type` of a token exchange.
 const GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -92,8 +92,7 @@ impl TokenExchange {
         let field = |f: &str| format!("transport.token_exchange.{f}");
         let url = Url::parse(&self.token_endpoint)
             .map_err(|e| Error::invalid_request(field("token_endpoint"), e.to_string()))?;
-        let loopback = matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"));
-        if !(url.scheme() == "https" || url.scheme() == "http" && loopback) {
+        if !https_or_loopback(&url) {
             return Err(Error::invalid_request(
                 field("token_endpoint"),
                 "must be https:// (plain http:// only on loopback)",
@@ -208,7 +207,7 @@ impl Exchanger {
         let body = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(&form)
             .finish();
-        let response = self
+        let mut response = self
             .http
             .post(&self.settings.token_endpoint)
             .header(http::header::AUTHORIZATION, format!("Basic {basic}"))
@@ -222,7 +221,7 @@ impl Exchanger {
             .await
             .map_err(|e| self.unavailable(crate::upstream::session::error_chain(&e)))?;
         let status = response.status();
-        let bytes = read_capped(response)
+        let bytes = toolexec_http::body::read_capped(&mut response, MAX_BODY)
             .await
             .map_err(|e| self.unavailable(e))?;
         if !status.is_success() {
@@ -267,20 +266,6 @@ impl Exchanger {
 /// inside HTTP Basic (RFC 6749 2.3.1).
 fn form_escape(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
-async fn read_capped(response: reqwest::Response) -> Result<Vec<u8>, String> {
-    use futures::StreamExt as _;
-    let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(|e| e.to_string())?;
-        if chunk.len() > MAX_BODY - body.len() {
-            return Err(format!("answer over {MAX_BODY} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 #[cfg(test)]

@@ -16,12 +16,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use rmcp::transport::auth::{
     OAuthHttpClient, OAuthHttpClientError, OAuthHttpClientFuture, OAuthHttpRedirectPolicy,
     OAuthHttpRequest,
 };
+use toolexec_http::body::read_capped;
 use url::Url;
 
 /// Deadline of one OAuth request.
@@ -155,6 +155,18 @@ impl AddressPolicy {
     }
 }
 
+/// Whether an operator-configured endpoint is `https://`, or `http://` on
+/// a loopback host (`localhost` or a loopback address).
+pub(crate) fn https_or_loopback(url: &Url) -> bool {
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    url.scheme() == "https" || url.scheme() == "http" && loopback
+}
+
 /// A resolver that drops addresses the policy refuses.
 struct Filtered(AddressPolicy);
 
@@ -246,22 +258,14 @@ impl OAuthHttpClient for OAuthHttp {
             };
             let request = reqwest::Request::try_from(request.request).map_err(boxed)?;
             self.policy.check_url(request.url()).map_err(boxed)?;
-            let response = client.execute(request).await.map_err(boxed)?;
+            let mut response = client.execute(request).await.map_err(boxed)?;
             let mut builder = http::Response::builder()
                 .status(response.status())
                 .version(response.version());
             for (name, value) in response.headers() {
                 builder = builder.header(name, value);
             }
-            let mut body = Vec::new();
-            let mut chunks = response.bytes_stream();
-            while let Some(chunk) = chunks.next().await {
-                let chunk = chunk.map_err(boxed)?;
-                if chunk.len() > MAX_BODY - body.len() {
-                    return Err(boxed(format!("response body over {MAX_BODY} bytes")));
-                }
-                body.extend_from_slice(&chunk);
-            }
+            let body = read_capped(&mut response, MAX_BODY).await.map_err(boxed)?;
             builder.body(body).map_err(boxed)
         })
     }
