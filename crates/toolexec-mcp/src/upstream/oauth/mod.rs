@@ -4,7 +4,7 @@
 //! registration (RFC 7591), Client ID Metadata Documents, pre-registered
 //! clients, PKCE, refresh before expiry and after a `401`.
 //!
-//! Two grants ([`Grant`]):
+//! Three grants ([`Grant`]):
 //! - **Authorization code** for a person's account: [`login`] runs the
 //!   flow once (the user opens a URL, the authorization server redirects to
 //!   a loopback listener) and stores the tokens; sessions then use and
@@ -14,7 +14,14 @@
 //! - **Client credentials** for a machine account: the token is fetched
 //!   when a session opens and again before it expires, and a `403
 //!   insufficient_scope` fetches one with the scopes the server named
-//!   (step-up), once per new scope set.
+//!   (step-up), once per new scope set. The client authenticates with its
+//!   secret, or with `private_key_jwt` (RFC 7523) signed by its own key.
+//! - **Enterprise-managed** (SEP-990): the user's ID token from the
+//!   enterprise identity provider ([`EnterpriseIdp`]) is exchanged for an
+//!   ID-JAG, which the server's authorization server redeems; no browser.
+//!
+//! Separately, [`TokenExchange`] (RFC 8693) makes each call carry a token
+//! exchanged for the calling user's own.
 //!
 //! Tokens live in a file per server ([`UpstreamOAuth::token_file`]) that
 //! only its owner may read, bound to the server's URL; they never appear in
