@@ -30,17 +30,54 @@ type HttpError = StreamableHttpError<reqwest::Error>;
 #[derive(Clone, Debug)]
 pub(crate) struct ActAs(pub(crate) toolexec::Secret);
 
-/// The bearer token a message must carry: its [`ActAs`], else the
-/// session's.
-fn bearer_for(message: &ClientJsonRpcMessage, session: Option<String>) -> Option<String> {
+/// The token a request made as its caller carries, if it is one.
+fn acting_as(message: &ClientJsonRpcMessage) -> Option<String> {
     match message {
         ClientJsonRpcMessage::Request(r) => r
             .request
             .extensions()
             .get::<ActAs>()
-            .map(|a| a.0.expose().to_owned())
-            .or(session),
-        _ => session,
+            .map(|a| a.0.expose().to_owned()),
+        _ => None,
+    }
+}
+
+/// A refusal of a request made as its caller, kept to that call: the
+/// session is shared by every caller, so the answer one caller's token gets
+/// must not re-initialize it (`404`, a lost-session error), refresh or
+/// step up the session's own credential (`401`, `403`), or be read as a
+/// lost session by the retry logic.
+fn caller_refusal(
+    result: Result<StreamableHttpPostResponse, HttpError>,
+) -> Result<StreamableHttpPostResponse, HttpError> {
+    let refused = |what: String| {
+        Err(StreamableHttpError::UnexpectedServerResponse(
+            format!("the server refused the call made as the caller: {what}").into(),
+        ))
+    };
+    match result {
+        Err(StreamableHttpError::SessionExpired) => {
+            refused("its token does not reach this session (HTTP 404)".into())
+        }
+        Err(StreamableHttpError::AuthRequired(_)) => {
+            refused("its exchanged token was rejected (HTTP 401)".into())
+        }
+        Err(StreamableHttpError::InsufficientScope(e)) => refused(format!(
+            "its exchanged token lacks scope (HTTP 403{})",
+            e.get_required_scope()
+                .map(|s| format!(", needs {}", crate::upstream::oauth::printable(s)))
+                .unwrap_or_default()
+        )),
+        Err(StreamableHttpError::Client(e))
+            if e.status()
+                .is_some_and(|s| matches!(s.as_u16(), 401 | 403 | 404)) =>
+        {
+            refused(format!(
+                "HTTP status {}",
+                e.status().map(|s| s.as_u16()).unwrap_or(0)
+            ))
+        }
+        other => other,
     }
 }
 
@@ -115,19 +152,25 @@ impl StreamableHttpClient for SessionAwareClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        let session_attached = session_id.is_some();
-        let auth_header = bearer_for(&message, auth_header);
-        let response = self
+        let acting = acting_as(&message);
+        // A caller's refusal never reads as a lost session.
+        let session_attached = session_id.is_some() && acting.is_none();
+        let result = self
             .0
             .post_message(
                 uri,
                 message.clone(),
                 session_id,
-                auth_header,
+                acting.clone().or(auth_header),
                 custom_headers,
             )
-            .await?;
-        fix_up(&message, session_attached, response)
+            .await
+            .and_then(|response| fix_up(&message, session_attached, response));
+        if acting.is_some() {
+            caller_refusal(result)
+        } else {
+            result
+        }
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -139,20 +182,25 @@ impl StreamableHttpClient for SessionAwareClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        let session_attached = session_id.is_some();
-        let auth_header = bearer_for(&message, auth_header);
-        let response = self
+        let acting = acting_as(&message);
+        let session_attached = session_id.is_some() && acting.is_none();
+        let result = self
             .0
             .post_message_with_max_sse_event_size(
                 uri,
                 message.clone(),
                 session_id,
-                auth_header,
+                acting.clone().or(auth_header),
                 custom_headers,
                 max_sse_event_size,
             )
-            .await?;
-        fix_up(&message, session_attached, response)
+            .await
+            .and_then(|response| fix_up(&message, session_attached, response));
+        if acting.is_some() {
+            caller_refusal(result)
+        } else {
+            result
+        }
     }
 
     async fn delete_session(
@@ -242,6 +290,37 @@ mod tests {
             }
             _ => panic!("not re-correlated"),
         }
+    }
+
+    #[test]
+    fn a_callers_refusal_is_not_a_lost_session() {
+        for refusal in [
+            StreamableHttpError::SessionExpired,
+            StreamableHttpError::AuthRequired(
+                rmcp::transport::streamable_http_client::AuthRequiredError::new(
+                    "Bearer error=\"invalid_token\"".into(),
+                ),
+            ),
+            StreamableHttpError::InsufficientScope(
+                rmcp::transport::streamable_http_client::InsufficientScopeError::new(
+                    "Bearer error=\"insufficient_scope\"".into(),
+                    Some("admin".into()),
+                ),
+            ),
+        ] {
+            match caller_refusal(Err(refusal)) {
+                Err(StreamableHttpError::UnexpectedServerResponse(m)) => {
+                    assert!(
+                        m.starts_with("the server refused the call made as the caller"),
+                        "{m}"
+                    );
+                    assert!(!m.starts_with("HTTP 40"), "{m}");
+                }
+                other => panic!("not kept to the call: {:?}", other.err()),
+            }
+        }
+        // Answers are untouched.
+        assert!(caller_refusal(Ok(StreamableHttpPostResponse::Accepted)).is_ok());
     }
 
     #[test]

@@ -103,6 +103,19 @@ impl Endpoint {
                         ));
                     }
                 }
+                if token_exchange.is_some()
+                    && let Some(name) = headers
+                        .keys()
+                        .find(|h| h.eq_ignore_ascii_case("authorization"))
+                {
+                    // Headers go on every request: a configured credential
+                    // would ride along with each caller's own.
+                    return Err(toolexec::Error::invalid_request(
+                        format!("transport.headers.{name}"),
+                        "not with token_exchange: each call carries the caller's token \
+                         (use bearer_token or oauth for the session's own)",
+                    ));
+                }
                 let lower = url.trim().to_ascii_lowercase();
                 let tls = Box::new(if lower.starts_with("https://") {
                     tls.client_config(server)?

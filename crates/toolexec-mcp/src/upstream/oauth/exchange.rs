@@ -116,6 +116,8 @@ impl TokenExchange {
 struct Answer {
     access_token: String,
     #[serde(default)]
+    token_type: Option<String>,
+    #[serde(default)]
     expires_in: Option<u64>,
 }
 
@@ -231,24 +233,44 @@ impl Exchanger {
             };
             return Err(self.unavailable(format!(
                 "the authorization server refused: {}",
-                reason.trim()
+                super::printable(reason.trim())
             )));
         }
         let answer: Answer = serde_json::from_slice(&bytes)
             .map_err(|e| self.unavailable(format!("unreadable answer: {e}")))?;
+        // Sent as a bearer token: a DPoP-bound or non-access token is not one.
+        if !answer
+            .token_type
+            .as_deref()
+            .is_none_or(|t| t.eq_ignore_ascii_case("bearer"))
+        {
+            return Err(self.unavailable(format!(
+                "the exchanged token is of type {:?}, not a bearer token",
+                super::printable(answer.token_type.as_deref().unwrap_or_default())
+            )));
+        }
         let lifetime = answer
             .expires_in
             .map(Duration::from_secs)
             .unwrap_or(DEFAULT_LIFETIME)
             .min(MAX_LIFETIME);
         let token = Secret::new(answer.access_token);
-        if let Some(until) = now.checked_add(lifetime.saturating_sub(MARGIN)) {
+        // A token too short-lived to outlast the margin is used once.
+        if let Some(until) = now
+            .checked_add(lifetime.saturating_sub(MARGIN))
+            .filter(|_| lifetime > MARGIN)
+        {
             let mut cache = self.cache.lock();
             if cache.len() >= MAX_CACHED {
                 cache.retain(|_, c| c.until > now);
-                if cache.len() >= MAX_CACHED {
-                    cache.clear();
-                }
+            }
+            if cache.len() >= MAX_CACHED {
+                // Still full of live tokens: drop the half that expires
+                // first, not everyone's.
+                let mut ends: Vec<Instant> = cache.values().map(|c| c.until).collect();
+                ends.sort_unstable();
+                let cut = ends[ends.len() / 2];
+                cache.retain(|_, c| c.until > cut);
             }
             cache.insert(
                 key,
@@ -306,6 +328,26 @@ mod tests {
             )),
             "transport.token_exchange.client_secret"
         );
+    }
+
+    #[test]
+    fn an_authorization_header_cannot_ride_along() {
+        let mut headers = std::collections::BTreeMap::new();
+        headers.insert("Authorization".to_owned(), Secret::new("Bearer gateway"));
+        let transport = crate::upstream::UpstreamTransport::Http {
+            url: "http://127.0.0.1:1/mcp".into(),
+            headers,
+            bearer_token: None,
+            tls: Default::default(),
+            oauth: None,
+            token_exchange: Some(TokenExchange::new(
+                "http://127.0.0.1:9/token",
+                "gw",
+                Secret::new("s"),
+            )),
+        };
+        let e = crate::upstream::session::Endpoint::from_config("s", &transport).unwrap_err();
+        assert_eq!(e.field(), Some("transport.headers.Authorization"), "{e}");
     }
 
     #[test]
