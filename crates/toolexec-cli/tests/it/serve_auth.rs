@@ -26,6 +26,22 @@ fn serve_all(dir: &TempDir, config: &Path) -> (Background, u16) {
     )
 }
 
+/// The audience of the test issuer's tokens.
+const AUDIENCE: &str = "https://toolexec.test/mcp";
+
+/// The test OAuth issuer (`py_oauth_issuer.py`) for [`AUDIENCE`], started:
+/// its process and what it printed (`issuer`, `tokens`).
+fn start_issuer(dir: &TempDir, python: &str) -> (Background, Value) {
+    let mut issuer = Background::spawn(
+        Command::new(python)
+            .arg(support::PY_OAUTH_ISSUER)
+            .arg(AUDIENCE)
+            .current_dir(dir.path()),
+    );
+    let started = serde_json::from_str(&issuer.wait_stdout_line("ISSUER ")).unwrap();
+    (issuer, started)
+}
+
 /// Calls of one math tool and one hash tool, for callers allowed one
 /// namespace or both.
 fn add_and_hash() -> Value {
@@ -158,14 +174,8 @@ fn oauth_access_tokens_over_http() {
         return;
     };
     let dir = TempDir::new("oauth");
-    let audience = "https://toolexec.test/mcp";
-    let mut issuer = Background::spawn(
-        Command::new(&python)
-            .arg(support::PY_OAUTH_ISSUER)
-            .arg(audience)
-            .current_dir(dir.path()),
-    );
-    let started: Value = serde_json::from_str(&issuer.wait_stdout_line("ISSUER ")).unwrap();
+    let audience = AUDIENCE;
+    let (issuer, started) = start_issuer(&dir, &python);
     let url = started["issuer"].as_str().unwrap();
     let token = |name: &str| started["tokens"][name].as_str().unwrap().to_owned();
     let config = dir.write(
@@ -273,14 +283,8 @@ fn token_exchange_acts_as_the_caller() {
         return;
     };
     let dir = TempDir::new("exchange");
-    let audience = "https://toolexec.test/mcp";
-    let mut issuer = Background::spawn(
-        Command::new(&python)
-            .arg(support::PY_OAUTH_ISSUER)
-            .arg(audience)
-            .current_dir(dir.path()),
-    );
-    let started: Value = serde_json::from_str(&issuer.wait_stdout_line("ISSUER ")).unwrap();
+    let audience = AUDIENCE;
+    let (issuer, started) = start_issuer(&dir, &python);
     let url = started["issuer"].as_str().unwrap();
     let token = |name: &str| started["tokens"][name].as_str().unwrap().to_owned();
     let up_port = support::free_port();

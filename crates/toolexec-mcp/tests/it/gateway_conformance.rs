@@ -9,7 +9,6 @@ use crate::support::gateway as support;
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
 use toolexec_mcp::gateway::{Expose, HttpAuth};
 
 /// Scenarios of the default ("active") suite that pass.
@@ -30,21 +29,7 @@ const PASSING_PENDING: [&str; 1] = ["server-sse-polling"];
 
 /// Outcome of one scenario: `Some(failures)` when it ran.
 fn scenario_failures(dir: &Path, scenario: &str) -> Option<Vec<String>> {
-    let prefix = format!("server-{scenario}-");
-    let entry = std::fs::read_dir(dir).ok()?.flatten().find(|e| {
-        let name = e.file_name().to_string_lossy().into_owned();
-        name.strip_prefix(&prefix)
-            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
-    })?;
-    let text = std::fs::read_to_string(entry.path().join("checks.json")).ok()?;
-    let checks: Vec<Value> = serde_json::from_str(&text).ok()?;
-    Some(
-        checks
-            .iter()
-            .filter(|c| c["status"] == "FAILURE")
-            .map(|c| format!("{}: {}", c["id"], c["errorMessage"]))
-            .collect(),
-    )
+    support::failed_checks(dir, &format!("server-{scenario}-"), "errorMessage")
 }
 
 async fn run_suite(node: &str, cli: &str, url: &str, out: &Path, extra: &[&str]) -> String {

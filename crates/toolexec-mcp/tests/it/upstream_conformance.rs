@@ -10,8 +10,6 @@ use crate::support::gateway as support;
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
-
 /// Client scenarios that pass.
 const PASSING: [&str; 24] = [
     "initialize",
@@ -60,21 +58,7 @@ fn failures(out: &Path, scenario: &str) -> Option<Vec<String>> {
         Some((d, n)) => (out.join(d), n),
         None => (out.to_path_buf(), scenario),
     };
-    let prefix = format!("{name}-");
-    let entry = std::fs::read_dir(dir).ok()?.flatten().find(|e| {
-        let file = e.file_name().to_string_lossy().into_owned();
-        file.strip_prefix(&prefix)
-            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
-    })?;
-    let text = std::fs::read_to_string(entry.path().join("checks.json")).ok()?;
-    let checks: Vec<Value> = serde_json::from_str(&text).ok()?;
-    Some(
-        checks
-            .iter()
-            .filter(|c| c["status"] == "FAILURE")
-            .map(|c| format!("{}: {}", c["id"], c["description"]))
-            .collect(),
-    )
+    support::failed_checks(&dir, &format!("{name}-"), "description")
 }
 
 /// Runs one scenario with the driver; returns its output.

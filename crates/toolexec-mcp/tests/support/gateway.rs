@@ -137,6 +137,27 @@ pub(crate) fn example_bin(name: &str) -> PathBuf {
     bin
 }
 
+/// The failed checks (`"id: <message_key>"`) of a conformance-suite result
+/// directory in `dir` whose name is `prefix` followed by a timestamp, or
+/// `None` when the scenario did not run.
+#[allow(dead_code)] // not every includer needs it
+pub(crate) fn failed_checks(dir: &Path, prefix: &str, message_key: &str) -> Option<Vec<String>> {
+    let entry = std::fs::read_dir(dir).ok()?.flatten().find(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        name.strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+    })?;
+    let text = std::fs::read_to_string(entry.path().join("checks.json")).ok()?;
+    let checks: Vec<serde_json::Value> = serde_json::from_str(&text).ok()?;
+    Some(
+        checks
+            .iter()
+            .filter(|c| c["status"] == "FAILURE")
+            .map(|c| format!("{}: {}", c["id"], c[message_key]))
+            .collect(),
+    )
+}
+
 /// Runs `cmd` with a deadline, returning (status, stdout, stderr).
 pub(crate) async fn run_with_timeout(
     mut cmd: tokio::process::Command,
