@@ -16,7 +16,7 @@ use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolO
 use tracing::Instrument;
 
 use super::http_client::ActAs;
-use super::routing::Router;
+use super::routing::{Router, WatchProgress};
 use super::session::error_chain;
 use super::shared::Shared;
 use super::{UpstreamStatus, convert};
@@ -277,9 +277,10 @@ impl Shared {
         &self,
         peer: &Peer<RoleClient>,
         label: &str,
-        request: ClientRequest,
+        mut request: ClientRequest,
         ctx: &ToolContext,
     ) -> Result<ServerResult, Failure> {
+        request.extensions_mut().insert(WatchProgress(ctx.clone()));
         let handle = peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
@@ -292,8 +293,6 @@ impl Shared {
             id: Some(handle.id.clone()),
             progress: handle.progress_token.clone(),
         };
-        self.router
-            .watch_progress(guard.progress.clone(), ctx.clone());
         let result = handle.await_response().await;
         guard.id = None;
         result.map_err(|e| self.failure(label, e))

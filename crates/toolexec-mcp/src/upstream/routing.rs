@@ -7,6 +7,11 @@
 //! after its call had returned and unregistered the token, and the call's
 //! last progress was lost. [`InOrder`] relays a progress notification
 //! before the next message (perhaps the response) is read.
+//!
+//! A call starts watching its progress token as the transport sends the
+//! request (the [`WatchProgress`] extension), not after rmcp hands the
+//! request back: a server that reports progress at once could otherwise
+//! be read before the watch, and the call's first progress was lost.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -14,7 +19,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rmcp::RoleClient;
-use rmcp::model::{JsonRpcMessage, ProgressNotificationParam, ProgressToken, ServerNotification};
+use rmcp::model::{
+    GetExtensions, GetMeta, JsonRpcMessage, ProgressNotificationParam, ProgressToken,
+    ServerNotification,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{Notify, broadcast};
@@ -74,8 +82,15 @@ impl Router {
     }
 }
 
+/// Attached to a request (its extensions, never serialized) whose progress
+/// notifications go to this context: [`InOrder`] starts the watch on the
+/// request's progress token as it sends the request.
+#[derive(Clone, Debug)]
+pub(crate) struct WatchProgress(pub(crate) ToolContext);
+
 /// A client transport that relays progress notifications in the order they
-/// arrive, before the message that follows them is handed to rmcp.
+/// arrive, before the message that follows them is handed to rmcp, and
+/// starts the watch a request asks for ([`WatchProgress`]) before sending it.
 pub(crate) struct InOrder<T> {
     inner: T,
     router: Arc<Router>,
@@ -98,6 +113,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Request(r) = &item
+            && let Some(WatchProgress(ctx)) = r.request.extensions().get::<WatchProgress>()
+            && let Some(token) = r.request.get_meta().get_progress_token()
+        {
+            self.router.watch_progress(token, ctx.clone());
+        }
         self.inner.send(item)
     }
 
@@ -120,7 +141,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
 
 #[cfg(test)]
 mod tests {
-    use rmcp::model::NumberOrString;
+    use rmcp::model::{ClientRequest, JsonRpcRequest, NumberOrString};
     use rmcp::transport::IntoTransport;
     use serde_json::{Value, json};
     use tokio::io::AsyncWriteExt;
@@ -137,10 +158,11 @@ mod tests {
 {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":1,\"total\":1}}\n\
 {\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n";
 
-    /// A call that stops watching its token as soon as its response is
-    /// read (as `call.rs` does) still gets the progress read before it. On
-    /// a current-thread runtime nothing else runs in between, so a relay
-    /// done anywhere but in `receive` (an rmcp handler task) would be late.
+    /// A call that starts watching its token as the request is sent and
+    /// stops as soon as its response is read (as `call.rs` does) gets the
+    /// progress read before it. On a current-thread runtime nothing else
+    /// runs in between, so a relay done anywhere but in `receive` (an rmcp
+    /// handler task) would be late.
     #[tokio::test(flavor = "current_thread")]
     async fn progress_is_relayed_before_the_next_message_is_read() {
         let (ours, mut theirs) = tokio::io::duplex(4096);
@@ -159,8 +181,19 @@ mod tests {
                 let (router, transport) = (router.clone(), transport.clone());
                 async move {
                     let token = ProgressToken(NumberOrString::String("t".into()));
-                    router.watch_progress(token.clone(), ctx);
                     let mut transport = transport.lock().await;
+                    // The watch starts as the request is sent.
+                    let mut request = ClientRequest::PingRequest(Default::default());
+                    request.get_meta_mut().set_progress_token(token.clone());
+                    request.extensions_mut().insert(WatchProgress(ctx));
+                    transport
+                        .send(JsonRpcMessage::Request(JsonRpcRequest {
+                            jsonrpc: Default::default(),
+                            id: NumberOrString::Number(0),
+                            request,
+                        }))
+                        .await
+                        .unwrap();
                     let first = transport.receive().await;
                     assert!(
                         matches!(first, Some(JsonRpcMessage::Notification(_))),
