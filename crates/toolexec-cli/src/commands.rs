@@ -84,6 +84,13 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
     if let Command::RuntimeServer(args) = &cli.command {
         return runtime_server(&config, args, json).await;
     }
+    // The cluster's state needs its connection, not the catalog.
+    if let Command::Cluster(cmd) = cli.command {
+        return finish(
+            crate::fleet::cluster(&config.cluster, cmd, json).await,
+            json,
+        );
+    }
     // Signing in needs the server's settings, not a connection.
     if let Command::Auth(cmd) = &cli.command {
         return finish(crate::auth::run(&config, cmd, json).await, json);
@@ -105,7 +112,10 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
     let gate = serve_plan
         .as_mut()
         .map(|plan| (config.policy.clone(), plan.take_quotas()));
-    let (exec, upstreams) = match build_exec(&config, &runtimes, telemetry.observer(), gate).await {
+    // A worker runs its own namespaces: it never sends them to the fleet.
+    let fleet = !matches!(cli.command, Command::Worker(_));
+    let built = build_exec(&config, &runtimes, telemetry.observer(), gate, fleet).await;
+    let (exec, upstreams, _fleet) = match built {
         Ok(x) => x,
         Err(e) => {
             let body = e.to_body();
@@ -115,13 +125,17 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
     let result = match cli.command {
         Command::Tools(cmd) => tools(&exec, cmd, json),
         Command::Run(args) => run(&exec, args, json).await,
+        Command::Worker(args) => crate::fleet::worker(exec, &config.cluster, args, json).await,
         Command::Chain(args) => chain(&exec, args, json).await,
         Command::Code(args) => crate::code::run(&exec, &runtimes, args, json).await,
         Command::Runtimes => crate::runtimes::list(&runtimes, json)
             .map(|()| EXIT_OK)
             .map_err(Failure::Io),
         // Handled in `main` before any configuration is read, and above.
-        Command::ScriptWorker | Command::RuntimeServer(_) | Command::Auth(_) => Ok(EXIT_USAGE),
+        Command::ScriptWorker
+        | Command::RuntimeServer(_)
+        | Command::Auth(_)
+        | Command::Cluster(_) => Ok(EXIT_USAGE),
         Command::Serve(_) => {
             let plan = serve_plan.expect("planned before connecting");
             crate::serve::serve(exec, runtimes.clone(), upstreams.clone(), plan, telemetry)
@@ -201,7 +215,15 @@ async fn build_exec(
         Option<toolexec::policy::Policy>,
         Option<toolexec::quota::Quotas>,
     )>,
-) -> Result<(Exec, Vec<Arc<Upstream>>), Error> {
+    fleet: bool,
+) -> Result<
+    (
+        Exec,
+        Vec<Arc<Upstream>>,
+        Option<Arc<toolexec_fleet::FleetClient>>,
+    ),
+    Error,
+> {
     let catalog = Arc::new(toolexec::Catalog::new());
     toolexec_builtins::register(&catalog, &config.builtins)?;
     for def in &config.commands {
@@ -229,6 +251,11 @@ async fn build_exec(
             Upstream::connect(server.clone(), catalog.clone()).await?,
         ));
     }
+    let fleet = if fleet {
+        crate::fleet::attach(&config.cluster, &catalog).await?
+    } else {
+        None
+    };
     attach_model(&catalog, &config.search)?;
     let mut exec = Exec::builder()
         .catalog(catalog)
@@ -245,7 +272,7 @@ async fn build_exec(
         }
     }
     let exec = exec.build();
-    Ok((exec, upstreams))
+    Ok((exec, upstreams, fleet))
 }
 
 /// `[search] model`: the catalog's tools are embedded in the background
@@ -434,7 +461,13 @@ async fn run(exec: &Exec, args: RunArgs, json: bool) -> Result<u8, Failure> {
         };
         return stream(exec, request, opts, json).await;
     }
-    let output = exec.run_tool_with(&args.id, input, &opts).await?;
+    let output = match args.idempotency_key {
+        Some(key) => {
+            toolexec_fleet::with_idempotency_key(key, exec.run_tool_with(&args.id, input, &opts))
+                .await?
+        }
+        None => exec.run_tool_with(&args.id, input, &opts).await?,
+    };
     let mut out = io::stdout().lock();
     if json {
         render::json(&mut out, &output)?;

@@ -5,6 +5,7 @@ mod auth;
 mod code;
 mod commands;
 mod config;
+mod fleet;
 mod render;
 mod runtime_server;
 mod runtimes;

@@ -42,6 +42,10 @@ pub enum ErrorCode {
     /// The caller may not use this tool (an allowlist, such as code mode's
     /// `allowed_tools`, excludes it).
     NotAllowed,
+    /// The worker running the call was lost mid-call and the tool is not
+    /// idempotent, so it was not run again: it may or may not have taken
+    /// effect. The details carry the journal of what did happen.
+    Interrupted,
 }
 
 impl ErrorCode {
@@ -61,6 +65,7 @@ impl ErrorCode {
             ErrorCode::AlreadyExists => "already_exists",
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::NotAllowed => "not_allowed",
+            ErrorCode::Interrupted => "interrupted",
         }
     }
 }

@@ -23,6 +23,7 @@ use toolexec_mcp::upstream::UpstreamConfig;
 use toolexec_runtime::CommandToolDef;
 
 mod apis;
+mod cluster;
 mod commands;
 mod error;
 mod gateway;
@@ -35,6 +36,7 @@ mod telemetry;
 mod tests;
 mod values;
 
+pub(crate) use cluster::ClusterConfig;
 pub(crate) use error::ConfigError;
 pub(crate) use gateway::GatewayConfig;
 pub(crate) use runtimes::RuntimesConfig;
@@ -79,6 +81,8 @@ pub(crate) struct Config {
     /// `[quotas]`: rate and concurrency limits per caller and per tool,
     /// for `serve` (checked when the file is read).
     pub quotas: Option<QuotaConfig>,
+    /// `[cluster]` and `[worker]`: the NATS JetStream fleet.
+    pub cluster: ClusterConfig,
 }
 
 /// The file as written.
@@ -111,6 +115,10 @@ struct File {
     audit: telemetry::AuditTable,
     policy: Option<PolicyConfig>,
     quotas: Option<QuotaConfig>,
+    #[serde(default)]
+    cluster: cluster::ClusterTable,
+    #[serde(default)]
+    worker: cluster::WorkerTable,
 }
 
 impl Config {
@@ -131,6 +139,7 @@ impl Config {
             telemetry: TelemetryConfig::default(),
             policy: None,
             quotas: None,
+            cluster: ClusterConfig::default(),
         }
     }
 
@@ -194,6 +203,7 @@ impl File {
             Some(p) => Some(Policy::new(p).map_err(|e| Fault::refused("policy", e, &[]))?),
             None => None,
         };
+        let cluster = self.cluster.resolve(self.worker, base)?;
         if let Some(q) = &self.quotas {
             Quotas::new(q).map_err(|e| Fault::refused("quotas", e, &[]))?;
         }
@@ -212,6 +222,7 @@ impl File {
             telemetry,
             policy,
             quotas: self.quotas,
+            cluster,
         })
     }
 }

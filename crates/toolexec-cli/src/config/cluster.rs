@@ -1,0 +1,136 @@
+//! `[cluster]` (the NATS JetStream cluster this machine belongs to, and the
+//! namespaces whose calls go to it) and `[worker]` (what `toolexec worker`
+//! serves here).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toolexec_fleet::{ClusterSettings, Security};
+
+use super::error::Fault;
+use super::values::{DurationText, SecretSource, relative_to};
+
+/// `[cluster]` as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ClusterTable {
+    nats: Option<Urls>,
+    name: Option<String>,
+    #[serde(default)]
+    namespaces: Vec<String>,
+    heartbeat: Option<DurationText>,
+    max_queue: Option<i64>,
+    journal_ttl: Option<DurationText>,
+    max_deliver: Option<i64>,
+    creds: Option<SecretSource>,
+    nkey: Option<SecretSource>,
+    token: Option<SecretSource>,
+    user: Option<String>,
+    password: Option<SecretSource>,
+    ca_file: Option<PathBuf>,
+    #[serde(default)]
+    require_tls: bool,
+}
+
+/// One URL or several.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Urls {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `[worker]` as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WorkerTable {
+    id: Option<String>,
+    #[serde(default)]
+    namespaces: Vec<String>,
+    capacity: Option<usize>,
+}
+
+/// `[cluster]` and `[worker]`, resolved.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ClusterConfig {
+    /// How to reach the cluster; `None` without `[cluster] nats`.
+    pub settings: Option<ClusterSettings>,
+    /// Namespaces whose calls go to the fleet.
+    pub namespaces: Vec<String>,
+    /// `[worker]`.
+    pub worker: WorkerConfig,
+}
+
+/// `[worker]`, resolved.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WorkerConfig {
+    /// Its id (default: host name and pid).
+    pub id: Option<String>,
+    /// Namespaces it serves.
+    pub namespaces: Vec<String>,
+    /// Runs at a time (default: 16).
+    pub capacity: Option<usize>,
+}
+
+impl ClusterTable {
+    pub(super) fn resolve(self, worker: WorkerTable, base: &Path) -> Result<ClusterConfig, Fault> {
+        let worker = WorkerConfig {
+            id: worker.id,
+            namespaces: worker.namespaces,
+            capacity: worker.capacity,
+        };
+        let Some(urls) = self.nats else {
+            if !self.namespaces.is_empty() {
+                return Err(Fault::new(
+                    "cluster.namespaces",
+                    "the fleet's namespaces need cluster.nats (the NATS server URL)",
+                ));
+            }
+            return Ok(ClusterConfig {
+                settings: None,
+                namespaces: Vec::new(),
+                worker,
+            });
+        };
+        let urls = match urls {
+            Urls::One(u) => vec![u],
+            Urls::Many(u) => u,
+        };
+        let mut settings =
+            ClusterSettings::new(urls, self.name.unwrap_or_else(|| "default".into()));
+        if let Some(d) = self.heartbeat {
+            settings.heartbeat = d.0;
+        }
+        if let Some(n) = self.max_queue {
+            settings.max_queue = n;
+        }
+        if let Some(d) = self.journal_ttl {
+            settings.journal_ttl = d.0;
+        }
+        if let Some(n) = self.max_deliver {
+            settings.max_deliver = n;
+        }
+        let secret = |key: &str, source: Option<SecretSource>| {
+            source
+                .map(|s| s.resolve(&format!("cluster.{key}"), base))
+                .transpose()
+        };
+        settings.security = Security {
+            creds: secret("creds", self.creds)?,
+            nkey: secret("nkey", self.nkey)?,
+            token: secret("token", self.token)?,
+            password: secret("password", self.password)?,
+            user: self.user,
+            ca_file: self.ca_file.map(|p| relative_to(base, &p)),
+            require_tls: self.require_tls,
+        };
+        settings
+            .validate()
+            .map_err(|e| Fault::refused("cluster", e, &[]))?;
+        Ok(ClusterConfig {
+            settings: Some(settings),
+            namespaces: self.namespaces,
+            worker,
+        })
+    }
+}

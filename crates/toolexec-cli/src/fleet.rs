@@ -1,0 +1,159 @@
+//! `toolexec worker` and `toolexec cluster status`: the NATS JetStream
+//! fleet (`toolexec-fleet`) from the command line.
+
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use toolexec::{Catalog, Error, Exec};
+use toolexec_fleet::{Cluster, ClusterSettings, FleetClient, Worker, WorkerOptions};
+
+use crate::args::{ClusterCommand, WorkerArgs};
+use crate::commands::{EXIT_OK, Failure};
+use crate::config::ClusterConfig;
+
+/// Runs of one worker at a time when neither `--capacity` nor `[worker]
+/// capacity` says.
+const DEFAULT_CAPACITY: usize = 16;
+
+/// The cluster settings, `--nats` and `--cluster` over `[cluster]`.
+fn settings(
+    config: &ClusterConfig,
+    nats: Option<&str>,
+    name: Option<&str>,
+) -> Result<ClusterSettings, Error> {
+    let mut settings = match (&config.settings, nats) {
+        (_, Some(url)) => {
+            let mut s = config
+                .settings
+                .clone()
+                .unwrap_or_else(|| ClusterSettings::new(Vec::new(), "default"));
+            s.urls = vec![url.to_owned()];
+            s
+        }
+        (Some(s), None) => s.clone(),
+        (None, None) => {
+            return Err(Error::invalid_request(
+                "cluster.nats",
+                "no cluster: give --nats URL or [cluster] nats in toolexec.toml",
+            ));
+        }
+    };
+    if let Some(name) = name {
+        settings.name = name.to_owned();
+    }
+    Ok(settings)
+}
+
+/// `[cluster] namespaces`: their tools come from the fleet's workers.
+/// `None` when the configuration sends nothing to a fleet.
+pub(crate) async fn attach(
+    config: &ClusterConfig,
+    catalog: &Arc<Catalog>,
+) -> Result<Option<Arc<FleetClient>>, Error> {
+    let Some(settings) = &config.settings else {
+        return Ok(None);
+    };
+    if config.namespaces.is_empty() {
+        return Ok(None);
+    }
+    let cluster = Cluster::connect(settings.clone(), "gateway").await?;
+    let client = FleetClient::attach(cluster, config.namespaces.clone(), catalog.clone()).await?;
+    Ok(Some(client))
+}
+
+/// `toolexec worker`: serves until SIGINT or SIGTERM, then drains.
+pub(crate) async fn worker(
+    exec: Exec,
+    config: &ClusterConfig,
+    args: WorkerArgs,
+    json: bool,
+) -> Result<u8, Failure> {
+    let settings = settings(config, args.nats.as_deref(), args.cluster.as_deref())?;
+    let namespaces = if args.namespaces.is_empty() {
+        config.worker.namespaces.clone()
+    } else {
+        args.namespaces
+    };
+    let options = WorkerOptions {
+        id: args.id.or_else(|| config.worker.id.clone()),
+        namespaces,
+        capacity: args
+            .capacity
+            .or(config.worker.capacity)
+            .unwrap_or(DEFAULT_CAPACITY),
+    };
+    let cluster = Cluster::connect(settings, "worker").await?;
+    let worker = Worker::start(cluster, exec, options).await?;
+    let signal = crate::serve::shutdown_signal("worker")?;
+    let shutdown = CancellationToken::new();
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            signal.await;
+            shutdown.cancel();
+        });
+    }
+    // Ready: the consumers exist, so runs queued from now on are served.
+    let mut out = io::stdout().lock();
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"worker": worker.id(), "ready": true})
+        )
+    } else {
+        writeln!(out, "worker {} ready", worker.id())
+    }
+    .and_then(|()| out.flush())
+    .map_err(Failure::Io)?;
+    drop(out);
+    let report = worker.run(shutdown).await?;
+    tracing::info!(runs = report.runs, "worker stopped");
+    Ok(EXIT_OK)
+}
+
+/// `toolexec cluster status`.
+pub(crate) async fn cluster(
+    config: &ClusterConfig,
+    command: ClusterCommand,
+    json: bool,
+) -> Result<u8, Failure> {
+    let ClusterCommand::Status = command;
+    let settings = settings(config, None, None)?;
+    let cluster = Cluster::connect(settings, "status").await?;
+    let status = toolexec_fleet::status(&cluster).await?;
+    let mut out = io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &status).map_err(io::Error::other)?;
+        writeln!(out)?;
+        return Ok(EXIT_OK);
+    }
+    writeln!(
+        out,
+        "cluster {}: {} runs queued",
+        status.cluster, status.queued
+    )?;
+    writeln!(out, "workers:")?;
+    for w in &status.workers {
+        writeln!(
+            out,
+            "  {:<24} {}/{} runs{}  namespaces {}  done {}",
+            w.id,
+            w.in_flight,
+            w.capacity,
+            if w.draining { " (draining)" } else { "" },
+            w.namespaces.join(","),
+            w.done
+        )?;
+    }
+    writeln!(out, "namespaces:")?;
+    for n in &status.namespaces {
+        writeln!(
+            out,
+            "  {:<24} pending {}  running {}  redelivered {}",
+            n.namespace, n.pending, n.running, n.redelivered
+        )?;
+    }
+    Ok(EXIT_OK)
+}

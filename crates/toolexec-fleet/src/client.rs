@@ -1,0 +1,356 @@
+//! The caller's side: the tools of the fleet's namespaces in the local
+//! catalog, each call queued on the work stream and its result awaited on
+//! a reply subject, with the journal as the durable copy.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::context::PublishErrorKind;
+use bytes::Bytes;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use toolexec::{
+    Availability, Backend, BoxFuture, Call, Catalog, Error, Tool, ToolContext, ToolOutput,
+};
+
+use crate::cluster::{Cluster, unavailable};
+use crate::journal;
+use crate::wire::{Advert, Event, Journal, REPLY_HEADER, RunRequest};
+
+tokio::task_local! {
+    static IDEMPOTENCY_KEY: String;
+}
+
+/// Runs `fut` with `key` as the idempotency key of the fleet calls it
+/// makes: a call with a key already run returns the recorded result
+/// instead of running again.
+pub async fn with_idempotency_key<F: Future>(key: impl Into<String>, fut: F) -> F::Output {
+    IDEMPOTENCY_KEY.scope(key.into(), fut).await
+}
+
+/// The fleet as seen from a gateway or a CLI: which workers are alive, and
+/// the backend of the tools they advertise.
+#[derive(Debug)]
+pub struct FleetClient {
+    cluster: Cluster,
+    namespaces: Vec<String>,
+    live: Mutex<HashMap<String, Live>>,
+}
+
+#[derive(Debug, Clone)]
+struct Live {
+    seen: Instant,
+    namespaces: Vec<String>,
+    draining: bool,
+}
+
+impl FleetClient {
+    /// Imports the tools the live workers advertise in `namespaces` into
+    /// `catalog`, and keeps importing as workers come. A tool the catalog
+    /// already has (a local one) stays local, with a warning.
+    pub async fn attach(
+        cluster: Cluster,
+        namespaces: Vec<String>,
+        catalog: Arc<Catalog>,
+    ) -> Result<Arc<FleetClient>, Error> {
+        for ns in &namespaces {
+            crate::settings::check_token("cluster.namespaces", ns)?;
+        }
+        let client = Arc::new(FleetClient {
+            cluster,
+            namespaces,
+            live: Mutex::default(),
+        });
+        let mut keys = client
+            .cluster
+            .workers
+            .keys()
+            .await
+            .map_err(|e| unavailable(format!("worker adverts: {e}")))?;
+        while let Some(key) = keys.next().await {
+            let Ok(key) = key else { continue };
+            if let Ok(Some(value)) = client.cluster.workers.get(key.as_str()).await {
+                client.observe(&value, &catalog);
+            }
+        }
+        tokio::spawn(watch_adverts(Arc::downgrade(&client), catalog));
+        Ok(client)
+    }
+
+    /// Live workers serving `namespace` now.
+    pub fn live_workers(&self, namespace: &str) -> usize {
+        let fresh = self.cluster.settings.ack_wait();
+        self.live
+            .lock()
+            .values()
+            .filter(|l| l.seen.elapsed() < fresh && !l.draining)
+            .filter(|l| l.namespaces.iter().any(|n| n == namespace))
+            .count()
+    }
+
+    /// Registers what one advert offers and notes the worker alive.
+    fn observe(self: &Arc<Self>, value: &[u8], catalog: &Arc<Catalog>) {
+        let advert: Advert = match serde_json::from_slice(value) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("unreadable worker advert: {e}");
+                return;
+            }
+        };
+        let known = self.live.lock().insert(
+            advert.id.clone(),
+            Live {
+                seen: Instant::now(),
+                namespaces: advert.namespaces.clone(),
+                draining: advert.draining,
+            },
+        );
+        if known.is_some() {
+            return;
+        }
+        for def in advert.tools {
+            let tool = match def.build() {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!(worker = %advert.id, "advertised tool refused: {e}");
+                    continue;
+                }
+            };
+            if !self.namespaces.iter().any(|n| n == tool.namespace()) {
+                continue;
+            }
+            if let Ok(existing) = catalog.get(&tool.id.to_string()) {
+                if existing.backend().kind() != "fleet" {
+                    tracing::warn!(tool = %tool.id, "a local tool has this id: its calls stay local");
+                }
+                continue;
+            }
+            let backend = Arc::new(FleetBackend {
+                client: self.clone(),
+                namespace: tool.namespace().to_owned(),
+            });
+            if let Err(e) = catalog.register(tool, backend) {
+                tracing::debug!("fleet tool not registered: {e}");
+            }
+        }
+    }
+
+    /// Queues one call and waits for its outcome.
+    async fn call(
+        &self,
+        tool: &Tool,
+        args: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, Error> {
+        let id = tool.id.to_string();
+        let key = match IDEMPOTENCY_KEY.try_with(Clone::clone) {
+            Ok(given) => {
+                let key = keyed(&id, &given);
+                // Already run: the recorded result, without queuing again.
+                if let Some(Journal::Done { outcome, .. }) =
+                    journal::read(&self.cluster.journal, &key).await?
+                {
+                    return outcome.into_result();
+                }
+                key
+            }
+            Err(_) => random_key(),
+        };
+        let client = &self.cluster.client;
+        let inbox = client.new_inbox();
+        let mut replies = client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|e| unavailable(format!("reply subscription: {e}")))?;
+        let run = RunRequest {
+            key: key.clone(),
+            tool: id.clone(),
+            args,
+            timeout_ms: None,
+        };
+        let payload = Bytes::from(serde_json::to_vec(&run).expect("runs serialize"));
+        let mut headers = HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, key.as_str());
+        headers.insert(REPLY_HEADER, inbox.as_str());
+        let subject = self.cluster.names.runs(tool.namespace());
+        let ack = self
+            .cluster
+            .js
+            .publish_with_headers(subject, headers, payload)
+            .await
+            .map_err(|e| self.refused(e.kind(), &e.to_string()))?;
+        ack.await
+            .map_err(|e| self.refused(e.kind(), &e.to_string()))?;
+        // From here the run is queued: if the caller goes away, the worker
+        // is told to stop it.
+        let mut guard = CancelOnDrop {
+            client: client.clone(),
+            subject: self.cluster.names.cancel(&key),
+            armed: true,
+        };
+        let mut poll =
+            tokio::time::interval(self.cluster.settings.heartbeat.max(Duration::from_secs(1)));
+        poll.tick().await;
+        let result = loop {
+            tokio::select! {
+                message = replies.next() => {
+                    let Some(message) = message else {
+                        break Err(unavailable("the connection to NATS closed during the call"));
+                    };
+                    match serde_json::from_slice::<Event>(&message.payload) {
+                        Ok(Event::Progress { progress, total, message }) => {
+                            ctx.progress(progress, total, message.as_deref());
+                        }
+                        Ok(Event::Chunk { data }) => ctx.chunk(data).await,
+                        Ok(Event::Done { outcome }) => break outcome.into_result(),
+                        Err(e) => tracing::warn!(key = %key, "unreadable event: {e}"),
+                    }
+                }
+                _ = poll.tick() => {
+                    // The durable copy: a reply lost to a reconnect, or a run
+                    // another caller queued under the same key.
+                    if let Ok(Some(Journal::Done { outcome, .. })) =
+                        journal::read(&self.cluster.journal, &key).await
+                    {
+                        break outcome.into_result();
+                    }
+                }
+                () = ctx.cancelled() => {
+                    break Err(Error::Cancelled { tool: id.clone() });
+                }
+            }
+        };
+        guard.armed = matches!(result, Err(Error::Cancelled { .. }));
+        result
+    }
+
+    fn refused(&self, kind: PublishErrorKind, detail: &str) -> Error {
+        let detail = detail.to_owned();
+        if detail.contains("maximum messages") {
+            return unavailable(format!(
+                "the fleet is saturated: {} runs are queued (cluster max_queue); try again later",
+                self.cluster.settings.max_queue
+            ));
+        }
+        match kind {
+            PublishErrorKind::StreamNotFound => unavailable(format!(
+                "the cluster's stream {} is missing",
+                self.cluster.names.stream()
+            )),
+            PublishErrorKind::TimedOut => {
+                unavailable("JetStream did not confirm the run in time (is NATS up?)")
+            }
+            _ => unavailable(format!("queuing the run failed: {detail}")),
+        }
+    }
+}
+
+/// Sends the worker a cancellation when a call is abandoned (its caller
+/// cancelled, its deadline passed, or the future was dropped).
+struct CancelOnDrop {
+    client: async_nats::Client,
+    subject: String,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (client, subject) = (self.client.clone(), std::mem::take(&mut self.subject));
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = client.publish(subject, Bytes::new()).await;
+            });
+        }
+    }
+}
+
+/// Follows the adverts until the client is dropped; a watch that ends (a
+/// reconnect) is opened again.
+async fn watch_adverts(client: std::sync::Weak<FleetClient>, catalog: Arc<Catalog>) {
+    loop {
+        let Some(strong) = client.upgrade() else {
+            return;
+        };
+        let watch = strong.cluster.workers.watch_all().await;
+        drop(strong);
+        let mut watch = match watch {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!("watching worker adverts: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        while let Some(entry) = watch.next().await {
+            let Some(strong) = client.upgrade() else {
+                return;
+            };
+            match entry {
+                Ok(entry) if entry.operation == async_nats::jetstream::kv::Operation::Put => {
+                    strong.observe(&entry.value, &catalog);
+                }
+                Ok(entry) => {
+                    strong.live.lock().remove(&entry.key);
+                }
+                Err(e) => tracing::debug!("advert watch: {e}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The backend of every fleet tool.
+#[derive(Debug)]
+struct FleetBackend {
+    client: Arc<FleetClient>,
+    namespace: String,
+}
+
+impl Backend for FleetBackend {
+    fn kind(&self) -> &str {
+        "fleet"
+    }
+
+    fn call<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<ToolOutput, Error>> {
+        Box::pin(async move { self.client.call(call.tool, call.args, &call.ctx).await })
+    }
+
+    fn availability(&self) -> Availability {
+        if self.client.live_workers(&self.namespace) > 0 {
+            Availability::Available
+        } else {
+            Availability::Unavailable {
+                reason: format!(
+                    "no live worker of cluster {} serves namespace {}",
+                    self.client.cluster.settings.name, self.namespace
+                ),
+            }
+        }
+    }
+}
+
+/// The journal key of a caller-given idempotency key: scoped to the tool,
+/// and safe as a NATS subject token whatever the caller wrote.
+fn keyed(tool: &str, given: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(tool.as_bytes());
+    h.update([0]);
+    h.update(given.as_bytes());
+    hex(&h.finalize()[..16])
+}
+
+fn random_key() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source works");
+    hex(&bytes)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

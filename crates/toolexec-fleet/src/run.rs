@@ -1,0 +1,223 @@
+//! One run on a worker: claim it in the journal, run it on the worker's
+//! catalog while telling JetStream it is alive, record the outcome, answer
+//! the caller, acknowledge.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, Message};
+use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
+use toolexec::{ErrorBody, RunOptions, RunResult, StreamEvent, StreamRequest};
+
+use crate::journal::{self, Claim};
+use crate::wire::{Event, Outcome, REPLY_HEADER, RunRequest};
+use crate::worker::Worker;
+
+/// Handles one delivered run. Never fails: what cannot be recorded is
+/// left unacknowledged, so JetStream delivers it again.
+pub(crate) async fn handle(worker: &Worker, message: Message) {
+    let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+    let reply = message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(REPLY_HEADER))
+        .map(|v| v.as_str().to_owned());
+    let run: RunRequest = match serde_json::from_slice(&message.payload) {
+        Ok(r) => r,
+        Err(e) => {
+            // Nobody can be answered without a key; never deliver it again.
+            tracing::warn!(worker = %worker.id, "dropping an unreadable run: {e}");
+            let _ = message.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let reply = Reply {
+        worker,
+        subject: reply,
+    };
+    let tool = match worker.exec.catalog().get(&run.tool) {
+        Ok(t) => t,
+        Err(e) => {
+            // Not a tool of this catalog: another worker of the namespace
+            // may have it; after the last delivery the caller learns it.
+            if delivered < worker.cluster.settings.max_deliver {
+                let _ = message
+                    .ack_with(AckKind::Nak(Some(Duration::from_millis(100))))
+                    .await;
+            } else {
+                let outcome = Outcome::Err { error: e.to_body() };
+                finish_unclaimed(worker, &run, outcome, &reply, &message).await;
+            }
+            return;
+        }
+    };
+    let claim = journal::claim(&worker.cluster, &worker.id, &run, tool.tool(), delivered).await;
+    let (revision, attempt) = match claim {
+        Ok(Claim::Run { revision, attempt }) => (revision, attempt),
+        Ok(Claim::Finished(outcome)) => {
+            reply.send(&Event::Done { outcome }).await;
+            let _ = message.ack().await;
+            return;
+        }
+        Ok(Claim::Elsewhere) => {
+            let _ = message.ack().await;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(worker = %worker.id, key = %run.key, "{e}");
+            let _ = message
+                .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
+                .await;
+            return;
+        }
+    };
+    tracing::debug!(worker = %worker.id, key = %run.key, tool = %run.tool, attempt, "run");
+    let outcome = execute(worker, &run, &reply, &message).await;
+    match journal::finish(
+        &worker.cluster.journal,
+        &run.key,
+        revision,
+        &worker.id,
+        &outcome,
+    )
+    .await
+    {
+        Ok(None) => {
+            reply.send(&Event::Done { outcome }).await;
+            let _ = message.ack().await;
+        }
+        Ok(Some(recorded)) => {
+            // Another worker took the run over and recorded first: every
+            // caller gets that outcome.
+            reply.send(&Event::Done { outcome: recorded }).await;
+            let _ = message.ack().await;
+        }
+        Err(e) => {
+            // The outcome could not be recorded: the caller still gets it,
+            // and the message is left to be delivered again, where the
+            // journal (still `running`) decides.
+            tracing::error!(worker = %worker.id, key = %run.key, "{e}");
+            reply.send(&Event::Done { outcome }).await;
+        }
+    }
+}
+
+/// Runs the tool, relaying its events to the caller and telling JetStream
+/// every heartbeat that the run is alive.
+async fn execute(
+    worker: &Worker,
+    run: &RunRequest,
+    reply: &Reply<'_>,
+    message: &Message,
+) -> Outcome {
+    let cancel = CancellationToken::new();
+    worker
+        .state
+        .cancels
+        .lock()
+        .insert(run.key.clone(), cancel.clone());
+    let options = RunOptions {
+        timeout: run.timeout_ms.map(Duration::from_millis),
+        cancel: Some(cancel),
+    };
+    let mut events = worker.exec.run_stream(
+        StreamRequest::Tool {
+            id: run.tool.clone(),
+            args: run.args.clone(),
+        },
+        options,
+    );
+    let mut heartbeat = tokio::time::interval(worker.cluster.settings.heartbeat);
+    heartbeat.tick().await;
+    let outcome = loop {
+        let event = tokio::select! {
+            event = events.next_event() => event,
+            _ = heartbeat.tick() => {
+                let _ = message.ack_with(AckKind::Progress).await;
+                continue;
+            }
+        };
+        match event {
+            Some(StreamEvent::Progress {
+                progress,
+                total,
+                message,
+                ..
+            }) => {
+                reply
+                    .send(&Event::Progress {
+                        progress,
+                        total,
+                        message,
+                    })
+                    .await;
+            }
+            Some(StreamEvent::Chunk { data, .. }) => reply.send(&Event::Chunk { data }).await,
+            Some(StreamEvent::Done { result }) => match *result {
+                RunResult::Tool(output) => break Outcome::Ok { output },
+                RunResult::Chain(_) => {
+                    break Outcome::Err {
+                        error: internal("a tool run produced a chain result"),
+                    };
+                }
+            },
+            Some(StreamEvent::Error { error }) => break Outcome::Err { error },
+            None => {
+                break Outcome::Err {
+                    error: internal("the run ended without a result"),
+                };
+            }
+        }
+    };
+    worker.state.cancels.lock().remove(&run.key);
+    outcome
+}
+
+/// Records and sends the outcome of a run that was never claimed (its
+/// tool is not in this catalog).
+async fn finish_unclaimed(
+    worker: &Worker,
+    run: &RunRequest,
+    outcome: Outcome,
+    reply: &Reply<'_>,
+    message: &Message,
+) {
+    let done = crate::wire::Journal::Done {
+        worker: worker.id.clone(),
+        outcome: outcome.clone(),
+    };
+    let bytes = Bytes::from(serde_json::to_vec(&done).expect("journal entries serialize"));
+    // Only where nothing is recorded: never over another worker's result.
+    let _ = worker.cluster.journal.create(run.key.as_str(), bytes).await;
+    reply.send(&Event::Done { outcome }).await;
+    let _ = message.ack().await;
+}
+
+fn internal(message: &str) -> ErrorBody {
+    toolexec::Error::backend_unavailable("fleet", message).to_body()
+}
+
+/// The caller's reply subject, if it gave one.
+struct Reply<'a> {
+    worker: &'a Worker,
+    subject: Option<String>,
+}
+
+impl Reply<'_> {
+    async fn send(&self, event: &Event) {
+        let Some(subject) = &self.subject else {
+            return;
+        };
+        let Ok(payload) = serde_json::to_vec(event) else {
+            return;
+        };
+        // Best effort: the journal holds the result for a caller that
+        // missed it.
+        let _ = self
+            .worker
+            .cluster
+            .client
+            .publish(subject.clone(), Bytes::from(payload))
+            .await;
+    }
+}

@@ -1,0 +1,122 @@
+//! `toolexec cluster status`: the workers, and each namespace's queue.
+
+use futures::StreamExt;
+use serde::Serialize;
+use toolexec::Error;
+
+use crate::cluster::{Cluster, unavailable};
+use crate::wire::Advert;
+
+/// A cluster at one moment.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterStatus {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Runs queued and not yet acknowledged, all namespaces.
+    pub queued: u64,
+    /// The live workers (those whose advert is fresh).
+    pub workers: Vec<WorkerStatus>,
+    /// Each namespace with a consumer.
+    pub namespaces: Vec<NamespaceStatus>,
+}
+
+/// One live worker.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerStatus {
+    /// Its id.
+    pub id: String,
+    /// Its host and process.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Namespaces it serves.
+    pub namespaces: Vec<String>,
+    /// Runs at a time.
+    pub capacity: usize,
+    /// Runs now.
+    pub in_flight: usize,
+    /// Runs finished since it started.
+    pub done: u64,
+    /// Finishing its runs before it exits.
+    pub draining: bool,
+}
+
+/// One namespace's queue.
+#[derive(Debug, Clone, Serialize)]
+pub struct NamespaceStatus {
+    /// The namespace.
+    pub namespace: String,
+    /// Runs waiting for a worker.
+    pub pending: u64,
+    /// Runs handed to a worker and not yet acknowledged.
+    pub running: usize,
+    /// Runs delivered more than once and not yet acknowledged (their
+    /// worker was lost, or did not renew them).
+    pub redelivered: usize,
+    /// Workers' pull requests waiting for runs.
+    pub waiting_pulls: usize,
+}
+
+/// Reads the cluster's state.
+pub async fn status(cluster: &Cluster) -> Result<ClusterStatus, Error> {
+    let names = &cluster.names;
+    let mut stream = cluster
+        .js
+        .get_stream(names.stream())
+        .await
+        .map_err(|e| unavailable(format!("stream {}: {e}", names.stream())))?;
+    let queued = stream
+        .info()
+        .await
+        .map_err(|e| unavailable(format!("stream {}: {e}", names.stream())))?
+        .state
+        .messages;
+    let mut namespaces = Vec::new();
+    let mut consumers = stream.consumers();
+    while let Some(info) = consumers.next().await {
+        let info = info.map_err(|e| unavailable(format!("consumers: {e}")))?;
+        let Some(namespace) = info.name.strip_prefix("ns_") else {
+            continue;
+        };
+        namespaces.push(NamespaceStatus {
+            namespace: namespace.to_owned(),
+            pending: info.num_pending,
+            running: info.num_ack_pending,
+            redelivered: info.num_redelivered,
+            waiting_pulls: info.num_waiting,
+        });
+    }
+    namespaces.sort_by(|a, b| a.namespace.cmp(&b.namespace));
+    let mut workers = Vec::new();
+    let mut keys = cluster
+        .workers
+        .keys()
+        .await
+        .map_err(|e| unavailable(format!("worker adverts: {e}")))?;
+    while let Some(key) = keys.next().await {
+        let Ok(key) = key else { continue };
+        let Ok(Some(value)) = cluster.workers.get(key.as_str()).await else {
+            continue;
+        };
+        let Ok(a) = serde_json::from_slice::<Advert>(&value) else {
+            continue;
+        };
+        workers.push(WorkerStatus {
+            id: a.id,
+            host: a.host,
+            pid: a.pid,
+            namespaces: a.namespaces,
+            capacity: a.capacity,
+            in_flight: a.in_flight,
+            done: a.done,
+            draining: a.draining,
+        });
+    }
+    workers.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(ClusterStatus {
+        cluster: cluster.settings.name.clone(),
+        queued,
+        workers,
+        namespaces,
+    })
+}

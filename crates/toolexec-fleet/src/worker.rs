@@ -1,0 +1,340 @@
+//! `toolexec worker`: pulls the runs of its namespaces from the cluster's
+//! work stream and runs them on its own catalog, at most `capacity` at a
+//! time, journaling each so a redelivery never runs a call twice.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::AckKind;
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use bytes::Bytes;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use toolexec::{Error, Exec};
+
+use crate::cluster::{Cluster, unavailable};
+use crate::run;
+use crate::settings::check_token;
+use crate::wire::{Advert, ToolDef};
+
+/// What a worker serves.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Its id in adverts and journals (default: host name and pid).
+    pub id: Option<String>,
+    /// Namespaces whose runs it pulls; each must have tools in its catalog.
+    pub namespaces: Vec<String>,
+    /// Runs at a time.
+    pub capacity: usize,
+}
+
+/// A worker, connected and with its consumers in place.
+pub struct Worker {
+    pub(crate) cluster: Cluster,
+    pub(crate) exec: Exec,
+    pub(crate) id: String,
+    namespaces: Vec<String>,
+    consumers: Vec<(String, PullConsumer)>,
+    capacity: usize,
+    pub(crate) state: Arc<State>,
+}
+
+/// Counters and the cancellation of each run in flight.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    in_flight: AtomicUsize,
+    done: AtomicU64,
+    draining: AtomicBool,
+    pub(crate) cancels: Mutex<HashMap<String, CancellationToken>>,
+}
+
+/// What a worker did before it stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Runs it finished (including ones it found already finished).
+    pub runs: u64,
+}
+
+impl Worker {
+    /// Checks `options` against `exec`'s catalog and creates (or checks) the
+    /// consumer of each namespace.
+    pub async fn start(
+        cluster: Cluster,
+        exec: Exec,
+        options: WorkerOptions,
+    ) -> Result<Worker, Error> {
+        if options.namespaces.is_empty() {
+            return Err(Error::invalid_request(
+                "worker.namespaces",
+                "name at least one namespace to serve",
+            ));
+        }
+        if options.capacity == 0 || options.capacity > 10_000 {
+            return Err(Error::invalid_request(
+                "worker.capacity",
+                "must be between 1 and 10000",
+            ));
+        }
+        let tools = exec.catalog().all();
+        for ns in &options.namespaces {
+            check_token("worker.namespaces", ns)?;
+            if !tools.iter().any(|t| t.tool().namespace() == ns) {
+                return Err(Error::invalid_request(
+                    "worker.namespaces",
+                    format!("this worker's catalog has no tool in namespace {ns:?}"),
+                ));
+            }
+        }
+        let id = match options.id {
+            Some(id) => {
+                check_token("worker.id", &id)?;
+                id
+            }
+            None => format!("{}-{}", host_name(), std::process::id()),
+        };
+        let names = &cluster.names;
+        let stream = cluster
+            .js
+            .get_stream(names.stream())
+            .await
+            .map_err(|e| unavailable(format!("stream {}: {e}", names.stream())))?;
+        let mut consumers = Vec::new();
+        for ns in &options.namespaces {
+            let config = pull::Config {
+                durable_name: Some(names.consumer(ns)),
+                description: Some(format!("toolexec: runs of namespace {ns}")),
+                filter_subject: names.runs(ns),
+                ack_policy: AckPolicy::Explicit,
+                ack_wait: cluster.settings.ack_wait(),
+                max_deliver: cluster.settings.max_deliver,
+                max_ack_pending: -1,
+                ..Default::default()
+            };
+            let consumer: PullConsumer = stream
+                .get_or_create_consumer(&names.consumer(ns), config)
+                .await
+                .map_err(|e| unavailable(format!("consumer {}: {e}", names.consumer(ns))))?;
+            consumers.push((ns.clone(), consumer));
+        }
+        Ok(Worker {
+            cluster,
+            exec,
+            id,
+            namespaces: options.namespaces,
+            consumers,
+            capacity: options.capacity,
+            state: Arc::default(),
+        })
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Serves runs until `shutdown`, then drains: takes nothing new,
+    /// finishes the runs in flight, withdraws its advert.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, Error> {
+        let worker = Arc::new(self);
+        let slots = Arc::new(Semaphore::new(worker.capacity));
+        let stop = CancellationToken::new();
+        let adverts = tokio::spawn(advertise(worker.clone(), stop.clone()));
+        let cancels = tokio::spawn(listen_for_cancels(worker.clone(), stop.clone()));
+        let mut pulls = Vec::new();
+        for (ns, consumer) in &worker.consumers {
+            pulls.push(tokio::spawn(pull_loop(
+                worker.clone(),
+                ns.clone(),
+                consumer.clone(),
+                slots.clone(),
+                shutdown.clone(),
+            )));
+        }
+        shutdown.cancelled().await;
+        worker.state.draining.store(true, Ordering::SeqCst);
+        tracing::info!(worker = %worker.id, "draining: finishing the runs in flight");
+        for pull in pulls {
+            let _ = pull.await;
+        }
+        // Every slot back: no run is in flight.
+        let _all = slots
+            .acquire_many(worker.capacity as u32)
+            .await
+            .map_err(|_| unavailable("worker slots closed"))?;
+        stop.cancel();
+        let _ = adverts.await;
+        let _ = cancels.await;
+        let _ = worker.cluster.workers.purge(worker.id.as_str()).await;
+        let _ = worker.cluster.client.flush().await;
+        Ok(WorkerReport {
+            runs: worker.state.done.load(Ordering::SeqCst),
+        })
+    }
+
+    fn advert(&self) -> Advert {
+        let tools = self
+            .exec
+            .catalog()
+            .all()
+            .iter()
+            .filter(|t| self.namespaces.iter().any(|ns| ns == t.tool().namespace()))
+            .map(|t| ToolDef::of(t.tool()))
+            .collect();
+        Advert {
+            id: self.id.clone(),
+            host: host_name(),
+            pid: std::process::id(),
+            namespaces: self.namespaces.clone(),
+            capacity: self.capacity,
+            in_flight: self.state.in_flight.load(Ordering::SeqCst),
+            done: self.state.done.load(Ordering::SeqCst),
+            draining: self.state.draining.load(Ordering::SeqCst),
+            tools,
+        }
+    }
+}
+
+/// Pulls runs of one namespace while slots are free, until `shutdown`.
+async fn pull_loop(
+    worker: Arc<Worker>,
+    ns: String,
+    consumer: PullConsumer,
+    slots: Arc<Semaphore>,
+    shutdown: CancellationToken,
+) {
+    // A pull request waits this long for runs before it is renewed; drain
+    // waits for the one outstanding at most this long.
+    let expires = worker
+        .cluster
+        .settings
+        .heartbeat
+        .max(Duration::from_secs(1));
+    let mut failures = 0u32;
+    while !shutdown.is_cancelled() {
+        // At least one free slot before asking for runs.
+        let first = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            () = shutdown.cancelled() => return,
+        };
+        let free = slots.available_permits() + 1;
+        let batch = consumer
+            .batch()
+            .max_messages(free)
+            .expires(expires)
+            .messages()
+            .await;
+        let mut batch = match batch {
+            Ok(b) => {
+                failures = 0;
+                b
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(worker = %worker.id, namespace = %ns, "pulling runs failed: {e}");
+                drop(first);
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(10)))).await;
+                continue;
+            }
+        };
+        let mut first = Some(first);
+        while let Some(message) = batch.next().await {
+            let message = match message {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!(worker = %worker.id, namespace = %ns, "pull: {e}");
+                    continue;
+                }
+            };
+            if shutdown.is_cancelled() {
+                // Draining: straight back to the other workers.
+                let _ = message.ack_with(AckKind::Nak(None)).await;
+                continue;
+            }
+            let permit = match first.take() {
+                Some(p) => p,
+                None => match slots.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
+            let worker = worker.clone();
+            worker.state.in_flight.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                run::handle(&worker, message).await;
+                worker.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+                worker.state.done.fetch_add(1, Ordering::SeqCst);
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Renews the worker's advert every heartbeat until `stop`.
+async fn advertise(worker: Arc<Worker>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(worker.cluster.settings.heartbeat);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let advert = match serde_json::to_vec(&worker.advert()) {
+            Ok(a) => Bytes::from(a),
+            Err(e) => {
+                tracing::error!("worker advert: {e}");
+                continue;
+            }
+        };
+        if let Err(e) = worker.cluster.workers.put(worker.id.as_str(), advert).await {
+            tracing::warn!(worker = %worker.id, "renewing the advert failed: {e}");
+        }
+    }
+}
+
+/// Cancels runs in flight whose callers gave up.
+async fn listen_for_cancels(worker: Arc<Worker>, stop: CancellationToken) {
+    let subject = worker.cluster.names.all_cancels();
+    let mut subscription = match worker.cluster.client.subscribe(subject).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(worker = %worker.id, "cancellations will not reach this worker: {e}");
+            return;
+        }
+    };
+    loop {
+        let message = tokio::select! {
+            m = subscription.next() => match m {
+                Some(m) => m,
+                None => return,
+            },
+            () = stop.cancelled() => return,
+        };
+        let key = message.subject.rsplit('.').next().unwrap_or_default();
+        if let Some(cancel) = worker.state.cancels.lock().get(key) {
+            cancel.cancel();
+        }
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_owned())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
