@@ -20,6 +20,9 @@ use crate::cluster::{Cluster, unavailable};
 use crate::journal;
 use crate::wire::{Advert, Event, Journal, REPLY_HEADER, RunRequest};
 
+/// How long a call keeps queuing its run while NATS does not confirm it.
+const PUBLISH_PATIENCE: Duration = Duration::from_secs(20);
+
 tokio::task_local! {
     static IDEMPOTENCY_KEY: String;
 }
@@ -176,14 +179,7 @@ impl FleetClient {
         headers.insert(async_nats::header::NATS_MESSAGE_ID, key.as_str());
         headers.insert(REPLY_HEADER, inbox.as_str());
         let subject = self.cluster.names.runs(tool.namespace());
-        let ack = self
-            .cluster
-            .js
-            .publish_with_headers(subject, headers, payload)
-            .await
-            .map_err(|e| self.refused(e.kind(), &e.to_string()))?;
-        ack.await
-            .map_err(|e| self.refused(e.kind(), &e.to_string()))?;
+        self.queue(subject, headers, payload).await?;
         // From here the run is queued: if the caller goes away, the worker
         // is told to stop it.
         let mut guard = CancelOnDrop {
@@ -191,9 +187,8 @@ impl FleetClient {
             subject: self.cluster.names.cancel(&key),
             armed: true,
         };
-        let mut poll =
-            tokio::time::interval(self.cluster.settings.heartbeat.max(Duration::from_secs(1)));
-        poll.tick().await;
+        let every = self.cluster.settings.heartbeat.max(Duration::from_secs(1));
+        let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let result = loop {
             tokio::select! {
                 message = replies.next() => {
@@ -227,6 +222,51 @@ impl FleetClient {
         result
     }
 
+    /// Publishes a run until JetStream confirms it. A publish whose
+    /// confirmation was lost (NATS restarting) may have landed, so it is
+    /// sent again, under the same message id, which JetStream drops as a
+    /// duplicate: failing it instead could have a caller retry a run that
+    /// is queued after all.
+    async fn queue(
+        &self,
+        subject: String,
+        headers: HeaderMap,
+        payload: Bytes,
+    ) -> Result<(), Error> {
+        let mut delay = Duration::from_millis(100);
+        let give_up = Instant::now() + PUBLISH_PATIENCE;
+        loop {
+            let sent = async {
+                let ack = self
+                    .cluster
+                    .js
+                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                    .await?;
+                ack.await
+            }
+            .await;
+            let e = match sent {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            let detail = e.to_string();
+            let transient = !detail.contains("maximum messages")
+                && matches!(
+                    e.kind(),
+                    PublishErrorKind::TimedOut
+                        | PublishErrorKind::BrokenPipe
+                        | PublishErrorKind::StreamNotFound
+                        | PublishErrorKind::Other
+                );
+            if !transient || Instant::now() + delay > give_up {
+                return Err(self.refused(e.kind(), &detail));
+            }
+            tracing::debug!("queuing a run again: {detail}");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+
     fn refused(&self, kind: PublishErrorKind, detail: &str) -> Error {
         let detail = detail.to_owned();
         if detail.contains("maximum messages") {
@@ -240,9 +280,11 @@ impl FleetClient {
                 "the cluster's stream {} is missing",
                 self.cluster.names.stream()
             )),
-            PublishErrorKind::TimedOut => {
-                unavailable("JetStream did not confirm the run in time (is NATS up?)")
-            }
+            PublishErrorKind::TimedOut => unavailable(format!(
+                "JetStream did not confirm the run within {}s (is NATS up?); \
+                 it may still run",
+                PUBLISH_PATIENCE.as_secs()
+            )),
             _ => unavailable(format!("queuing the run failed: {detail}")),
         }
     }

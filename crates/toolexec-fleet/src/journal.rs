@@ -35,6 +35,22 @@ pub(crate) async fn claim(
     delivered: i64,
 ) -> Result<Claim, toolexec::Error> {
     let store = &cluster.journal;
+    if delivered <= 1 {
+        // The common case, in one round trip: nothing recorded yet.
+        match store
+            .create(run.key.as_str(), running(worker, 1, run))
+            .await
+        {
+            Ok(revision) => {
+                return Ok(Claim::Run {
+                    revision,
+                    attempt: 1,
+                });
+            }
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
+            Err(e) => return Err(unavailable(format!("journal write: {e}"))),
+        }
+    }
     for _ in 0..5 {
         let entry = store
             .entry(run.key.as_str())
@@ -42,13 +58,10 @@ pub(crate) async fn claim(
             .map_err(|e| unavailable(format!("journal read: {e}")))?;
         let entry = entry.filter(|e| e.operation == Operation::Put);
         let Some(entry) = entry else {
-            let running = encode(&Journal::Running {
-                worker: worker.to_owned(),
-                attempt: 1,
-                tool: run.tool.clone(),
-                started_ms: now_ms(),
-            });
-            match store.create(run.key.as_str(), running).await {
+            match store
+                .create(run.key.as_str(), running(worker, 1, run))
+                .await
+            {
                 Ok(revision) => {
                     return Ok(Claim::Run {
                         revision,
@@ -183,6 +196,15 @@ fn interrupted(tool: &str, worker: &str, attempt: u32, started_ms: u64, why: &st
             }],
         })),
     }
+}
+
+fn running(worker: &str, attempt: u32, run: &RunRequest) -> Bytes {
+    encode(&Journal::Running {
+        worker: worker.to_owned(),
+        attempt,
+        tool: run.tool.clone(),
+        started_ms: now_ms(),
+    })
 }
 
 fn encode(journal: &Journal) -> Bytes {

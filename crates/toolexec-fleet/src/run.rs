@@ -73,6 +73,7 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
     };
     tracing::debug!(worker = %worker.id, key = %run.key, tool = %run.tool, attempt, "run");
     let outcome = execute(worker, &run, &reply, &message).await;
+
     match journal::finish(
         &worker.cluster.journal,
         &run.key,
@@ -127,8 +128,10 @@ async fn execute(
         },
         options,
     );
-    let mut heartbeat = tokio::time::interval(worker.cluster.settings.heartbeat);
-    heartbeat.tick().await;
+    // First renewal one heartbeat from now (an interval's immediate first
+    // tick still waits for the timer wheel's next millisecond).
+    let every = worker.cluster.settings.heartbeat;
+    let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     let outcome = loop {
         let event = tokio::select! {
             event = events.next_event() => event,

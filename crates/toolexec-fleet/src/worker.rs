@@ -120,7 +120,7 @@ impl Worker {
                 .map_err(|e| unavailable(format!("consumer {}: {e}", names.consumer(ns))))?;
             consumers.push((ns.clone(), consumer));
         }
-        Ok(Worker {
+        let worker = Worker {
             cluster,
             exec,
             id,
@@ -128,7 +128,23 @@ impl Worker {
             consumers,
             capacity: options.capacity,
             state: Arc::default(),
-        })
+        };
+        // Advertised from the start: a caller attaching once this returns
+        // finds the worker's tools.
+        worker.renew_advert().await?;
+        Ok(worker)
+    }
+
+    /// Puts the worker's advert (its tools, load and state).
+    async fn renew_advert(&self) -> Result<(), Error> {
+        let advert = serde_json::to_vec(&self.advert())
+            .map_err(|e| unavailable(format!("worker advert: {e}")))?;
+        self.cluster
+            .workers
+            .put(self.id.as_str(), Bytes::from(advert))
+            .await
+            .map_err(|e| unavailable(format!("worker advert: {e}")))?;
+        Ok(())
     }
 
     /// Its id.
@@ -244,7 +260,11 @@ async fn pull_loop(
             }
         };
         let mut first = Some(first);
-        while let Some(message) = batch.next().await {
+        // The server ends a pull request when it expires; one lost to a
+        // server restart never ends, so the worker stops waiting on it
+        // itself (async-nats waits five more seconds).
+        let deadline = tokio::time::Instant::now() + expires + Duration::from_millis(250);
+        while let Ok(Some(message)) = tokio::time::timeout_at(deadline, batch.next()).await {
             let message = match message {
                 Ok(m) => m,
                 Err(e) => {
@@ -284,15 +304,8 @@ async fn advertise(worker: Arc<Worker>, stop: CancellationToken) {
             _ = tick.tick() => {}
             () = stop.cancelled() => return,
         }
-        let advert = match serde_json::to_vec(&worker.advert()) {
-            Ok(a) => Bytes::from(a),
-            Err(e) => {
-                tracing::error!("worker advert: {e}");
-                continue;
-            }
-        };
-        if let Err(e) = worker.cluster.workers.put(worker.id.as_str(), advert).await {
-            tracing::warn!(worker = %worker.id, "renewing the advert failed: {e}");
+        if let Err(e) = worker.renew_advert().await {
+            tracing::warn!(worker = %worker.id, "{e}");
         }
     }
 }

@@ -232,6 +232,12 @@ impl Background {
         }
     }
 
+    /// SIGKILL, as a crash: no chance to clean up.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGINT (ctrl-c) and waits up to `timeout` for the exit.
     pub(crate) fn interrupt(&mut self, timeout: Duration) -> Option<ExitStatus> {
         self.signal("-INT", timeout)

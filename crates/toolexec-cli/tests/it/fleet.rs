@@ -1,0 +1,537 @@
+//! The NATS JetStream fleet end to end: a real `nats-server` with
+//! JetStream, `toolexec worker` processes, and a caller in this process
+//! (the library a gateway uses: `FleetClient` importing the workers' tools
+//! into a catalog). The workers' tool POSTs to a ledger that counts how
+//! often each call reached it, so a lost or doubled call shows.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Child;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolexec::{Catalog, ErrorCode, Exec, RunOptions};
+use toolexec_fleet::{Cluster, ClusterSettings, FleetClient};
+
+use crate::support::{Background, TempDir, dep, free_port, run, toml_str, toolexec};
+
+const PY_LEDGER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/py_ledger.py");
+
+/// Three missed heartbeats and a run is delivered again: kept short so a
+/// killed worker's runs move on within a second.
+const HEARTBEAT: &str = "300ms";
+
+/// A nats-server with JetStream on a free loopback port, its store in a
+/// directory of its own.
+struct Nats {
+    server: Option<Background>,
+    port: u16,
+    bin: String,
+    store: TempDir,
+}
+
+impl Nats {
+    fn start(test: &str) -> Option<Nats> {
+        let bin = dep(test, "TOOLEXEC_NATS_SERVER")?;
+        let mut nats = Nats {
+            server: None,
+            port: free_port(),
+            bin,
+            store: TempDir::new("nats"),
+        };
+        nats.restart();
+        Some(nats)
+    }
+
+    /// Starts the server (again, on the same port and store).
+    fn restart(&mut self) {
+        let port = self.port.to_string();
+        let store = self.store.path().to_str().unwrap().to_owned();
+        let mut server = Background::spawn(std::process::Command::new(&self.bin).args([
+            "-js",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-sd",
+            &store,
+        ]));
+        server.wait_listening(self.port);
+        self.server = Some(server);
+    }
+
+    fn stop(&mut self) {
+        self.server = None;
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+/// The ledger fixture, and its port.
+fn ledger(test: &str) -> Option<(Child, u16)> {
+    let python = dep(test, "TOOLEXEC_PYTHON")?;
+    Some(toolexec_testkit::spawn_printing_port(
+        std::process::Command::new(python).arg(PY_LEDGER),
+    ))
+}
+
+/// The calls the ledger counted, by `n`.
+fn ledger_hits(port: u16) -> BTreeMap<u64, u64> {
+    let body = crate::support::get_with(port, "/hits", &[]).1;
+    let hits: BTreeMap<String, u64> = serde_json::from_str(&body).unwrap();
+    hits.into_iter()
+        .map(|(n, c)| (n.parse().unwrap(), c))
+        .collect()
+}
+
+/// A worker's configuration: `ledger:hit` (a POST, so not idempotent) and
+/// the math built-ins (pure, so idempotent).
+fn worker_config(dir: &TempDir, nats: &Nats, cluster: &str, ledger: u16, extra: &str) -> String {
+    let text = format!(
+        r#"
+[builtins]
+enabled = ["math"]
+
+[cluster]
+nats = {nats}
+name = {cluster}
+heartbeat = "{HEARTBEAT}"
+{extra}
+
+[[http]]
+id = "ledger:hit"
+description = "Count one call"
+method = "POST"
+url = {url}
+body = {{ n = "{{n}}", sleep_ms = "{{sleep_ms}}" }}
+input_schema = {{ type = "object", properties = {{ n = {{ type = "integer" }}, sleep_ms = {{ type = "integer" }} }}, required = ["n", "sleep_ms"] }}
+"#,
+        nats = toml_str(nats.url()),
+        cluster = toml_str(cluster),
+        url = toml_str(format!("http://127.0.0.1:{ledger}/hit")),
+    );
+    let path = dir.write(&format!("worker-{cluster}.toml"), &text);
+    path.to_str().unwrap().to_owned()
+}
+
+/// `toolexec worker` serving `ledger` and `math`, once it said it is ready.
+fn worker(dir: &Path, config: &str, id: &str, capacity: usize) -> Background {
+    let capacity = capacity.to_string();
+    let mut w = Background::spawn(&mut toolexec(
+        dir,
+        &[
+            "--config",
+            config,
+            "worker",
+            "--namespace",
+            "ledger",
+            "--namespace",
+            "math",
+            "--capacity",
+            &capacity,
+            "--id",
+            id,
+        ],
+    ));
+    w.wait_stdout_line("worker ");
+    w
+}
+
+fn settings(nats: &Nats, cluster: &str) -> ClusterSettings {
+    let mut s = ClusterSettings::new(vec![nats.url()], cluster);
+    s.heartbeat = Duration::from_millis(300);
+    s
+}
+
+/// A caller: the fleet's tools in a catalog of its own, once `ledger:hit`
+/// is there.
+async fn caller(nats: &Nats, cluster: &str) -> (Exec, Arc<FleetClient>) {
+    let catalog = Arc::new(Catalog::new());
+    let connection = Cluster::connect(settings(nats, cluster), "test")
+        .await
+        .unwrap();
+    let client = FleetClient::attach(
+        connection,
+        vec!["ledger".into(), "math".into()],
+        catalog.clone(),
+    )
+    .await
+    .unwrap();
+    let start = Instant::now();
+    while catalog.get("ledger:hit").is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no fleet tools");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (Exec::new(catalog), client)
+}
+
+/// Many calls from several callers while workers are killed with SIGKILL
+/// and replaced: every call ends, with its own result or `interrupted`;
+/// none runs twice; idempotent calls always complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_survive_killed_workers() {
+    const TEST: &str = "calls_survive_killed_workers";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let calls: u64 = std::env::var("TOOLEXEC_FLEET_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "chaos", ledger_port, "");
+    let mut workers: Vec<Background> = (0..3)
+        .map(|i| worker(dir.path(), &config, &format!("w{i}"), 8))
+        .collect();
+    let (exec, _client) = caller(&nats, "chaos").await;
+    let exec = Arc::new(exec);
+
+    // Every tenth call is math:add (idempotent: run again after a loss).
+    const CLIENTS: u64 = 16;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let exec = exec.clone();
+            tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                let mut n = c;
+                while n < calls {
+                    let options = RunOptions::timeout(Duration::from_secs(60));
+                    let result = if n % 10 == 9 {
+                        exec.run_tool_with("math:add", json!({"a": n, "b": 1}), &options)
+                            .await
+                    } else {
+                        exec.run_tool_with("ledger:hit", json!({"n": n, "sleep_ms": 0}), &options)
+                            .await
+                    };
+                    outcomes.push((n, result));
+                    n += CLIENTS;
+                }
+                outcomes
+            })
+        })
+        .collect();
+
+    // SIGKILL a worker every 2 seconds and start a new one in its place,
+    // until the calls are done.
+    let mut killed = 0;
+    let killer = async {
+        let mut next = 3;
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let victim = killed % workers.len();
+            workers[victim].kill();
+            killed += 1;
+            workers[victim] = worker(dir.path(), &config, &format!("w{next}"), 8);
+            next += 1;
+        }
+    };
+    let all = tokio::select! {
+        all = futures::future::join_all(tasks) => all,
+        () = killer => unreachable!(),
+    };
+    let elapsed = started.elapsed();
+
+    let hits = ledger_hits(ledger_port);
+    let (mut ok, mut interrupted) = (0u64, 0u64);
+    for (n, result) in all.into_iter().flat_map(|t| t.unwrap()) {
+        match result {
+            Ok(out) if n % 10 == 9 => {
+                assert_eq!(out.value, json!({"result": (n + 1) as f64}), "call {n}");
+                ok += 1;
+            }
+            Ok(out) => {
+                assert_eq!(out.value, json!({"n": n, "hits": 1}), "call {n}");
+                assert_eq!(
+                    hits.get(&n),
+                    Some(&1),
+                    "call {n} ran {:?} times",
+                    hits.get(&n)
+                );
+                ok += 1;
+            }
+            Err(e) if e.code() == ErrorCode::Interrupted && n % 10 != 9 => {
+                let body = e.to_body();
+                let journal = &body.details.as_ref().unwrap()["journal"];
+                assert_eq!(journal[0]["tool"], "ledger:hit", "{body:?}");
+                assert!(hits.get(&n).copied().unwrap_or(0) <= 1, "call {n}");
+                interrupted += 1;
+            }
+            Err(e) => panic!("call {n} failed: {e}"),
+        }
+    }
+    assert_eq!(ok + interrupted, calls);
+    let doubled: Vec<_> = hits.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(doubled.is_empty(), "calls run twice: {doubled:?}");
+    assert!(
+        killed >= 1,
+        "no worker was killed: the calls ended too soon"
+    );
+    eprintln!(
+        "fleet chaos: {calls} calls in {elapsed:.1?}, {killed} workers killed, \
+         {ok} ok, {interrupted} interrupted"
+    );
+    drop(nats);
+}
+
+/// A call made again with the same idempotency key gets the recorded
+/// result, from the library and from `toolexec run --idempotency-key`; the
+/// ledger counts one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_runs_once() {
+    const TEST: &str = "an_idempotency_key_runs_once";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(
+        &dir,
+        &nats,
+        "keys",
+        ledger_port,
+        "namespaces = [\"ledger\"]",
+    );
+    let _w = worker(dir.path(), &config, "k0", 2);
+    let (exec, _client) = caller(&nats, "keys").await;
+    for _ in 0..3 {
+        let out = toolexec_fleet::with_idempotency_key(
+            "order-7",
+            exec.run_tool("ledger:hit", json!({"n": 7, "sleep_ms": 0})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.value, json!({"n": 7, "hits": 1}));
+    }
+    // The CLI, configured as a caller of the same cluster ([cluster]
+    // namespaces = ["ledger"]; its own catalog has no ledger tools).
+    let caller_config = dir.write(
+        "caller.toml",
+        &format!(
+            "[builtins]\nenabled = [\"text\"]\n[cluster]\nnats = {}\nname = \"keys\"\nheartbeat = \"{HEARTBEAT}\"\nnamespaces = [\"ledger\"]\n",
+            toml_str(nats.url())
+        ),
+    );
+    let caller_config = caller_config.to_str().unwrap();
+    for _ in 0..2 {
+        let out = run(&mut toolexec(
+            dir.path(),
+            &[
+                "--config",
+                caller_config,
+                "--json",
+                "run",
+                "ledger:hit",
+                r#"{"n": 8, "sleep_ms": 0}"#,
+                "--idempotency-key",
+                "order-8",
+            ],
+        ));
+        out.expect_code(0);
+        assert_eq!(out.json()["value"], json!({"n": 8, "hits": 1}), "{out}");
+    }
+    let hits = ledger_hits(ledger_port);
+    assert_eq!(hits.get(&7), Some(&1));
+    assert_eq!(hits.get(&8), Some(&1));
+    // A different key is another call.
+    let out = toolexec_fleet::with_idempotency_key(
+        "order-7b",
+        exec.run_tool("ledger:hit", json!({"n": 7, "sleep_ms": 0})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.value, json!({"n": 7, "hits": 2}));
+}
+
+/// SIGTERM drains a worker: the run in flight finishes and answers, the
+/// worker exits 0 and withdraws its advert; `cluster status` shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_worker() {
+    const TEST: &str = "sigterm_drains_a_worker";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "drain", ledger_port, "");
+    let mut w = worker(dir.path(), &config, "d0", 2);
+    let (exec, _client) = caller(&nats, "drain").await;
+
+    let status = |dir: &Path| {
+        let out = run(&mut toolexec(
+            dir,
+            &["--config", &config, "--json", "cluster", "status"],
+        ));
+        out.expect_code(0);
+        out.json()
+    };
+    let before = status(dir.path());
+    assert_eq!(before["cluster"], "drain", "{before}");
+    assert_eq!(before["workers"][0]["id"], "d0", "{before}");
+    assert_eq!(before["workers"][0]["capacity"], 2, "{before}");
+
+    let slow = tokio::spawn(async move {
+        exec.run_tool("ledger:hit", json!({"n": 1, "sleep_ms": 1500}))
+            .await
+    });
+    // The run is in flight (the ledger counted it) before the signal.
+    let start = Instant::now();
+    while !ledger_hits(ledger_port).contains_key(&1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the run never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let exit = w.signal("-TERM", Duration::from_secs(10));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "{exit:?}\n{}",
+        w.output()
+    );
+    let out = slow.await.unwrap().unwrap();
+    assert_eq!(out.value, json!({"n": 1, "hits": 1}));
+    let after = status(dir.path());
+    assert_eq!(after["workers"], json!([]), "{after}");
+    let ledger_ns = after["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["namespace"] == "ledger")
+        .unwrap();
+    assert_eq!(ledger_ns["pending"], 0, "{after}");
+    assert_eq!(ledger_ns["running"], 0, "{after}");
+}
+
+/// Past the queue bound, a call is refused at once with a clear
+/// `backend_unavailable`; the calls already queued still complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_fleet_refuses_calls() {
+    const TEST: &str = "a_saturated_fleet_refuses_calls";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "full", ledger_port, "max_queue = 4");
+    let _w = worker(dir.path(), &config, "f0", 1);
+    let (exec, _client) = caller(&nats, "full").await;
+    let exec = Arc::new(exec);
+    let calls: Vec<_> = (0..10)
+        .map(|n| {
+            let exec = exec.clone();
+            tokio::spawn(async move {
+                exec.run_tool("ledger:hit", json!({"n": n, "sleep_ms": 300}))
+                    .await
+            })
+        })
+        .collect();
+    let (mut ok, mut refused) = (0usize, 0usize);
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(out) => {
+                assert_eq!(out.value["hits"], 1);
+                ok += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), ErrorCode::BackendUnavailable, "{e}");
+                assert!(e.to_string().contains("saturated"), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(ok >= 4 && refused >= 1, "ok {ok}, refused {refused}");
+    let hits = ledger_hits(ledger_port);
+    assert_eq!(hits.len(), ok, "{hits:?}");
+}
+
+/// nats-server restarted under load: calls fail or wait, never return a
+/// wrong result or run twice; the cluster serves again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nats_restart_loses_nothing() {
+    const TEST: &str = "a_nats_restart_loses_nothing";
+    let Some(mut nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "restart", ledger_port, "");
+    let _workers: Vec<_> = (0..2)
+        .map(|i| worker(dir.path(), &config, &format!("r{i}"), 4))
+        .collect();
+    let (exec, _client) = caller(&nats, "restart").await;
+    let exec = Arc::new(exec);
+    let tasks: Vec<_> = (0..4u64)
+        .map(|c| {
+            let exec = exec.clone();
+            tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                for i in 0..150u64 {
+                    let n = c * 1000 + i;
+                    let options = RunOptions::timeout(Duration::from_secs(30));
+                    let result = exec
+                        .run_tool_with("ledger:hit", json!({"n": n, "sleep_ms": 5}), &options)
+                        .await;
+                    outcomes.push((n, result));
+                }
+                outcomes
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    nats.stop();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    nats.restart();
+    let restarted = Instant::now();
+    let (mut ok, mut failed) = (0, 0);
+    for (n, result) in futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .flat_map(|t| t.unwrap())
+    {
+        match result {
+            Ok(out) => {
+                assert_eq!(out.value["n"], n, "call {n}");
+                assert_eq!(out.value["hits"], 1, "call {n}");
+                ok += 1;
+            }
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e.code(),
+                        ErrorCode::BackendUnavailable | ErrorCode::Interrupted | ErrorCode::Timeout
+                    ),
+                    "call {n}: {e}"
+                );
+                failed += 1;
+            }
+        }
+    }
+    let hits = ledger_hits(ledger_port);
+    let doubled: Vec<_> = hits.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(doubled.is_empty(), "calls run twice: {doubled:?}");
+    // Serving again after the restart.
+    let out = exec
+        .run_tool("ledger:hit", json!({"n": 99_999, "sleep_ms": 0}))
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"n": 99_999, "hits": 1}));
+    eprintln!(
+        "fleet restart: {ok} ok, {failed} failed, all done {:.1?} after the restart",
+        restarted.elapsed()
+    );
+}
