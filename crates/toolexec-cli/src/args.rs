@@ -96,6 +96,10 @@ pub(crate) struct WorkerArgs {
     /// This worker's id (default: `[worker] id`, else host name and pid).
     #[arg(long)]
     pub id: Option<String>,
+    /// Also run code-mode scripts sent to the cluster (durable code runs,
+    /// on this worker's catalog; default: `[worker] code`).
+    #[arg(long)]
+    pub code: bool,
 }
 
 /// `toolexec cluster ...`.

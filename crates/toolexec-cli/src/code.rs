@@ -24,6 +24,7 @@ pub(crate) const MAX_SCRIPT_BYTES: u64 = 1 << 20;
 pub(crate) async fn run(
     exec: &Exec,
     runtimes: &Arc<Runtimes>,
+    fleet: Option<Arc<toolexec_fleet::FleetClient>>,
     args: CodeArgs,
     json: bool,
 ) -> Result<u8, Failure> {
@@ -44,13 +45,22 @@ pub(crate) async fn run(
         CodeProfile::Standard => Profile::Standard,
         CodeProfile::Hardened => Profile::Hardened,
     };
-    // One script at a time.
-    let runner = CodeRunner::new(exec.clone(), profile, Some(runtimes.clone()), 1);
     let request = CodeRequest {
         code,
         limits: limits(&args),
     };
-    let outcome = match runner.run(request, &CancellationToken::new()).await {
+    let ran = match fleet {
+        Some(fleet) => fleet
+            .execute_code(&request, &CancellationToken::new())
+            .await
+            .map_err(|e| e.to_body()),
+        None => {
+            // One script at a time.
+            let runner = CodeRunner::new(exec.clone(), profile, Some(runtimes.clone()), 1);
+            runner.run(request, &CancellationToken::new()).await
+        }
+    };
+    let outcome = match ran {
         Ok(outcome) => outcome,
         Err(body) => return Ok(report(&body, json, error_exit_code(&body))),
     };

@@ -115,7 +115,7 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
     // A worker runs its own namespaces: it never sends them to the fleet.
     let fleet = !matches!(cli.command, Command::Worker(_));
     let built = build_exec(&config, &runtimes, telemetry.observer(), gate, fleet).await;
-    let (exec, upstreams, _fleet) = match built {
+    let (exec, upstreams, fleet) = match built {
         Ok(x) => x,
         Err(e) => {
             let body = e.to_body();
@@ -127,7 +127,11 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
         Command::Run(args) => run(&exec, args, json).await,
         Command::Worker(args) => crate::fleet::worker(exec, &config.cluster, args, json).await,
         Command::Chain(args) => chain(&exec, args, json).await,
-        Command::Code(args) => crate::code::run(&exec, &runtimes, args, json).await,
+        Command::Code(args) => {
+            // `[cluster] code = true`: scripts run on the fleet.
+            let fleet = fleet.filter(|_| config.cluster.code);
+            crate::code::run(&exec, &runtimes, fleet, args, json).await
+        }
         Command::Runtimes => crate::runtimes::list(&runtimes, json)
             .map(|()| EXIT_OK)
             .map_err(Failure::Io),

@@ -54,7 +54,7 @@ pub(crate) async fn attach(
     let Some(settings) = &config.settings else {
         return Ok(None);
     };
-    if config.namespaces.is_empty() {
+    if config.namespaces.is_empty() && !config.code {
         return Ok(None);
     }
     let cluster = Cluster::connect(settings.clone(), "gateway").await?;
@@ -82,6 +82,7 @@ pub(crate) async fn worker(
             .capacity
             .or(config.worker.capacity)
             .unwrap_or(DEFAULT_CAPACITY),
+        code: args.code || config.worker.code,
     };
     let cluster = Cluster::connect(settings, "worker").await?;
     let worker = Worker::start(cluster, exec, options).await?;

@@ -67,6 +67,7 @@ fn bench(c: &mut Criterion) {
             id: Some("bench".into()),
             namespaces: vec!["math".into()],
             capacity: 16,
+            code: false,
         };
         let worker = Worker::start(cluster, local.clone(), options)
             .await
@@ -128,6 +129,7 @@ async fn sleepers(settings: &ClusterSettings, workers: usize) -> Exec {
             id: Some(format!("nap{i}")),
             namespaces: vec!["nap".into()],
             capacity: 4,
+            code: false,
         };
         let worker = Worker::start(cluster, Exec::new(catalog), options)
             .await

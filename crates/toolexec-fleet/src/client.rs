@@ -18,7 +18,10 @@ use toolexec::{
 
 use crate::cluster::{Cluster, unavailable};
 use crate::journal;
-use crate::wire::{Advert, Event, Journal, REPLY_HEADER, RunRequest};
+use crate::wire::{Advert, Event, Journal, Outcome, REPLY_HEADER, RunRequest};
+
+/// The label of code runs in journals and errors.
+const CODE_LABEL: &str = "code";
 
 /// How long a call keeps queuing its run while NATS does not confirm it.
 const PUBLISH_PATIENCE: Duration = Duration::from_secs(20);
@@ -48,6 +51,7 @@ struct Live {
     seen: Instant,
     namespaces: Vec<String>,
     draining: bool,
+    code: bool,
 }
 
 impl FleetClient {
@@ -109,6 +113,7 @@ impl FleetClient {
                 seen: Instant::now(),
                 namespaces: advert.namespaces.clone(),
                 draining: advert.draining,
+                code: advert.code,
             },
         );
         if known.is_some() {
@@ -149,36 +154,95 @@ impl FleetClient {
         ctx: &ToolContext,
     ) -> Result<ToolOutput, Error> {
         let id = tool.id.to_string();
-        let key = match IDEMPOTENCY_KEY.try_with(Clone::clone) {
-            Ok(given) => {
-                let key = keyed(&id, &given);
-                // Already run: the recorded result, without queuing again.
-                if let Some(Journal::Done { outcome, .. }) =
-                    journal::read(&self.cluster.journal, &key).await?
-                {
-                    return outcome.into_result();
-                }
-                key
-            }
-            Err(_) => random_key(),
+        let run = RunRequest {
+            key: self.key_for(&id),
+            tool: id,
+            args,
+            timeout_ms: None,
+            code: None,
         };
+        let subject = self.cluster.names.runs(tool.namespace());
+        self.submit(subject, run, ctx).await?.into_result()
+    }
+
+    /// Runs a code-mode script on a worker of the fleet, durably: its tool
+    /// calls (to the worker's catalog) are journaled, and a run whose
+    /// worker is lost resumes on another by replaying the journal.
+    /// Honours [`with_idempotency_key`].
+    pub async fn execute_code(
+        &self,
+        request: &toolexec_code::CodeRequest,
+        cancel: &toolexec::CancellationToken,
+    ) -> Result<toolexec_code::CodeOutcome, Error> {
+        if self.live_code_workers() == 0 {
+            return Err(unavailable(format!(
+                "no live worker of cluster {} runs code (toolexec worker --code)",
+                self.cluster.settings.name
+            )));
+        }
+        let run = RunRequest {
+            key: self.key_for(CODE_LABEL),
+            tool: CODE_LABEL.to_owned(),
+            args: serde_json::Value::Null,
+            timeout_ms: None,
+            code: Some(crate::code::CodeWire::of(request)),
+        };
+        let ctx = ToolContext::with_cancel(cancel.clone());
+        let subject = self.cluster.names.code_runs();
+        match self.submit(subject, run, &ctx).await? {
+            Outcome::Code { outcome } => Ok(*outcome),
+            other => other
+                .into_result()
+                .and_then(|_| Err(unavailable("a code run was answered with a tool's outcome"))),
+        }
+    }
+
+    /// Live workers that run code.
+    pub fn live_code_workers(&self) -> usize {
+        let fresh = self.cluster.settings.ack_wait();
+        self.live
+            .lock()
+            .values()
+            .filter(|l| l.seen.elapsed() < fresh && !l.draining && l.code)
+            .count()
+    }
+
+    /// The run key: the caller's idempotency key scoped to `label`, else a
+    /// fresh one.
+    fn key_for(&self, label: &str) -> String {
+        match IDEMPOTENCY_KEY.try_with(Clone::clone) {
+            Ok(given) => keyed(label, &given),
+            Err(_) => random_key(),
+        }
+    }
+
+    /// Queues `run` on `subject` and waits for its outcome, relaying its
+    /// progress and chunks to `ctx`.
+    async fn submit(
+        &self,
+        subject: String,
+        run: RunRequest,
+        ctx: &ToolContext,
+    ) -> Result<Outcome, Error> {
+        let key = run.key.clone();
+        // Already run (a retry with the same idempotency key): the recorded
+        // outcome, without queuing again.
+        if IDEMPOTENCY_KEY.try_with(|_| ()).is_ok()
+            && let Some(Journal::Done { outcome, .. }) =
+                journal::read(&self.cluster.journal, &key).await?
+        {
+            return Ok(outcome);
+        }
         let client = &self.cluster.client;
         let inbox = client.new_inbox();
         let mut replies = client
             .subscribe(inbox.clone())
             .await
             .map_err(|e| unavailable(format!("reply subscription: {e}")))?;
-        let run = RunRequest {
-            key: key.clone(),
-            tool: id.clone(),
-            args,
-            timeout_ms: None,
-        };
         let payload = Bytes::from(serde_json::to_vec(&run).expect("runs serialize"));
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, key.as_str());
         headers.insert(REPLY_HEADER, inbox.as_str());
-        let subject = self.cluster.names.runs(tool.namespace());
         self.queue(subject, headers, payload).await?;
         // From here the run is queued: if the caller goes away, the worker
         // is told to stop it.
@@ -200,7 +264,7 @@ impl FleetClient {
                             ctx.progress(progress, total, message.as_deref());
                         }
                         Ok(Event::Chunk { data }) => ctx.chunk(data).await,
-                        Ok(Event::Done { outcome }) => break outcome.into_result(),
+                        Ok(Event::Done { outcome }) => break Ok(outcome),
                         Err(e) => tracing::warn!(key = %key, "unreadable event: {e}"),
                     }
                 }
@@ -210,11 +274,11 @@ impl FleetClient {
                     if let Ok(Some(Journal::Done { outcome, .. })) =
                         journal::read(&self.cluster.journal, &key).await
                     {
-                        break outcome.into_result();
+                        break Ok(outcome);
                     }
                 }
                 () = ctx.cancelled() => {
-                    break Err(Error::Cancelled { tool: id.clone() });
+                    break Err(Error::Cancelled { tool: run.tool.clone() });
                 }
             }
         };

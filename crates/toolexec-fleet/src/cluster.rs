@@ -133,7 +133,7 @@ async fn ensure_stream(
     let wanted = stream::Config {
         name: names.stream(),
         description: Some("toolexec: queued runs, one per idempotency key".into()),
-        subjects: vec![names.all_runs()],
+        subjects: vec![names.all_runs(), names.code_runs()],
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::File,
         max_messages: settings.max_queue,

@@ -7,10 +7,10 @@ use std::time::Duration;
 use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
 use bytes::Bytes;
 use serde_json::json;
-use toolexec::{ErrorBody, ErrorCode, Tool};
+use toolexec::{ErrorBody, ErrorCode};
 
 use crate::cluster::{Cluster, unavailable};
-use crate::wire::{Journal, Outcome, RunRequest, now_ms, rerunnable};
+use crate::wire::{Journal, Outcome, RunRequest, now_ms};
 
 /// What a worker may do with a run it was handed.
 #[derive(Debug)]
@@ -26,12 +26,14 @@ pub(crate) enum Claim {
 }
 
 /// Claims `run` for `worker`. `delivered` counts JetStream's deliveries of
-/// this message (1 the first time).
+/// this message (1 the first time). `rerunnable`: whether a run whose
+/// worker was lost may run again (an idempotent tool; a code run, which
+/// replays its journal), else it ends `interrupted`.
 pub(crate) async fn claim(
     cluster: &Cluster,
     worker: &str,
     run: &RunRequest,
-    tool: &Tool,
+    rerunnable: bool,
     delivered: i64,
 ) -> Result<Claim, toolexec::Error> {
     let store = &cluster.journal;
@@ -91,7 +93,7 @@ pub(crate) async fn claim(
                 ..
             } => {
                 let out_of_deliveries = delivered >= cluster.settings.max_deliver;
-                if rerunnable(tool) && !out_of_deliveries {
+                if rerunnable && !out_of_deliveries {
                     Journal::Running {
                         worker: worker.to_owned(),
                         attempt: attempt + 1,

@@ -27,6 +27,7 @@
 
 mod client;
 mod cluster;
+mod code;
 mod journal;
 mod run;
 mod settings;

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{ErrorBody, RunOptions, RunResult, StreamEvent, StreamRequest};
 
 use crate::journal::{self, Claim};
-use crate::wire::{Event, Outcome, REPLY_HEADER, RunRequest};
+use crate::wire::{Event, Outcome, REPLY_HEADER, RunRequest, rerunnable};
 use crate::worker::Worker;
 
 /// Handles one delivered run. Never fails: what cannot be recorded is
@@ -35,6 +35,30 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
         worker,
         subject: reply,
     };
+    if let Some(wire) = run.code.clone() {
+        // A code run resumes on redelivery: its journal replays.
+        let claim = journal::claim(&worker.cluster, &worker.id, &run, true, delivered).await;
+        let Some((revision, _)) = settle(worker, &run, claim, &reply, &message).await else {
+            return;
+        };
+        let executed = crate::code::execute(
+            &worker.exec,
+            &worker.cluster.journal,
+            &run.key,
+            &worker.id,
+            wire,
+            alive(&message, worker.cluster.settings.heartbeat),
+        )
+        .await;
+        let outcome = match executed {
+            Ok(outcome) => Outcome::Code {
+                outcome: Box::new(outcome),
+            },
+            Err(error) => Outcome::Err { error },
+        };
+        record(worker, &run, revision, outcome, &reply, &message).await;
+        return;
+    }
     let tool = match worker.exec.catalog().get(&run.tool) {
         Ok(t) => t,
         Err(e) => {
@@ -51,29 +75,61 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
             return;
         }
     };
-    let claim = journal::claim(&worker.cluster, &worker.id, &run, tool.tool(), delivered).await;
-    let (revision, attempt) = match claim {
-        Ok(Claim::Run { revision, attempt }) => (revision, attempt),
+    let claim = journal::claim(
+        &worker.cluster,
+        &worker.id,
+        &run,
+        rerunnable(tool.tool()),
+        delivered,
+    )
+    .await;
+    let Some((revision, attempt)) = settle(worker, &run, claim, &reply, &message).await else {
+        return;
+    };
+    tracing::debug!(worker = %worker.id, key = %run.key, tool = %run.tool, attempt, "run");
+    let outcome = execute(worker, &run, &reply, &message).await;
+    record(worker, &run, revision, outcome, &reply, &message).await;
+}
+
+/// What a claim leaves to do: `Some((revision, attempt))` to run it; else
+/// it was answered or left for another delivery here.
+async fn settle(
+    worker: &Worker,
+    run: &RunRequest,
+    claim: Result<Claim, toolexec::Error>,
+    reply: &Reply<'_>,
+    message: &Message,
+) -> Option<(u64, u32)> {
+    match claim {
+        Ok(Claim::Run { revision, attempt }) => Some((revision, attempt)),
         Ok(Claim::Finished(outcome)) => {
             reply.send(&Event::Done { outcome }).await;
             let _ = message.ack().await;
-            return;
+            None
         }
         Ok(Claim::Elsewhere) => {
             let _ = message.ack().await;
-            return;
+            None
         }
         Err(e) => {
             tracing::warn!(worker = %worker.id, key = %run.key, "{e}");
             let _ = message
                 .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
                 .await;
-            return;
+            None
         }
-    };
-    tracing::debug!(worker = %worker.id, key = %run.key, tool = %run.tool, attempt, "run");
-    let outcome = execute(worker, &run, &reply, &message).await;
+    }
+}
 
+/// Records the outcome of the run held at `revision`, answers, acks.
+async fn record(
+    worker: &Worker,
+    run: &RunRequest,
+    revision: u64,
+    outcome: Outcome,
+    reply: &Reply<'_>,
+    message: &Message,
+) {
     match journal::finish(
         &worker.cluster.journal,
         &run.key,
@@ -194,6 +250,16 @@ async fn finish_unclaimed(
     let _ = worker.cluster.journal.create(run.key.as_str(), bytes).await;
     reply.send(&Event::Done { outcome }).await;
     let _ = message.ack().await;
+}
+
+/// Renews `message` every `every` for as long as it is polled: run beside
+/// a run that does not renew its message itself.
+async fn alive(message: &Message, every: Duration) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tick.tick().await;
+        let _ = message.ack_with(AckKind::Progress).await;
+    }
 }
 
 fn internal(message: &str) -> ErrorBody {

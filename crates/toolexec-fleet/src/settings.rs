@@ -160,6 +160,16 @@ impl Names {
         format!("toolexec.{}.run.*", self.cluster)
     }
 
+    /// Code runs (a subject apart: any token could be a namespace).
+    pub(crate) fn code_runs(&self) -> String {
+        format!("toolexec.{}.code", self.cluster)
+    }
+
+    /// The durable consumer of code runs.
+    pub(crate) fn code_consumer(&self) -> String {
+        "code".to_owned()
+    }
+
     /// The durable consumer every worker serving `namespace` shares.
     pub(crate) fn consumer(&self, namespace: &str) -> String {
         format!("ns_{namespace}")

@@ -75,8 +75,11 @@ pub async fn status(cluster: &Cluster) -> Result<ClusterStatus, Error> {
     let mut consumers = stream.consumers();
     while let Some(info) = consumers.next().await {
         let info = info.map_err(|e| unavailable(format!("consumers: {e}")))?;
-        let Some(namespace) = info.name.strip_prefix("ns_") else {
-            continue;
+        let namespace = match info.name.strip_prefix("ns_") {
+            Some(ns) => ns,
+            // Code runs, listed as `<code>` (never a namespace).
+            None if info.name == names.code_consumer() => "<code>",
+            None => continue,
         };
         namespaces.push(NamespaceStatus {
             namespace: namespace.to_owned(),

@@ -23,6 +23,9 @@ pub(crate) struct RunRequest {
     /// The caller's deadline for the run, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) timeout_ms: Option<u64>,
+    /// A code run's script (then `tool` is `code` and `args` null).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) code: Option<crate::code::CodeWire>,
 }
 
 /// A run's state in the journal (bucket `toolexec_<cluster>_journal`).
@@ -44,8 +47,16 @@ pub(crate) enum Journal {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub(crate) enum Outcome {
-    Ok { output: ToolOutput },
-    Err { error: ErrorBody },
+    Ok {
+        output: ToolOutput,
+    },
+    Err {
+        error: ErrorBody,
+    },
+    /// How a code run's script ended.
+    Code {
+        outcome: Box<toolexec_code::CodeOutcome>,
+    },
 }
 
 impl Outcome {
@@ -53,6 +64,10 @@ impl Outcome {
         match self {
             Outcome::Ok { output } => Ok(output),
             Outcome::Err { error } => Err(Error::from(error)),
+            Outcome::Code { .. } => Err(Error::backend_unavailable(
+                "fleet",
+                "a tool call was answered with a code run's outcome",
+            )),
         }
     }
 }
@@ -93,6 +108,9 @@ pub(crate) struct Advert {
     pub(crate) done: u64,
     /// Taking no new runs (finishing in-flight ones before exiting).
     pub(crate) draining: bool,
+    /// Runs code-mode scripts (durable code runs).
+    #[serde(default)]
+    pub(crate) code: bool,
     /// The tools it runs, for the gateway's catalog.
     pub(crate) tools: Vec<ToolDef>,
 }

@@ -30,6 +30,9 @@ pub struct WorkerOptions {
     pub namespaces: Vec<String>,
     /// Runs at a time.
     pub capacity: usize,
+    /// Also run code-mode scripts (durable code runs), on this worker's
+    /// catalog.
+    pub code: bool,
 }
 
 /// A worker, connected and with its consumers in place.
@@ -40,6 +43,7 @@ pub struct Worker {
     namespaces: Vec<String>,
     consumers: Vec<(String, PullConsumer)>,
     capacity: usize,
+    code: bool,
     pub(crate) state: Arc<State>,
 }
 
@@ -67,10 +71,10 @@ impl Worker {
         exec: Exec,
         options: WorkerOptions,
     ) -> Result<Worker, Error> {
-        if options.namespaces.is_empty() {
+        if options.namespaces.is_empty() && !options.code {
             return Err(Error::invalid_request(
                 "worker.namespaces",
-                "name at least one namespace to serve",
+                "name at least one namespace to serve (or run code)",
             ));
         }
         if options.capacity == 0 || options.capacity > 10_000 {
@@ -103,11 +107,19 @@ impl Worker {
             .await
             .map_err(|e| unavailable(format!("stream {}: {e}", names.stream())))?;
         let mut consumers = Vec::new();
-        for ns in &options.namespaces {
+        let mut queues: Vec<(String, String, String)> = options
+            .namespaces
+            .iter()
+            .map(|ns| (ns.clone(), names.consumer(ns), names.runs(ns)))
+            .collect();
+        if options.code {
+            queues.push(("code".into(), names.code_consumer(), names.code_runs()));
+        }
+        for (ns, durable, subject) in queues {
             let config = pull::Config {
-                durable_name: Some(names.consumer(ns)),
-                description: Some(format!("toolexec: runs of namespace {ns}")),
-                filter_subject: names.runs(ns),
+                durable_name: Some(durable.clone()),
+                description: Some(format!("toolexec: runs of {ns}")),
+                filter_subject: subject,
                 ack_policy: AckPolicy::Explicit,
                 ack_wait: cluster.settings.ack_wait(),
                 max_deliver: cluster.settings.max_deliver,
@@ -115,10 +127,10 @@ impl Worker {
                 ..Default::default()
             };
             let consumer: PullConsumer = stream
-                .get_or_create_consumer(&names.consumer(ns), config)
+                .get_or_create_consumer(&durable, config)
                 .await
-                .map_err(|e| unavailable(format!("consumer {}: {e}", names.consumer(ns))))?;
-            consumers.push((ns.clone(), consumer));
+                .map_err(|e| unavailable(format!("consumer {durable}: {e}")))?;
+            consumers.push((ns, consumer));
         }
         let worker = Worker {
             cluster,
@@ -127,6 +139,7 @@ impl Worker {
             namespaces: options.namespaces,
             consumers,
             capacity: options.capacity,
+            code: options.code,
             state: Arc::default(),
         };
         // Advertised from the start: a caller attaching once this returns
@@ -209,6 +222,7 @@ impl Worker {
             in_flight: self.state.in_flight.load(Ordering::SeqCst),
             done: self.state.done.load(Ordering::SeqCst),
             draining: self.state.draining.load(Ordering::SeqCst),
+            code: self.code,
             tools,
         }
     }

@@ -18,6 +18,8 @@ pub(super) struct ClusterTable {
     name: Option<String>,
     #[serde(default)]
     namespaces: Vec<String>,
+    #[serde(default)]
+    code: bool,
     heartbeat: Option<DurationText>,
     max_queue: Option<i64>,
     journal_ttl: Option<DurationText>,
@@ -48,6 +50,8 @@ pub(super) struct WorkerTable {
     #[serde(default)]
     namespaces: Vec<String>,
     capacity: Option<usize>,
+    #[serde(default)]
+    code: bool,
 }
 
 /// `[cluster]` and `[worker]`, resolved.
@@ -57,6 +61,8 @@ pub(crate) struct ClusterConfig {
     pub settings: Option<ClusterSettings>,
     /// Namespaces whose calls go to the fleet.
     pub namespaces: Vec<String>,
+    /// `toolexec code` runs scripts on the fleet (durable code runs).
+    pub code: bool,
     /// `[worker]`.
     pub worker: WorkerConfig,
 }
@@ -70,6 +76,8 @@ pub(crate) struct WorkerConfig {
     pub namespaces: Vec<String>,
     /// Runs at a time (default: 16).
     pub capacity: Option<usize>,
+    /// Runs code-mode scripts too.
+    pub code: bool,
 }
 
 impl ClusterTable {
@@ -78,17 +86,24 @@ impl ClusterTable {
             id: worker.id,
             namespaces: worker.namespaces,
             capacity: worker.capacity,
+            code: worker.code,
         };
         let Some(urls) = self.nats else {
-            if !self.namespaces.is_empty() {
+            if !self.namespaces.is_empty() || self.code {
+                let key = if self.code {
+                    "cluster.code"
+                } else {
+                    "cluster.namespaces"
+                };
                 return Err(Fault::new(
-                    "cluster.namespaces",
-                    "the fleet's namespaces need cluster.nats (the NATS server URL)",
+                    key,
+                    "sending work to a fleet needs cluster.nats (the NATS server URL)",
                 ));
             }
             return Ok(ClusterConfig {
                 settings: None,
                 namespaces: Vec::new(),
+                code: false,
                 worker,
             });
         };
@@ -130,6 +145,7 @@ impl ClusterTable {
         Ok(ClusterConfig {
             settings: Some(settings),
             namespaces: self.namespaces,
+            code: self.code,
             worker,
         })
     }

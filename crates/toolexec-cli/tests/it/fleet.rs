@@ -108,10 +108,18 @@ method = "POST"
 url = {url}
 body = {{ n = "{{n}}", sleep_ms = "{{sleep_ms}}" }}
 input_schema = {{ type = "object", properties = {{ n = {{ type = "integer" }}, sleep_ms = {{ type = "integer" }} }}, required = ["n", "sleep_ms"] }}
+
+[[http]]
+id = "ledger:wait"
+description = "Wait, counting nothing (a GET: read-only, so run again after a loss)"
+method = "GET"
+url = {wait}
+input_schema = {{ type = "object", properties = {{ ms = {{ type = "integer" }} }}, required = ["ms"] }}
 "#,
         nats = toml_str(nats.url()),
         cluster = toml_str(cluster),
         url = toml_str(format!("http://127.0.0.1:{ledger}/hit")),
+        wait = toml_str(format!("http://127.0.0.1:{ledger}/wait/{{ms}}")),
     );
     let path = dir.write(&format!("worker-{cluster}.toml"), &text);
     path.to_str().unwrap().to_owned()
@@ -119,23 +127,27 @@ input_schema = {{ type = "object", properties = {{ n = {{ type = "integer" }}, s
 
 /// `toolexec worker` serving `ledger` and `math`, once it said it is ready.
 fn worker(dir: &Path, config: &str, id: &str, capacity: usize) -> Background {
+    worker_with(dir, config, id, capacity, &[])
+}
+
+/// A worker with more flags (`--code`).
+fn worker_with(dir: &Path, config: &str, id: &str, capacity: usize, more: &[&str]) -> Background {
     let capacity = capacity.to_string();
-    let mut w = Background::spawn(&mut toolexec(
-        dir,
-        &[
-            "--config",
-            config,
-            "worker",
-            "--namespace",
-            "ledger",
-            "--namespace",
-            "math",
-            "--capacity",
-            &capacity,
-            "--id",
-            id,
-        ],
-    ));
+    let mut args = vec![
+        "--config",
+        config,
+        "worker",
+        "--namespace",
+        "ledger",
+        "--namespace",
+        "math",
+        "--capacity",
+        &capacity,
+        "--id",
+        id,
+    ];
+    args.extend_from_slice(more);
+    let mut w = Background::spawn(&mut toolexec(dir, &args));
     w.wait_stdout_line("worker ");
     w
 }
@@ -534,4 +546,118 @@ async fn a_nats_restart_loses_nothing() {
         "fleet restart: {ok} ok, {failed} failed, all done {:.1?} after the restart",
         restarted.elapsed()
     );
+}
+
+/// A durable code run whose worker is killed between two tool calls ends
+/// on another worker: the call made before the crash is replayed from the
+/// journal (run once), the read-only call in flight runs again, the rest
+/// runs live. A non-idempotent call in flight at the crash ends the run
+/// `interrupted`, its journal saying which call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_code_run_survives_its_worker() {
+    const TEST: &str = "a_durable_code_run_survives_its_worker";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "durable", ledger_port, "");
+    let mut first = worker_with(dir.path(), &config, "c0", 2, &["--code"]);
+    let (_exec, client) = caller(&nats, "durable").await;
+    let start = Instant::now();
+    while client.live_code_workers() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "no code worker");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let script = r#"
+        const a = await tools.ledger.hit({n: 1, sleep_ms: 0});
+        console.log("first call done");
+        const w = await tools.ledger.wait({ms: 1500});
+        const b = await tools.ledger.hit({n: 2, sleep_ms: 0});
+        return {a: a.hits, waited: w.waited, b: b.hits};
+    "#;
+    let run = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .execute_code(
+                    &toolexec_code::CodeRequest::new(script),
+                    &toolexec::CancellationToken::new(),
+                )
+                .await
+        })
+    };
+    // Killed while the script waits, between its two ledger calls.
+    let start = Instant::now();
+    while !ledger_hits(ledger_port).contains_key(&1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the script never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.kill();
+    let _second = worker_with(dir.path(), &config, "c1", 2, &["--code"]);
+    let outcome = run.await.unwrap().unwrap();
+    assert_eq!(outcome.status, toolexec_code::CodeStatus::Ok, "{outcome:?}");
+    assert_eq!(
+        outcome.value,
+        Some(json!({"a": 1, "waited": 1500, "b": 1})),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.stdout, "first call done\n");
+    let hits = ledger_hits(ledger_port);
+    assert_eq!(
+        (hits.get(&1), hits.get(&2)),
+        (Some(&1), Some(&1)),
+        "{hits:?}"
+    );
+
+    // A POST in flight at the crash: not run again, the run is interrupted.
+    let script = r#"
+        await tools.ledger.hit({n: 3, sleep_ms: 1500});
+        await tools.ledger.hit({n: 4, sleep_ms: 0});
+        return "unreachable";
+    "#;
+    let mut third = worker_with(dir.path(), &config, "c2", 2, &["--code"]);
+    drop(_second);
+    let run = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .execute_code(
+                    &toolexec_code::CodeRequest::new(script),
+                    &toolexec::CancellationToken::new(),
+                )
+                .await
+        })
+    };
+    let start = Instant::now();
+    while !ledger_hits(ledger_port).contains_key(&3) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the script never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    third.kill();
+    let _fourth = worker_with(dir.path(), &config, "c3", 2, &["--code"]);
+    let error = run.await.unwrap().unwrap_err();
+    assert_eq!(error.code(), ErrorCode::Interrupted, "{error}");
+    let body = error.to_body();
+    assert_eq!(
+        body.details.as_ref().unwrap()["journal"][0]["call"],
+        0,
+        "{body:?}"
+    );
+    assert_eq!(
+        body.details.as_ref().unwrap()["journal"][0]["tool"],
+        "ledger:hit"
+    );
+    let hits = ledger_hits(ledger_port);
+    assert_eq!((hits.get(&3), hits.get(&4)), (Some(&1), None), "{hits:?}");
 }
