@@ -93,6 +93,13 @@ pub(crate) async fn worker(
         tokio::spawn(async move {
             signal.await;
             shutdown.cancel();
+            // A second signal stops at once: the runs in flight are
+            // delivered again elsewhere (their journal decides).
+            if let Ok(again) = crate::serve::shutdown_signal("worker") {
+                again.await;
+                eprintln!("worker: stopped before its runs finished");
+                std::process::exit(1);
+            }
         });
     }
     // Ready: the consumers exist, so runs queued from now on are served.

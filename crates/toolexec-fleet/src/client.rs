@@ -13,7 +13,8 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use toolexec::{
-    Availability, Backend, BoxFuture, Call, Catalog, Error, Tool, ToolContext, ToolOutput,
+    Availability, Backend, BoxFuture, Call, Catalog, Error, ErrorBody, ErrorCode, Tool,
+    ToolContext, ToolOutput,
 };
 
 use crate::cluster::{Cluster, unavailable};
@@ -44,6 +45,8 @@ pub struct FleetClient {
     cluster: Cluster,
     namespaces: Vec<String>,
     live: Mutex<HashMap<String, Live>>,
+    /// Where advertised tools are imported.
+    catalog: std::sync::Weak<Catalog>,
 }
 
 #[derive(Debug, Clone)]
@@ -52,6 +55,20 @@ struct Live {
     namespaces: Vec<String>,
     draining: bool,
     code: bool,
+    /// Digest of the tools it offers.
+    offer: String,
+}
+
+/// Most tools one advert may offer.
+const MAX_ADVERTISED_TOOLS: usize = 10_000;
+
+fn offer_digest(advert: &Advert) -> String {
+    let mut h = Sha256::new();
+    for t in &advert.tools {
+        h.update(t.id.as_bytes());
+        h.update([0]);
+    }
+    hex(&h.finalize()[..8])
 }
 
 impl FleetClient {
@@ -70,8 +87,21 @@ impl FleetClient {
             cluster,
             namespaces,
             live: Mutex::default(),
+            catalog: Arc::downgrade(&catalog),
         });
-        let mut keys = client
+        client.read_adverts().await?;
+        tokio::spawn(watch_adverts(Arc::downgrade(&client), catalog));
+        Ok(client)
+    }
+
+    /// Reads every advert in the bucket (those there are fresh: the
+    /// bucket expires the rest), as a start and when the watch has nothing
+    /// fresh (it is re-established after a reconnect).
+    async fn read_adverts(self: &Arc<Self>) -> Result<(), Error> {
+        let Some(catalog) = self.catalog.upgrade() else {
+            return Ok(());
+        };
+        let mut keys = self
             .cluster
             .workers
             .keys()
@@ -79,12 +109,24 @@ impl FleetClient {
             .map_err(|e| unavailable(format!("worker adverts: {e}")))?;
         while let Some(key) = keys.next().await {
             let Ok(key) = key else { continue };
-            if let Ok(Some(value)) = client.cluster.workers.get(key.as_str()).await {
-                client.observe(&value, &catalog);
+            if let Ok(Some(value)) = self.cluster.workers.get(key.as_str()).await {
+                self.observe(&value, &catalog);
             }
         }
-        tokio::spawn(watch_adverts(Arc::downgrade(&client), catalog));
-        Ok(client)
+        Ok(())
+    }
+
+    /// Live workers serving `namespace`, reading the adverts again when
+    /// none is known to be.
+    async fn live_now(self: &Arc<Self>, namespace: Option<&str>) -> usize {
+        let count = |c: &Self| match namespace {
+            Some(ns) => c.live_workers(ns),
+            None => c.live_code_workers(),
+        };
+        if count(self) == 0 {
+            let _ = self.read_adverts().await;
+        }
+        count(self)
     }
 
     /// Live workers serving `namespace` now.
@@ -107,16 +149,34 @@ impl FleetClient {
                 return;
             }
         };
-        let known = self.live.lock().insert(
-            advert.id.clone(),
-            Live {
-                seen: Instant::now(),
-                namespaces: advert.namespaces.clone(),
-                draining: advert.draining,
-                code: advert.code,
-            },
-        );
-        if known.is_some() {
+        // Tools are imported when a worker comes or its list changes.
+        let offer = offer_digest(&advert);
+        let known = {
+            let mut live = self.live.lock();
+            // Workers gone for long are forgotten (expired adverts send no
+            // deletion).
+            let forget = self.cluster.settings.ack_wait() * 10;
+            live.retain(|_, l| l.seen.elapsed() < forget);
+            live.insert(
+                advert.id.clone(),
+                Live {
+                    seen: Instant::now(),
+                    namespaces: advert.namespaces.clone(),
+                    draining: advert.draining,
+                    code: advert.code,
+                    offer: offer.clone(),
+                },
+            )
+        };
+        if known.is_some_and(|k| k.offer == offer) {
+            return;
+        }
+        if advert.tools.len() > MAX_ADVERTISED_TOOLS {
+            tracing::warn!(
+                worker = %advert.id,
+                tools = advert.tools.len(),
+                "advert refused: more than {MAX_ADVERTISED_TOOLS} tools"
+            );
             return;
         }
         for def in advert.tools {
@@ -130,10 +190,20 @@ impl FleetClient {
             if !self.namespaces.iter().any(|n| n == tool.namespace()) {
                 continue;
             }
-            if let Ok(existing) = catalog.get(&tool.id.to_string()) {
-                if existing.backend().kind() != "fleet" {
-                    tracing::warn!(tool = %tool.id, "a local tool has this id: its calls stay local");
-                }
+            // A local tool of this name (any version) stays in charge: an
+            // advert never shadows it, not even with a newer version.
+            let local = [
+                tool.id.to_string(),
+                format!("{}:{}", tool.namespace(), tool.name()),
+            ]
+            .iter()
+            .filter_map(|id| catalog.get(id).ok())
+            .any(|existing| existing.backend().kind() != "fleet");
+            if local {
+                tracing::warn!(tool = %tool.id, "a local tool has this name: its calls stay local");
+                continue;
+            }
+            if catalog.get(&tool.id.to_string()).is_ok() {
                 continue;
             }
             let backend = Arc::new(FleetBackend {
@@ -148,14 +218,22 @@ impl FleetClient {
 
     /// Queues one call and waits for its outcome.
     async fn call(
-        &self,
+        self: &Arc<Self>,
         tool: &Tool,
         args: serde_json::Value,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, Error> {
+        if self.live_now(Some(tool.namespace())).await == 0 {
+            // Never queued for nobody: it would run whenever a worker came.
+            return Err(unavailable(format!(
+                "no live worker of cluster {} serves namespace {}",
+                self.cluster.settings.name,
+                tool.namespace()
+            )));
+        }
         let id = tool.id.to_string();
         let run = RunRequest {
-            key: self.key_for(&id),
+            key: self.key_for(&id, &args),
             tool: id,
             args,
             timeout_ms: None,
@@ -170,22 +248,23 @@ impl FleetClient {
     /// worker is lost resumes on another by replaying the journal.
     /// Honours [`with_idempotency_key`].
     pub async fn execute_code(
-        &self,
+        self: &Arc<Self>,
         request: &toolexec_code::CodeRequest,
         cancel: &toolexec::CancellationToken,
     ) -> Result<toolexec_code::CodeOutcome, Error> {
-        if self.live_code_workers() == 0 {
+        if self.live_now(None).await == 0 {
             return Err(unavailable(format!(
                 "no live worker of cluster {} runs code (toolexec worker --code)",
                 self.cluster.settings.name
             )));
         }
+        let code = crate::code::CodeWire::of(request);
         let run = RunRequest {
-            key: self.key_for(CODE_LABEL),
+            key: self.key_for(CODE_LABEL, &serde_json::to_value(&code).unwrap_or_default()),
             tool: CODE_LABEL.to_owned(),
             args: serde_json::Value::Null,
             timeout_ms: None,
-            code: Some(crate::code::CodeWire::of(request)),
+            code: Some(code),
         };
         let ctx = ToolContext::with_cancel(cancel.clone());
         let subject = self.cluster.names.code_runs();
@@ -207,11 +286,18 @@ impl FleetClient {
             .count()
     }
 
-    /// The run key: the caller's idempotency key scoped to `label`, else a
-    /// fresh one.
-    fn key_for(&self, label: &str) -> String {
+    /// The run key: the caller's idempotency key, scoped to the caller,
+    /// the tool (`label`) and the arguments, else a fresh one. Another
+    /// caller, or other arguments, under the same key is another run.
+    fn key_for(&self, label: &str, args: &serde_json::Value) -> String {
         match IDEMPOTENCY_KEY.try_with(Clone::clone) {
-            Ok(given) => keyed(label, &given),
+            Ok(given) => {
+                let caller = toolexec::telemetry::current_caller()
+                    .and_then(|c| c.principal.clone())
+                    .unwrap_or_default();
+                let args = serde_json::to_vec(args).unwrap_or_default();
+                keyed(&[label.as_bytes(), caller.as_bytes(), &args, given.as_bytes()])
+            }
             Err(_) => random_key(),
         }
     }
@@ -249,6 +335,8 @@ impl FleetClient {
         let mut guard = CancelOnDrop {
             client: client.clone(),
             subject: self.cluster.names.cancel(&key),
+            journal: self.cluster.journal.clone(),
+            key: key.clone(),
             armed: true,
         };
         let every = self.cluster.settings.heartbeat.max(Duration::from_secs(1));
@@ -356,9 +444,13 @@ impl FleetClient {
 
 /// Sends the worker a cancellation when a call is abandoned (its caller
 /// cancelled, its deadline passed, or the future was dropped).
+/// A run still queued is settled as cancelled in the journal, so no
+/// worker starts it later (a caller retrying it would run it twice).
 struct CancelOnDrop {
     client: async_nats::Client,
     subject: String,
+    journal: async_nats::jetstream::kv::Store,
+    key: String,
     armed: bool,
 }
 
@@ -368,9 +460,24 @@ impl Drop for CancelOnDrop {
             return;
         }
         let (client, subject) = (self.client.clone(), std::mem::take(&mut self.subject));
+        let (journal, key) = (self.journal.clone(), std::mem::take(&mut self.key));
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
                 let _ = client.publish(subject, Bytes::new()).await;
+                let cancelled = Journal::Done {
+                    worker: "caller".into(),
+                    outcome: Outcome::Err {
+                        error: ErrorBody {
+                            code: ErrorCode::Cancelled,
+                            message: "cancelled: the caller gave up before the run started".into(),
+                            details: None,
+                        },
+                    },
+                };
+                if let Ok(bytes) = serde_json::to_vec(&cancelled) {
+                    // Only where no worker claimed it yet.
+                    let _ = journal.create(key.as_str(), Bytes::from(bytes)).await;
+                }
             });
         }
     }
@@ -443,15 +550,16 @@ impl Backend for FleetBackend {
 
 /// The journal key of a caller-given idempotency key: scoped to the tool,
 /// and safe as a NATS subject token whatever the caller wrote.
-fn keyed(tool: &str, given: &str) -> String {
+fn keyed(parts: &[&[u8]]) -> String {
     let mut h = Sha256::new();
-    h.update(tool.as_bytes());
-    h.update([0]);
-    h.update(given.as_bytes());
+    for part in parts {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part);
+    }
     hex(&h.finalize()[..16])
 }
 
-fn random_key() -> String {
+pub(crate) fn random_key() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the OS random source works");
     hex(&bytes)

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv, stream};
 use toolexec::Error;
 
-use crate::settings::{ClusterSettings, Names, Security};
+use crate::settings::{ClusterSettings, Names, Security, redact};
 
 /// How long publishes and JetStream API calls wait for the server.
 const API_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,10 +31,13 @@ impl Cluster {
         let names = settings.names();
         let options = connect_options(&settings.security, member).await?;
         let urls = settings.urls.join(",");
-        let client = options
-            .connect(urls.as_str())
-            .await
-            .map_err(|e| unavailable(format!("cannot connect to NATS at {urls}: {e}")))?;
+        let shown: Vec<String> = settings.urls.iter().map(|u| redact(u)).collect();
+        let client = options.connect(urls.as_str()).await.map_err(|e| {
+            unavailable(format!(
+                "cannot connect to NATS at {}: {e}",
+                shown.join(",")
+            ))
+        })?;
         let js = jetstream::ContextBuilder::new()
             .timeout(API_TIMEOUT)
             .build(client.clone());
@@ -58,7 +61,8 @@ impl Cluster {
                 description: "toolexec: live workers, renewed every heartbeat".into(),
                 history: 1,
                 max_age: settings.ack_wait(),
-                storage: stream::StorageType::Memory,
+                // On file, as the rest: a server restart keeps the bucket.
+                storage: stream::StorageType::File,
                 ..Default::default()
             },
         )
@@ -139,6 +143,9 @@ async fn ensure_stream(
         max_messages: settings.max_queue,
         discard: stream::DiscardPolicy::New,
         duplicate_window: Duration::from_secs(120),
+        // A run nobody took within the journal's time is dropped, never
+        // kept against the queue bound for good.
+        max_age: settings.journal_ttl,
         ..Default::default()
     };
     let mut stream = js

@@ -93,6 +93,7 @@ pub(crate) async fn execute(
     store: &kv::Store,
     key: &str,
     worker: &str,
+    namespaces: &[String],
     wire: CodeWire,
     alive: impl Future<Output = ()>,
 ) -> Result<CodeOutcome, ErrorBody> {
@@ -101,6 +102,7 @@ pub(crate) async fn execute(
         store: store.clone(),
         key: key.to_owned(),
         worker: worker.to_owned(),
+        namespaces: namespaces.to_vec(),
         next: AtomicUsize::new(0),
         broken: Mutex::new(None),
     });
@@ -123,6 +125,8 @@ struct Inner {
     store: kv::Store,
     key: String,
     worker: String,
+    /// The namespaces the worker serves: the only tools a script reaches.
+    namespaces: Vec<String>,
     /// The index of the script's next call.
     next: AtomicUsize,
     /// Set when replay proved impossible: every later call fails, and the
@@ -163,6 +167,17 @@ impl Inner {
     ) -> Result<Value, Error> {
         if let Some(broken) = self.broken.lock().clone() {
             return Err(Error::from(broken));
+        }
+        let served = toolexec::ToolIdRef::parse(&tool)
+            .is_ok_and(|id| self.namespaces.iter().any(|n| n == id.namespace));
+        if !served {
+            return Err(Error::NotAllowed {
+                tool,
+                reason: format!(
+                    "code runs on worker {} reach the namespaces it serves: {:?}",
+                    self.worker, self.namespaces
+                ),
+            });
         }
         let digest = digest(&tool, &args);
         let call_key = self.call_key(index);

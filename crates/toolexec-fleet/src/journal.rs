@@ -20,29 +20,45 @@ pub(crate) enum Claim {
     Run { revision: u64, attempt: u32 },
     /// It already ended (a retry or a redelivery): send this outcome again.
     Finished(Outcome),
-    /// Another worker is running it (the same key published again after
-    /// the duplicate window): that worker records the result.
+    /// Another worker runs this key, from another message (the same key
+    /// published again after the duplicate window): this copy is acked,
+    /// the holder records the result.
     Elsewhere,
+    /// A stale copy of a message another delivery holds (or this worker
+    /// still runs): left alone, neither acked nor refused, since an ack
+    /// would settle the message for its holder.
+    Ignore,
 }
 
-/// Claims `run` for `worker`. `delivered` counts JetStream's deliveries of
-/// this message (1 the first time). `rerunnable`: whether a run whose
+/// One delivery of a run message to this worker.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Delivery<'a> {
+    /// The worker's id, for people.
+    pub(crate) worker: &'a str,
+    /// This process's instance of the worker (a restarted worker with the
+    /// same id is another instance).
+    pub(crate) instance: &'a str,
+    /// The message's stream sequence: the same for every delivery of it.
+    pub(crate) seq: u64,
+    /// JetStream's count of deliveries of the message (1 the first time).
+    pub(crate) delivered: i64,
+}
+
+/// Claims `run` for this delivery. `rerunnable`: whether a run whose
 /// worker was lost may run again (an idempotent tool; a code run, which
-/// replays its journal), else it ends `interrupted`.
+/// replays its journal), else it ends `interrupted`. `holds` says whether
+/// this process is running the key now.
 pub(crate) async fn claim(
     cluster: &Cluster,
-    worker: &str,
+    at: Delivery<'_>,
     run: &RunRequest,
     rerunnable: bool,
-    delivered: i64,
+    holds: impl Fn(&str) -> bool,
 ) -> Result<Claim, toolexec::Error> {
     let store = &cluster.journal;
-    if delivered <= 1 {
+    if at.delivered <= 1 {
         // The common case, in one round trip: nothing recorded yet.
-        match store
-            .create(run.key.as_str(), running(worker, 1, run))
-            .await
-        {
+        match store.create(run.key.as_str(), running(at, 1, run)).await {
             Ok(revision) => {
                 return Ok(Claim::Run {
                     revision,
@@ -60,10 +76,7 @@ pub(crate) async fn claim(
             .map_err(|e| unavailable(format!("journal read: {e}")))?;
         let entry = entry.filter(|e| e.operation == Operation::Put);
         let Some(entry) = entry else {
-            match store
-                .create(run.key.as_str(), running(worker, 1, run))
-                .await
-            {
+            match store.create(run.key.as_str(), running(at, 1, run)).await {
                 Ok(revision) => {
                     return Ok(Claim::Run {
                         revision,
@@ -85,36 +98,31 @@ pub(crate) async fn claim(
         };
         let next = match journal {
             Journal::Done { outcome, .. } => return Ok(Claim::Finished(outcome)),
-            Journal::Running { .. } if delivered <= 1 => return Ok(Claim::Elsewhere),
             Journal::Running {
-                worker: lost,
+                instance,
+                seq,
                 attempt,
-                started_ms,
                 ..
-            } => {
-                let out_of_deliveries = delivered >= cluster.settings.max_deliver;
-                if rerunnable && !out_of_deliveries {
-                    Journal::Running {
-                        worker: worker.to_owned(),
-                        attempt: attempt + 1,
-                        tool: run.tool.clone(),
-                        started_ms: now_ms(),
-                    }
-                } else {
-                    let why = if out_of_deliveries {
-                        format!("it was delivered {delivered} times, the cluster's max_deliver")
-                    } else {
-                        "the tool is not marked idempotent or read-only, so it was not run again"
-                            .to_owned()
-                    };
-                    Journal::Done {
-                        worker: worker.to_owned(),
-                        outcome: Outcome::Err {
-                            error: interrupted(&run.tool, &lost, attempt, started_ms, &why),
-                        },
-                    }
+            } if instance == at.instance && seq == at.seq => {
+                if holds(&run.key) {
+                    return Ok(Claim::Ignore);
                 }
+                if at.delivered <= 1 {
+                    // Our own create landed though its answer was lost.
+                    return Ok(Claim::Run {
+                        revision: entry.revision,
+                        attempt,
+                    });
+                }
+                lost(at, run, rerunnable, cluster, &entry.value)?
             }
+            Journal::Running { seq, .. } if seq == at.seq && at.delivered <= 1 => {
+                return Ok(Claim::Ignore);
+            }
+            Journal::Running { seq, .. } if seq != at.seq && at.delivered <= 1 => {
+                return Ok(Claim::Elsewhere);
+            }
+            Journal::Running { .. } => lost(at, run, rerunnable, cluster, &entry.value)?,
         };
         match store
             .update(run.key.as_str(), encode(&next), entry.revision)
@@ -136,16 +144,75 @@ pub(crate) async fn claim(
     )))
 }
 
-/// Records how the run held at `revision` ended. `Ok(None)` when it was
-/// recorded; `Ok(Some(outcome))` when another worker took the run over and
-/// recorded its own outcome (the one every caller gets).
+/// The next entry of a run whose previous holder was lost: another
+/// attempt by this worker, or `interrupted`.
+fn lost(
+    at: Delivery<'_>,
+    run: &RunRequest,
+    rerunnable: bool,
+    cluster: &Cluster,
+    recorded: &[u8],
+) -> Result<Journal, toolexec::Error> {
+    let Ok(Journal::Running {
+        worker: lost,
+        attempt,
+        started_ms,
+        ..
+    }) = serde_json::from_slice::<Journal>(recorded)
+    else {
+        return Err(unavailable("journal entry changed shape"));
+    };
+    let out_of_deliveries = at.delivered >= cluster.settings.max_deliver;
+    if rerunnable && !out_of_deliveries {
+        return Ok(Journal::Running {
+            worker: at.worker.to_owned(),
+            instance: at.instance.to_owned(),
+            seq: at.seq,
+            attempt: attempt + 1,
+            tool: run.tool.clone(),
+            started_ms: now_ms(),
+        });
+    }
+    let why = if out_of_deliveries {
+        format!(
+            "it was delivered {} times, the cluster's max_deliver",
+            at.delivered
+        )
+    } else {
+        "the tool is not marked idempotent or read-only, so it was not run again".to_owned()
+    };
+    Ok(Journal::Done {
+        worker: at.worker.to_owned(),
+        outcome: Outcome::Err {
+            error: interrupted(&run.tool, &lost, attempt, started_ms, &why),
+        },
+    })
+}
+
+/// How recording an outcome went.
+#[derive(Debug)]
+pub(crate) enum Finish {
+    /// Recorded: this outcome is the run's.
+    Recorded,
+    /// Another worker took the run over and recorded first: every caller
+    /// gets that outcome.
+    Superseded(Outcome),
+    /// Another worker holds the run now (it took it over): it records and
+    /// settles it; this worker must not acknowledge the message.
+    HeldElsewhere,
+    /// The entry is gone (expired): nothing to compare with; the run ran
+    /// here, so the message is settled.
+    Gone,
+}
+
+/// Records how the run held at `revision` ended.
 pub(crate) async fn finish(
     store: &kv::Store,
     key: &str,
     revision: u64,
     worker: &str,
     outcome: &Outcome,
-) -> Result<Option<Outcome>, toolexec::Error> {
+) -> Result<Finish, toolexec::Error> {
     let done = encode(&Journal::Done {
         worker: worker.to_owned(),
         outcome: outcome.clone(),
@@ -154,11 +221,12 @@ pub(crate) async fn finish(
     let mut last = String::new();
     for _ in 0..8 {
         match store.update(key, done.clone(), revision).await {
-            Ok(_) => return Ok(None),
+            Ok(_) => return Ok(Finish::Recorded),
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
                 return Ok(match read(store, key).await? {
-                    Some(Journal::Done { outcome, .. }) => Some(outcome),
-                    _ => None,
+                    Some(Journal::Done { outcome, .. }) => Finish::Superseded(outcome),
+                    Some(Journal::Running { .. }) => Finish::HeldElsewhere,
+                    None => Finish::Gone,
                 });
             }
             Err(e) => last = e.to_string(),
@@ -200,9 +268,11 @@ fn interrupted(tool: &str, worker: &str, attempt: u32, started_ms: u64, why: &st
     }
 }
 
-fn running(worker: &str, attempt: u32, run: &RunRequest) -> Bytes {
+fn running(at: Delivery<'_>, attempt: u32, run: &RunRequest) -> Bytes {
     encode(&Journal::Running {
-        worker: worker.to_owned(),
+        worker: at.worker.to_owned(),
+        instance: at.instance.to_owned(),
+        seq: at.seq,
         attempt,
         tool: run.tool.clone(),
         started_ms: now_ms(),

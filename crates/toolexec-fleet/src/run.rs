@@ -1,123 +1,211 @@
-//! One run on a worker: claim it in the journal, run it on the worker's
-//! catalog while telling JetStream it is alive, record the outcome, answer
-//! the caller, acknowledge.
+//! One run on a worker: check it, claim it in the journal, run it on the
+//! worker's catalog while telling JetStream it is alive, record the
+//! outcome, answer the caller, acknowledge.
 
 use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
-use toolexec::{ErrorBody, RunOptions, RunResult, StreamEvent, StreamRequest};
+use toolexec::{Error, ErrorBody, LimitKind, RunOptions, RunResult, StreamEvent, StreamRequest};
 
-use crate::journal::{self, Claim};
-use crate::wire::{Event, Outcome, REPLY_HEADER, RunRequest, rerunnable};
+use crate::journal::{self, Claim, Delivery, Finish};
+use crate::wire::{Event, Journal, Outcome, REPLY_HEADER, RunRequest, rerunnable};
 use crate::worker::Worker;
 
-/// Handles one delivered run. Never fails: what cannot be recorded is
-/// left unacknowledged, so JetStream delivers it again.
+/// Longest run key: callers send 32 hex digits.
+const MAX_KEY: usize = 64;
+
+/// Handles one delivered run. Never fails: a run that cannot be recorded
+/// now is delivered again (while deliveries remain), and the last delivery
+/// always settles it, so no run stays in the queue for good.
 pub(crate) async fn handle(worker: &Worker, message: Message) {
-    let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+    let (delivered, seq) = message
+        .info()
+        .map(|i| (i.delivered, i.stream_sequence))
+        .unwrap_or((1, 0));
+    let last = delivered >= worker.cluster.settings.max_deliver;
+    // Replies go to caller inboxes only: never to a subject of the cluster
+    // (a cancellation, the JetStream API) named by whoever published.
     let reply = message
         .headers
         .as_ref()
         .and_then(|h| h.get(REPLY_HEADER))
-        .map(|v| v.as_str().to_owned());
-    let run: RunRequest = match serde_json::from_slice(&message.payload) {
-        Ok(r) => r,
-        Err(e) => {
-            // Nobody can be answered without a key; never deliver it again.
-            tracing::warn!(worker = %worker.id, "dropping an unreadable run: {e}");
-            let _ = message.ack_with(AckKind::Term).await;
-            return;
-        }
-    };
+        .map(|v| v.as_str().to_owned())
+        .filter(|s| s.starts_with("_INBOX.") && !s.contains(['*', '>', ' ']));
     let reply = Reply {
         worker,
         subject: reply,
     };
-    if let Some(wire) = run.code.clone() {
-        // A code run resumes on redelivery: its journal replays.
-        let claim = journal::claim(&worker.cluster, &worker.id, &run, true, delivered).await;
-        let Some((revision, _)) = settle(worker, &run, claim, &reply, &message).await else {
+    let run = match serde_json::from_slice::<RunRequest>(&message.payload) {
+        Ok(r) if valid_key(&r.key) => r,
+        Ok(_) | Err(_) => {
+            // Nobody can be answered without a usable key: never again.
+            tracing::warn!(worker = %worker.id, "dropping an unreadable run");
+            let _ = message.ack_with(AckKind::Term).await;
             return;
-        };
-        let executed = crate::code::execute(
-            &worker.exec,
-            &worker.cluster.journal,
-            &run.key,
-            &worker.id,
-            wire,
-            alive(&message, worker.cluster.settings.heartbeat),
-        )
-        .await;
-        let outcome = match executed {
-            Ok(outcome) => Outcome::Code {
-                outcome: Box::new(outcome),
-            },
-            Err(error) => Outcome::Err { error },
-        };
-        record(worker, &run, revision, outcome, &reply, &message).await;
+        }
+    };
+    if let Err(refusal) = admissible(worker, &run, &message) {
+        // Sent where this worker never runs it: refused, never run.
+        reply
+            .send(&Event::Done {
+                outcome: Outcome::Err {
+                    error: refusal.to_body(),
+                },
+            })
+            .await;
+        let _ = message.ack_with(AckKind::Term).await;
         return;
     }
-    let tool = match worker.exec.catalog().get(&run.tool) {
-        Ok(t) => t,
+    let rerun = match &run.code {
+        // A code run resumes on redelivery: its journal replays.
+        Some(_) => true,
+        None => match worker.exec.catalog().get(&run.tool) {
+            Ok(t) => rerunnable(t.tool()),
+            Err(e) => {
+                // Not in this catalog: another worker of the namespace may
+                // have it; the last delivery tells the caller.
+                if last {
+                    let outcome = Outcome::Err { error: e.to_body() };
+                    finish_unclaimed(worker, &run, outcome, &reply, &message).await;
+                } else {
+                    retry_later(worker, &message).await;
+                }
+                return;
+            }
+        },
+    };
+    let at = Delivery {
+        worker: &worker.id,
+        instance: &worker.instance,
+        seq,
+        delivered,
+    };
+    let holds = |key: &str| worker.state.cancels.lock().contains_key(key);
+    let claim = journal::claim(&worker.cluster, at, &run, rerun, holds).await;
+    let (revision, attempt) = match claim {
+        Ok(Claim::Run { revision, attempt }) => (revision, attempt),
+        Ok(Claim::Finished(outcome)) => {
+            reply.send(&Event::Done { outcome }).await;
+            let _ = message.ack().await;
+            return;
+        }
+        Ok(Claim::Elsewhere) => {
+            let _ = message.ack().await;
+            return;
+        }
+        Ok(Claim::Ignore) => return,
         Err(e) => {
-            // Not a tool of this catalog: another worker of the namespace
-            // may have it; after the last delivery the caller learns it.
-            if delivered < worker.cluster.settings.max_deliver {
-                let _ = message
-                    .ack_with(AckKind::Nak(Some(Duration::from_millis(100))))
+            tracing::warn!(worker = %worker.id, key = %run.key, "{e}");
+            if last {
+                // The journal is unreachable and no delivery remains: the
+                // caller is told, the message settled.
+                reply
+                    .send(&Event::Done {
+                        outcome: Outcome::Err { error: e.to_body() },
+                    })
                     .await;
+                let _ = message.ack_with(AckKind::Term).await;
             } else {
-                let outcome = Outcome::Err { error: e.to_body() };
-                finish_unclaimed(worker, &run, outcome, &reply, &message).await;
+                retry_later(worker, &message).await;
             }
             return;
         }
     };
-    let claim = journal::claim(
-        &worker.cluster,
-        &worker.id,
-        &run,
-        rerunnable(tool.tool()),
-        delivered,
-    )
-    .await;
-    let Some((revision, attempt)) = settle(worker, &run, claim, &reply, &message).await else {
-        return;
-    };
     tracing::debug!(worker = %worker.id, key = %run.key, tool = %run.tool, attempt, "run");
-    let outcome = execute(worker, &run, &reply, &message).await;
+    let cancel = CancellationToken::new();
+    let _holding = Holding::new(worker, &run.key, cancel.clone());
+    let outcome = match run.code.clone() {
+        Some(wire) => {
+            let executed = crate::code::execute(
+                &worker.exec,
+                &worker.cluster.journal,
+                &run.key,
+                &worker.id,
+                &worker.namespaces,
+                wire,
+                alive(&message, worker.cluster.settings.heartbeat),
+            )
+            .await;
+            match executed {
+                Ok(outcome) => Outcome::Code {
+                    outcome: Box::new(outcome),
+                },
+                Err(error) => Outcome::Err { error },
+            }
+        }
+        None => execute(worker, &run, &reply, &message, cancel).await,
+    };
+    let outcome = fit(worker, &run, outcome);
     record(worker, &run, revision, outcome, &reply, &message).await;
 }
 
-/// What a claim leaves to do: `Some((revision, attempt))` to run it; else
-/// it was answered or left for another delivery here.
-async fn settle(
-    worker: &Worker,
-    run: &RunRequest,
-    claim: Result<Claim, toolexec::Error>,
-    reply: &Reply<'_>,
-    message: &Message,
-) -> Option<(u64, u32)> {
-    match claim {
-        Ok(Claim::Run { revision, attempt }) => Some((revision, attempt)),
-        Ok(Claim::Finished(outcome)) => {
-            reply.send(&Event::Done { outcome }).await;
-            let _ = message.ack().await;
-            None
-        }
-        Ok(Claim::Elsewhere) => {
-            let _ = message.ack().await;
-            None
-        }
-        Err(e) => {
-            tracing::warn!(worker = %worker.id, key = %run.key, "{e}");
-            let _ = message
-                .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
-                .await;
-            None
-        }
+/// Runs only where they were sent: a tool of this worker's namespaces on
+/// its namespace's subject, a script on the code subject of a code worker.
+fn admissible(worker: &Worker, run: &RunRequest, message: &Message) -> Result<(), Error> {
+    let names = &worker.cluster.names;
+    let subject = message.subject.as_str();
+    let refuse = |reason: String| Error::NotAllowed {
+        tool: run.tool.clone(),
+        reason,
+    };
+    if run.code.is_some() {
+        return if worker.code && subject == names.code_runs() {
+            Ok(())
+        } else {
+            Err(refuse(format!("worker {} does not run code", worker.id)))
+        };
+    }
+    let namespace = toolexec::ToolIdRef::parse(&run.tool)
+        .map_err(|e| refuse(e.to_string()))?
+        .namespace;
+    let served = worker.namespaces.iter().any(|n| n == namespace);
+    if !served || subject != names.runs(namespace) {
+        return Err(refuse(format!(
+            "worker {} serves namespaces {:?}, and this run came on {subject}",
+            worker.id, worker.namespaces
+        )));
+    }
+    Ok(())
+}
+
+/// A run key as callers make them: KV-key and subject-token safe.
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= MAX_KEY
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Back to the queue, for another worker or a later try: no sooner than a
+/// heartbeat, so a short outage does not use up the deliveries.
+async fn retry_later(worker: &Worker, message: &Message) {
+    let delay = worker.cluster.settings.heartbeat;
+    let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
+}
+
+/// The outcome as it can be recorded: one too large for a NATS message
+/// becomes `limit_exceeded` (recorded, so it is never run again for want
+/// of room).
+fn fit(worker: &Worker, run: &RunRequest, outcome: Outcome) -> Outcome {
+    let max = worker.cluster.client.server_info().max_payload;
+    // Room for the journal entry's envelope.
+    let size = serde_json::to_vec(&outcome).map_or(usize::MAX, |v| v.len()) + 1024;
+    if size <= max {
+        return outcome;
+    }
+    Outcome::Err {
+        error: Error::limit_exceeded(
+            LimitKind::OutputBytes,
+            format!(
+                "the result of {} ({size} bytes) is over the NATS server's max_payload \
+                 ({max} bytes), so it cannot be recorded",
+                run.tool
+            ),
+        )
+        .to_body(),
     }
 }
 
@@ -130,29 +218,37 @@ async fn record(
     reply: &Reply<'_>,
     message: &Message,
 ) {
-    match journal::finish(
+    let finished = journal::finish(
         &worker.cluster.journal,
         &run.key,
         revision,
         &worker.id,
         &outcome,
     )
-    .await
-    {
-        Ok(None) => {
+    .await;
+    match finished {
+        Ok(Finish::Recorded) => {
             reply.send(&Event::Done { outcome }).await;
             let _ = message.ack().await;
         }
-        Ok(Some(recorded)) => {
-            // Another worker took the run over and recorded first: every
-            // caller gets that outcome.
+        Ok(Finish::Superseded(recorded)) => {
             reply.send(&Event::Done { outcome: recorded }).await;
+            let _ = message.ack().await;
+        }
+        Ok(Finish::HeldElsewhere) => {
+            // Taken over while this worker seemed lost: the holder
+            // records, answers and settles the message.
+            tracing::warn!(worker = %worker.id, key = %run.key, "the run was taken over");
+        }
+        Ok(Finish::Gone) => {
+            tracing::warn!(worker = %worker.id, key = %run.key, "the run's journal entry expired");
+            reply.send(&Event::Done { outcome }).await;
             let _ = message.ack().await;
         }
         Err(e) => {
             // The outcome could not be recorded: the caller still gets it,
-            // and the message is left to be delivered again, where the
-            // journal (still `running`) decides.
+            // and the message is delivered again, where the journal (still
+            // `running`) decides.
             tracing::error!(worker = %worker.id, key = %run.key, "{e}");
             reply.send(&Event::Done { outcome }).await;
         }
@@ -166,13 +262,8 @@ async fn execute(
     run: &RunRequest,
     reply: &Reply<'_>,
     message: &Message,
+    cancel: CancellationToken,
 ) -> Outcome {
-    let cancel = CancellationToken::new();
-    worker
-        .state
-        .cancels
-        .lock()
-        .insert(run.key.clone(), cancel.clone());
     let options = RunOptions {
         timeout: run.timeout_ms.map(Duration::from_millis),
         cancel: Some(cancel),
@@ -188,7 +279,7 @@ async fn execute(
     // tick still waits for the timer wheel's next millisecond).
     let every = worker.cluster.settings.heartbeat;
     let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    let outcome = loop {
+    loop {
         let event = tokio::select! {
             event = events.next_event() => event,
             _ = heartbeat.tick() => {
@@ -213,27 +304,50 @@ async fn execute(
             }
             Some(StreamEvent::Chunk { data, .. }) => reply.send(&Event::Chunk { data }).await,
             Some(StreamEvent::Done { result }) => match *result {
-                RunResult::Tool(output) => break Outcome::Ok { output },
+                RunResult::Tool(output) => return Outcome::Ok { output },
                 RunResult::Chain(_) => {
-                    break Outcome::Err {
+                    return Outcome::Err {
                         error: internal("a tool run produced a chain result"),
                     };
                 }
             },
-            Some(StreamEvent::Error { error }) => break Outcome::Err { error },
+            Some(StreamEvent::Error { error }) => return Outcome::Err { error },
             None => {
-                break Outcome::Err {
+                return Outcome::Err {
                     error: internal("the run ended without a result"),
                 };
             }
         }
-    };
-    worker.state.cancels.lock().remove(&run.key);
-    outcome
+    }
+}
+
+/// A run this process holds: cancellable by its caller, and known to the
+/// claim (a stale copy of its message is left alone). Released on drop,
+/// whatever way the run ends.
+struct Holding<'a> {
+    worker: &'a Worker,
+    key: String,
+}
+
+impl<'a> Holding<'a> {
+    fn new(worker: &'a Worker, key: &str, cancel: CancellationToken) -> Self {
+        worker.state.cancels.lock().insert(key.to_owned(), cancel);
+        Holding {
+            worker,
+            key: key.to_owned(),
+        }
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.worker.state.cancels.lock().remove(&self.key);
+    }
 }
 
 /// Records and sends the outcome of a run that was never claimed (its
-/// tool is not in this catalog).
+/// tool is not in this catalog), unless something is recorded already:
+/// then the message goes back to the queue for whoever holds it.
 async fn finish_unclaimed(
     worker: &Worker,
     run: &RunRequest,
@@ -241,15 +355,35 @@ async fn finish_unclaimed(
     reply: &Reply<'_>,
     message: &Message,
 ) {
-    let done = crate::wire::Journal::Done {
+    let done = Journal::Done {
         worker: worker.id.clone(),
         outcome: outcome.clone(),
     };
     let bytes = Bytes::from(serde_json::to_vec(&done).expect("journal entries serialize"));
-    // Only where nothing is recorded: never over another worker's result.
-    let _ = worker.cluster.journal.create(run.key.as_str(), bytes).await;
-    reply.send(&Event::Done { outcome }).await;
-    let _ = message.ack().await;
+    if worker
+        .cluster
+        .journal
+        .create(run.key.as_str(), bytes)
+        .await
+        .is_ok()
+    {
+        reply.send(&Event::Done { outcome }).await;
+        let _ = message.ack().await;
+        return;
+    }
+    // Something is recorded: a result to send again, or a holder (of this
+    // message, which settles it; of another with the same key).
+    match journal::read(&worker.cluster.journal, &run.key).await {
+        Ok(Some(Journal::Done { outcome, .. })) => {
+            reply.send(&Event::Done { outcome }).await;
+            let _ = message.ack().await;
+        }
+        Ok(Some(Journal::Running { seq, .. }))
+            if message.info().is_ok_and(|i| i.stream_sequence == seq) => {}
+        _ => {
+            let _ = message.ack_with(AckKind::Term).await;
+        }
+    }
 }
 
 /// Renews `message` every `every` for as long as it is polled: run beside
@@ -263,10 +397,10 @@ async fn alive(message: &Message, every: Duration) {
 }
 
 fn internal(message: &str) -> ErrorBody {
-    toolexec::Error::backend_unavailable("fleet", message).to_body()
+    Error::backend_unavailable("fleet", message).to_body()
 }
 
-/// The caller's reply subject, if it gave one.
+/// The caller's reply subject, if it gave a usable one.
 struct Reply<'a> {
     worker: &'a Worker,
     subject: Option<String>,

@@ -7,7 +7,7 @@ use toolexec::{Error, Secret};
 
 /// One cluster: its NATS servers, its name and the timings every member
 /// must share. The gateway's `[cluster]` and `toolexec worker` build it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClusterSettings {
     /// NATS server URLs (`nats://host:4222`, `tls://host:4222`).
     pub urls: Vec<String>,
@@ -21,14 +21,31 @@ pub struct ClusterSettings {
     /// Runs queued beyond this are refused with `backend_unavailable`
     /// (the fleet is saturated) instead of waiting without bound.
     pub max_queue: i64,
-    /// How long the journal keeps a finished run's result, so a retry with
-    /// the same idempotency key gets it instead of running again.
+    /// How long the journal keeps a run's entry (at least an hour, and
+    /// longer than any run), so a retry with the same idempotency key gets
+    /// the result instead of running again; queued runs older than this
+    /// are dropped.
     pub journal_ttl: Duration,
     /// Deliveries of one run before it ends as `interrupted` whatever the
     /// tool: bounds a run that kills every worker it lands on.
     pub max_deliver: i64,
     /// Credentials and TLS.
     pub security: Security,
+}
+
+impl std::fmt::Debug for ClusterSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
+        f.debug_struct("ClusterSettings")
+            .field("urls", &urls)
+            .field("name", &self.name)
+            .field("heartbeat", &self.heartbeat)
+            .field("max_queue", &self.max_queue)
+            .field("journal_ttl", &self.journal_ttl)
+            .field("max_deliver", &self.max_deliver)
+            .field("security", &self.security)
+            .finish()
+    }
 }
 
 impl ClusterSettings {
@@ -56,7 +73,7 @@ impl ClusterSettings {
             if !url.contains("://") || !matches!(scheme, "nats" | "tls") {
                 return Err(Error::invalid_request(
                     "cluster.nats",
-                    format!("{url:?} is not a nats:// or tls:// URL"),
+                    format!("{:?} is not a nats:// or tls:// URL", redact(url)),
                 ));
             }
         }
@@ -79,10 +96,12 @@ impl ClusterSettings {
                 "must be at least 2 (a lost worker's runs are delivered again)",
             ));
         }
-        if self.journal_ttl < Duration::from_secs(60) {
+        // A run's entry must outlive the run: an entry expired mid-run
+        // would let a redelivery run it again.
+        if self.journal_ttl < Duration::from_secs(3600) {
             return Err(Error::invalid_request(
                 "cluster.journal_ttl",
-                "must be at least 60s",
+                "must be at least 1h (longer than any run)",
             ));
         }
         Ok(())
@@ -119,6 +138,14 @@ pub struct Security {
     pub ca_file: Option<PathBuf>,
     /// Refuse servers that do not offer TLS.
     pub require_tls: bool,
+}
+
+/// `url` without the credentials it may carry (`nats://user:pass@host`).
+pub(crate) fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),
+        _ => url.to_owned(),
+    }
 }
 
 /// Checks a name used as one NATS subject token and in stream names.

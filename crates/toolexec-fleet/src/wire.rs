@@ -35,6 +35,10 @@ pub(crate) enum Journal {
     /// A worker started the run (attempt `attempt`, from 1).
     Running {
         worker: String,
+        /// The worker process (a restarted worker is another instance).
+        instance: String,
+        /// The stream sequence of the message being run.
+        seq: u64,
         attempt: u32,
         tool: String,
         started_ms: u64,

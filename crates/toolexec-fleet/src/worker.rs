@@ -21,6 +21,9 @@ use crate::run;
 use crate::settings::check_token;
 use crate::wire::{Advert, ToolDef};
 
+/// Most runs one pull asks for.
+const MAX_BATCH: usize = 256;
+
 /// What a worker serves.
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {
@@ -40,10 +43,13 @@ pub struct Worker {
     pub(crate) cluster: Cluster,
     pub(crate) exec: Exec,
     pub(crate) id: String,
-    namespaces: Vec<String>,
+    /// This process's instance (a restarted worker with the same id is
+    /// another instance): journal entries name the instance holding a run.
+    pub(crate) instance: String,
+    pub(crate) namespaces: Vec<String>,
     consumers: Vec<(String, PullConsumer)>,
     capacity: usize,
-    code: bool,
+    pub(crate) code: bool,
     pub(crate) state: Arc<State>,
 }
 
@@ -126,16 +132,30 @@ impl Worker {
                 max_ack_pending: -1,
                 ..Default::default()
             };
+            let (ack_wait, max_deliver) = (config.ack_wait, config.max_deliver);
             let consumer: PullConsumer = stream
                 .get_or_create_consumer(&durable, config)
                 .await
                 .map_err(|e| unavailable(format!("consumer {durable}: {e}")))?;
+            let have = &consumer.cached_info().config;
+            if have.ack_wait != ack_wait || have.max_deliver != max_deliver {
+                tracing::warn!(
+                    consumer = %durable,
+                    "the consumer's ack wait ({:?}) or max_deliver ({}) differ from this \
+                     worker's heartbeat-derived {ack_wait:?} and {max_deliver}: the cluster's \
+                     members disagree on heartbeat or max_deliver, and the consumer's are in force",
+                    have.ack_wait,
+                    have.max_deliver
+                );
+            }
             consumers.push((ns, consumer));
         }
+        let instance = format!("{id}.{}", crate::client::random_key());
         let worker = Worker {
             cluster,
             exec,
             id,
+            instance,
             namespaces: options.namespaces,
             consumers,
             capacity: options.capacity,
@@ -245,7 +265,9 @@ async fn pull_loop(
         .max(Duration::from_secs(1));
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
-        // At least one free slot before asking for runs.
+        // Slots reserved before asking: at least one, and the pull asks
+        // for as many runs as it holds slots, so no run waits here
+        // unrenewed (the namespaces' loops share the slots).
         let first = tokio::select! {
             permit = slots.clone().acquire_owned() => match permit {
                 Ok(p) => p,
@@ -253,10 +275,16 @@ async fn pull_loop(
             },
             () = shutdown.cancelled() => return,
         };
-        let free = slots.available_permits() + 1;
+        let mut permits = vec![first];
+        while permits.len() < MAX_BATCH {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
         let batch = consumer
             .batch()
-            .max_messages(free)
+            .max_messages(permits.len())
             .expires(expires)
             .messages()
             .await;
@@ -268,35 +296,34 @@ async fn pull_loop(
             Err(e) => {
                 failures += 1;
                 tracing::warn!(worker = %worker.id, namespace = %ns, "pulling runs failed: {e}");
-                drop(first);
+                drop(permits);
                 tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(10)))).await;
                 continue;
             }
         };
-        let mut first = Some(first);
         // The server ends a pull request when it expires; one lost to a
         // server restart never ends, so the worker stops waiting on it
         // itself (async-nats waits five more seconds).
         let deadline = tokio::time::Instant::now() + expires + Duration::from_millis(250);
-        while let Ok(Some(message)) = tokio::time::timeout_at(deadline, batch.next()).await {
-            let message = match message {
-                Ok(m) => m,
-                Err(e) => {
+        loop {
+            let next = tokio::select! {
+                next = tokio::time::timeout_at(deadline, batch.next()) => next,
+                // Draining: the batch is dropped; a run the server sends
+                // to it meanwhile is delivered again after the ack wait.
+                () = shutdown.cancelled() => break,
+            };
+            let message = match next {
+                Ok(Some(Ok(m))) => m,
+                Ok(Some(Err(e))) => {
                     tracing::debug!(worker = %worker.id, namespace = %ns, "pull: {e}");
                     continue;
                 }
+                Ok(None) | Err(_) => break,
             };
-            if shutdown.is_cancelled() {
-                // Draining: straight back to the other workers.
+            let Some(permit) = permits.pop() else {
+                // More than asked for: back to the queue at once.
                 let _ = message.ack_with(AckKind::Nak(None)).await;
                 continue;
-            }
-            let permit = match first.take() {
-                Some(p) => p,
-                None => match slots.clone().acquire_owned().await {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
             };
             let worker = worker.clone();
             worker.state.in_flight.fetch_add(1, Ordering::SeqCst);

@@ -510,6 +510,7 @@ async fn a_nats_restart_loses_nothing() {
     nats.restart();
     let restarted = Instant::now();
     let (mut ok, mut failed) = (0, 0);
+    let mut failures = BTreeMap::<String, usize>::new();
     for (n, result) in futures::future::join_all(tasks)
         .await
         .into_iter()
@@ -529,6 +530,9 @@ async fn a_nats_restart_loses_nothing() {
                     ),
                     "call {n}: {e}"
                 );
+                let message = e.to_string();
+                let kind = message.split(':').take(3).collect::<Vec<_>>().join(":");
+                *failures.entry(kind).or_insert(0) += 1;
                 failed += 1;
             }
         }
@@ -543,7 +547,7 @@ async fn a_nats_restart_loses_nothing() {
         .unwrap();
     assert_eq!(out.value, json!({"n": 99_999, "hits": 1}));
     eprintln!(
-        "fleet restart: {ok} ok, {failed} failed, all done {:.1?} after the restart",
+        "fleet restart: {ok} ok, {failed} failed {failures:?}, all done {:.1?} after the restart",
         restarted.elapsed()
     );
 }
