@@ -29,16 +29,23 @@ struct Nats {
     port: u16,
     bin: String,
     store: TempDir,
+    extra: Vec<String>,
 }
 
 impl Nats {
     fn start(test: &str) -> Option<Nats> {
+        Nats::start_with(test, &[])
+    }
+
+    /// A server started with `extra` arguments (TLS, authentication).
+    fn start_with(test: &str, extra: &[&str]) -> Option<Nats> {
         let bin = dep(test, "TOOLEXEC_NATS_SERVER")?;
         let mut nats = Nats {
             server: None,
             port: free_port(),
             bin,
             store: TempDir::new("nats"),
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
         };
         nats.restart();
         Some(nats)
@@ -48,15 +55,11 @@ impl Nats {
     fn restart(&mut self) {
         let port = self.port.to_string();
         let store = self.store.path().to_str().unwrap().to_owned();
-        let mut server = Background::spawn(std::process::Command::new(&self.bin).args([
-            "-js",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-sd",
-            &store,
-        ]));
+        let mut server = Background::spawn(
+            std::process::Command::new(&self.bin)
+                .args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd", &store])
+                .args(&self.extra),
+        );
         server.wait_listening(self.port);
         self.server = Some(server);
     }
@@ -664,4 +667,105 @@ async fn a_durable_code_run_survives_its_worker() {
     );
     let hits = ledger_hits(ledger_port);
     assert_eq!((hits.get(&3), hits.get(&4)), (Some(&1), None), "{hits:?}");
+}
+
+/// A server with TLS (a CA made here) and a token: a member with the CA
+/// and the token (from a secret source) joins, by library and by
+/// `toolexec.toml`; a wrong token, or no CA, is a clear
+/// `backend_unavailable` naming what failed, never a connection in the
+/// clear, and never shows the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_token_are_enforced() {
+    const TEST: &str = "tls_and_token_are_enforced";
+    let dir = TempDir::new("fleet-tls");
+    let ca = toolexec_testkit::tls::TestCa::new("fleet test CA");
+    let server = ca.issue(
+        &["127.0.0.1", "localhost"],
+        toolexec_testkit::tls::Usage::Server,
+    );
+    let cert = dir.write("server.pem", &server.cert_pem);
+    let key = dir.write("server.key", &server.key_pem);
+    let ca_file = dir.write("ca.pem", &ca.cert_pem);
+    let token = "s3cret-fleet-token";
+    let Some(nats) = Nats::start_with(
+        TEST,
+        &[
+            "--tls",
+            "--tlscert",
+            cert.to_str().unwrap(),
+            "--tlskey",
+            key.to_str().unwrap(),
+            "--auth",
+            token,
+        ],
+    ) else {
+        return;
+    };
+    let url = format!("tls://127.0.0.1:{}", nats.port);
+    let settings = |token: &str, ca: bool| {
+        let mut s = ClusterSettings::new(vec![url.clone()], "secure");
+        s.security.token = Some(toolexec::Secret::new(token));
+        s.security.ca_file = ca.then(|| ca_file.clone());
+        s.security.require_tls = true;
+        s
+    };
+    Cluster::connect(settings(token, true), "test")
+        .await
+        .unwrap();
+    for (what, s) in [
+        ("wrong token", settings("wrong", true)),
+        ("no CA", settings(token, false)),
+    ] {
+        let err = Cluster::connect(s, "test").await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::BackendUnavailable, "{what}: {err}");
+        assert!(
+            err.to_string().contains("cannot connect to NATS"),
+            "{what}: {err}"
+        );
+        assert!(!err.to_string().contains("s3cret"), "{what}: {err}");
+    }
+
+    // The CLI: the token from the environment, the CA by path.
+    let config = dir.write(
+        "secure.toml",
+        &format!(
+            "[builtins]\nenabled = [\"math\"]\n[cluster]\nnats = {}\nname = \"secure\"\n\
+             token = {{ env = \"FLEET_TOKEN\" }}\nca_file = \"ca.pem\"\nrequire_tls = true\n",
+            toml_str(&url)
+        ),
+    );
+    let config = config.to_str().unwrap();
+    let _worker = {
+        let mut w = Background::spawn(
+            toolexec(
+                dir.path(),
+                &[
+                    "--config",
+                    config,
+                    "worker",
+                    "--namespace",
+                    "math",
+                    "--id",
+                    "s0",
+                ],
+            )
+            .env("FLEET_TOKEN", token),
+        );
+        w.wait_stdout_line("worker ");
+        w
+    };
+    let out = run(toolexec(
+        dir.path(),
+        &["--config", config, "--json", "cluster", "status"],
+    )
+    .env("FLEET_TOKEN", token));
+    out.expect_code(0);
+    assert_eq!(out.json()["workers"][0]["id"], "s0", "{out}");
+    let out = run(
+        toolexec(dir.path(), &["--config", config, "cluster", "status"])
+            .env("FLEET_TOKEN", "wrong-one"),
+    );
+    assert_ne!(out.code(), Some(0), "{out}");
+    assert!(out.stderr.contains("backend_unavailable"), "{out}");
+    assert!(!out.stderr.contains("wrong-one"), "{out}");
 }
