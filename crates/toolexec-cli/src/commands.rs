@@ -142,10 +142,18 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
         | Command::Cluster(_) => Ok(EXIT_USAGE),
         Command::Serve(_) => {
             let plan = serve_plan.expect("planned before connecting");
-            crate::serve::serve(exec, runtimes.clone(), upstreams.clone(), plan, telemetry)
-                .await
-                .map(|()| EXIT_OK)
-                .map_err(Failure::Error)
+            let code_fleet = fleet.filter(|_| config.cluster.code);
+            crate::serve::serve(
+                exec,
+                runtimes.clone(),
+                upstreams.clone(),
+                code_fleet,
+                plan,
+                telemetry,
+            )
+            .await
+            .map(|()| EXIT_OK)
+            .map_err(Failure::Error)
         }
     };
     for upstream in upstreams {

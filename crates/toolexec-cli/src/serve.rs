@@ -144,6 +144,7 @@ pub(crate) async fn serve(
     exec: Exec,
     runtimes: Arc<Runtimes>,
     upstreams: Vec<Arc<Upstream>>,
+    code_fleet: Option<Arc<toolexec_fleet::FleetClient>>,
     plan: Plan,
     telemetry: &Telemetry,
 ) -> Result<(), Error> {
@@ -159,6 +160,10 @@ pub(crate) async fn serve(
                 ..CodeModeOptions::default()
             },
             runtimes: Some(runtimes),
+            // `[cluster] code = true`: scripts run on the fleet, durably.
+            code_executor: code_fleet.map(|fleet| {
+                Arc::new(toolexec_fleet::FleetCode(fleet)) as Arc<dyn toolexec_code::CodeExecutor>
+            }),
             runs: plan.runs,
         },
         upstreams.clone(),

@@ -136,7 +136,7 @@ pub use allow::glob_match;
 pub use engine::{CodeEngine, DEFAULT_MAX_CONCURRENT, MAX_QUEUED_PER_WORKER, PoolStats};
 pub use outcome::{CodeLimit, CodeOutcome, CodeStatus, ToolCallRecord};
 pub use request::{CodeLimits, CodeRequest};
-pub use runner::{CANCEL_GRACE, CodeRunner, Placement};
+pub use runner::{CANCEL_GRACE, CodeExecutor, CodeRunner, Placement};
 pub use ts::{typescript_declaration, typescript_declarations};
 pub use unit::{
     InProcessRuntime, code_limits_from_runtime, outcome_from_run, runtime_limits_from_code, worker,

@@ -52,6 +52,28 @@ impl Placement {
     }
 }
 
+/// Something that runs code-mode scripts: a [`CodeRunner`] on this
+/// machine, or a fleet of workers elsewhere. The MCP gateway's
+/// `execute_code` takes one.
+pub trait CodeExecutor: Send + Sync + std::fmt::Debug {
+    /// Runs `request`, as [`CodeRunner::run`] does: `cancel` stops it.
+    fn execute<'a>(
+        &'a self,
+        request: CodeRequest,
+        cancel: &'a CancellationToken,
+    ) -> toolexec::BoxFuture<'a, Result<CodeOutcome, ErrorBody>>;
+}
+
+impl CodeExecutor for CodeRunner {
+    fn execute<'a>(
+        &'a self,
+        request: CodeRequest,
+        cancel: &'a CancellationToken,
+    ) -> toolexec::BoxFuture<'a, Result<CodeOutcome, ErrorBody>> {
+        Box::pin(self.run(request, cancel))
+    }
+}
+
 /// Runs code-mode scripts where the profile says, at most `max_concurrent`
 /// at a time, with tools from one [`Exec`]. Cheap to share: build one per
 /// front end.

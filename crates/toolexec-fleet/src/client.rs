@@ -442,6 +442,26 @@ impl FleetClient {
     }
 }
 
+/// The fleet as a [`CodeExecutor`](toolexec_code::CodeExecutor): the MCP
+/// gateway's `execute_code` scripts run as durable code runs.
+#[derive(Debug, Clone)]
+pub struct FleetCode(pub Arc<FleetClient>);
+
+impl toolexec_code::CodeExecutor for FleetCode {
+    fn execute<'a>(
+        &'a self,
+        request: toolexec_code::CodeRequest,
+        cancel: &'a toolexec::CancellationToken,
+    ) -> BoxFuture<'a, Result<toolexec_code::CodeOutcome, ErrorBody>> {
+        Box::pin(async move {
+            self.0
+                .execute_code(&request, cancel)
+                .await
+                .map_err(|e| e.to_body())
+        })
+    }
+}
+
 /// Sends the worker a cancellation when a call is abandoned (its caller
 /// cancelled, its deadline passed, or the future was dropped).
 /// A run still queued is settled as cancelled in the journal, so no

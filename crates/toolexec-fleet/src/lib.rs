@@ -35,7 +35,7 @@ mod status;
 mod wire;
 mod worker;
 
-pub use client::{FleetClient, with_idempotency_key};
+pub use client::{FleetClient, FleetCode, with_idempotency_key};
 pub use cluster::Cluster;
 pub use settings::{ClusterSettings, Security};
 pub use status::{ClusterStatus, NamespaceStatus, WorkerStatus, status};

@@ -769,3 +769,75 @@ async fn tls_and_token_are_enforced() {
     assert!(out.stderr.contains("backend_unavailable"), "{out}");
     assert!(!out.stderr.contains("wrong-one"), "{out}");
 }
+
+/// `toolexec serve` in front of the fleet: the workers' tools are listed
+/// and called like local ones (`[cluster] namespaces`), and `execute_code`
+/// scripts run as durable code runs on a code worker (`[cluster] code`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_sends_calls_and_scripts_to_the_fleet() {
+    const TEST: &str = "the_gateway_sends_calls_and_scripts_to_the_fleet";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "front", ledger_port, "");
+    let _w = worker_with(dir.path(), &config, "g0", 4, &["--code"]);
+    let gateway_config = dir.write(
+        "gateway.toml",
+        &format!(
+            "[builtins]\nenabled = [\"text\"]\n[cluster]\nnats = {}\nname = \"front\"\n\
+             heartbeat = \"{HEARTBEAT}\"\nnamespaces = [\"ledger\"]\ncode = true\n",
+            toml_str(nats.url())
+        ),
+    );
+    let mut s = crate::support::StdioSession::start(&mut toolexec(
+        dir.path(),
+        &[
+            "--config",
+            gateway_config.to_str().unwrap(),
+            "serve",
+            "--expose",
+            "both",
+        ],
+    ));
+    let names = s.tool_names(2);
+    assert!(names.contains(&"ledger__hit".to_owned()), "{names:?}");
+    assert!(!names.contains(&"math__add".to_owned()), "{names:?}");
+    let r = s.request(
+        3,
+        "tools/call",
+        json!({"name": "ledger__hit", "arguments": {"n": 21, "sleep_ms": 0}}),
+    );
+    assert_eq!(
+        r["result"]["structuredContent"],
+        json!({"n": 21, "hits": 1}),
+        "{r}"
+    );
+    let script = "const r = await tools.ledger.hit({n: 22, sleep_ms: 0}); return r.hits;";
+    let r = s.request(
+        4,
+        "tools/call",
+        json!({"name": "execute_code", "arguments": {"code": script}}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(r["result"]["structuredContent"]["value"], 1, "{r}");
+    // The script ran on the worker: its calls reach the worker's
+    // namespaces only, never the gateway's own tools.
+    let script = "return await tools.text.case({text: 'a', to: 'upper'});";
+    let r = s.request(
+        5,
+        "tools/call",
+        json!({"name": "execute_code", "arguments": {"code": script}}),
+    );
+    assert!(r.to_string().contains("not_allowed"), "{r}");
+    assert!(s.finish().success(), "{}", s.stderr());
+    let hits = ledger_hits(ledger_port);
+    assert_eq!(
+        (hits.get(&21), hits.get(&22)),
+        (Some(&1), Some(&1)),
+        "{hits:?}"
+    );
+}

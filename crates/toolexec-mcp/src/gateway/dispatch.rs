@@ -129,7 +129,8 @@ impl Gateway {
     }
 
     /// Runs a script through the gateway's
-    /// [`CodeRunner`](toolexec_code::CodeRunner). The client's cancellation
+    /// [`CodeExecutor`](toolexec_code::CodeExecutor) (its own
+    /// [`CodeRunner`](toolexec_code::CodeRunner), or a fleet). The client's cancellation
     /// stops the script at once and cancels its tool calls in flight; the
     /// answer is then `cancelled`.
     #[cfg(feature = "code")]
@@ -140,7 +141,7 @@ impl Gateway {
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
         let request = CodeRequest { code, limits };
-        let outcome = self.shared.code.run(request, &context.ct).await;
+        let outcome = self.shared.code.execute(request, &context.ct).await;
         if context.ct.is_cancelled() {
             return result::error(&ErrorBody {
                 code: ErrorCode::Cancelled,

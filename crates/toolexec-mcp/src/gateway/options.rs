@@ -95,6 +95,11 @@ pub struct GatewayOptions {
     /// process). Feature `code`.
     #[cfg(feature = "code")]
     pub runtimes: Option<Arc<Runtimes>>,
+    /// Runs `execute_code` scripts instead of a runner of the gateway's own
+    /// (the fleet's durable code runs, `toolexec-fleet`). `None`: scripts
+    /// run as [`CodeModeOptions::profile`] says. Feature `code`.
+    #[cfg(feature = "code")]
+    pub code_executor: Option<Arc<dyn toolexec_code::CodeExecutor>>,
     /// How many tool runs (`run_tool`, `run_chain`, direct tools) may be in
     /// flight and waiting, over all clients.
     pub runs: RunLimits,
@@ -111,6 +116,8 @@ impl Default for GatewayOptions {
             code: CodeModeOptions::default(),
             #[cfg(feature = "code")]
             runtimes: None,
+            #[cfg(feature = "code")]
+            code_executor: None,
             runs: RunLimits::default(),
         }
     }

@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use toolexec::Exec;
 #[cfg(feature = "code")]
-use toolexec_code::CodeRunner;
+use toolexec_code::{CodeExecutor, CodeRunner};
 
 use super::limits::RunSlots;
 use super::options::GatewayOptions;
@@ -59,7 +59,7 @@ pub(super) struct Shared {
     /// Runs `execute_code` scripts where the code profile says, at most
     /// `code.max_concurrent` at once over every connection.
     #[cfg(feature = "code")]
-    pub(super) code: CodeRunner,
+    pub(super) code: Arc<dyn CodeExecutor>,
     /// Bounds tool runs over every connection.
     pub(super) runs: RunSlots,
     /// Initialized clients, to notify of list changes.
@@ -111,12 +111,15 @@ impl Gateway {
     ) -> Self {
         let changes = options.expose.direct().then(|| exec.catalog().subscribe());
         #[cfg(feature = "code")]
-        let code = CodeRunner::new(
-            exec.clone(),
-            options.code.profile,
-            options.runtimes.clone(),
-            options.code.max_concurrent,
-        );
+        let code: Arc<dyn CodeExecutor> = match &options.code_executor {
+            Some(executor) => executor.clone(),
+            None => Arc::new(CodeRunner::new(
+                exec.clone(),
+                options.code.profile,
+                options.runtimes.clone(),
+                options.code.max_concurrent,
+            )),
+        };
         let runs = RunSlots::new(options.runs);
         Gateway {
             shared: Arc::new(Shared {
