@@ -106,6 +106,26 @@ fn errors_name_file_line_and_key() {
             "gateway.expose",
         ),
         (
+            "[cluster]\nnamespaces = [\"billing\"]\n",
+            "2:",
+            "cluster.namespaces",
+        ),
+        (
+            "[cluster]\nnats = \"http://h:4222\"\n",
+            "2:",
+            "cluster.nats",
+        ),
+        (
+            "[cluster]\nnats = \"nats://h:4222\"\nheartbeat = \"5ms\"\n",
+            "3:",
+            "cluster.heartbeat",
+        ),
+        (
+            "[cluster]\nnats = \"nats://h:4222\"\ntoken = { env = \"TOOLEXEC_SURELY_UNSET\" }\n",
+            "3:",
+            "cluster.token",
+        ),
+        (
             "[[policy.rules]]\neffect = \"allow\"\nannotations = { fooHint = true }\n",
             "3:",
             "policy.rules[0].annotations.fooHint",
@@ -335,4 +355,27 @@ leeway = "30s"
         let err = parse(text).unwrap_err().to_string();
         assert!(err.contains(key), "{text:?}: {err}");
     }
+}
+
+#[test]
+fn cluster_and_worker_tables() {
+    let c = parse(
+        "[cluster]\nnats = [\"nats://a:4222\", \"tls://b:4222\"]\nname = \"prod\"\n\
+         namespaces = [\"billing\"]\ncode = true\nheartbeat = \"1s\"\nmax_queue = 50\n\
+         token = \"t0ken\"\n[worker]\nnamespaces = [\"search\"]\ncapacity = 4\ncode = true\n",
+    )
+    .unwrap();
+    let settings = c.cluster.settings.as_ref().unwrap();
+    assert_eq!(settings.urls, ["nats://a:4222", "tls://b:4222"]);
+    assert_eq!(settings.name, "prod");
+    assert_eq!(settings.heartbeat, std::time::Duration::from_secs(1));
+    assert_eq!(settings.max_queue, 50);
+    assert_eq!(c.cluster.namespaces, ["billing"]);
+    assert!(c.cluster.code);
+    assert_eq!(c.cluster.worker.namespaces, ["search"]);
+    assert_eq!(c.cluster.worker.capacity, Some(4));
+    assert!(c.cluster.worker.code);
+    assert!(!format!("{c:?}").contains("t0ken"));
+    // No [cluster]: nothing goes to a fleet.
+    assert!(parse("").unwrap().cluster.settings.is_none());
 }
