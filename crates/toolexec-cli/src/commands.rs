@@ -128,9 +128,18 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
         Command::Worker(args) => crate::fleet::worker(exec, &config.cluster, args, json).await,
         Command::Chain(args) => chain(&exec, args, json).await,
         Command::Code(args) => {
-            // `[cluster] code = true`: scripts run on the fleet.
+            // `[cluster] code = true`: scripts run on the fleet, in process
+            // there (`standard`): a hardened script never goes there.
             let fleet = fleet.filter(|_| config.cluster.code);
-            crate::code::run(&exec, &runtimes, fleet, args, json).await
+            if fleet.is_some() && args.profile == crate::args::CodeProfile::Hardened {
+                Err(Failure::Error(Error::invalid_request(
+                    "profile",
+                    "code runs on the fleet ([cluster] code) are `standard`; run hardened \
+                     scripts without [cluster] code",
+                )))
+            } else {
+                crate::code::run(&exec, &runtimes, fleet, args, json).await
+            }
         }
         Command::Runtimes => crate::runtimes::list(&runtimes, json)
             .map(|()| EXIT_OK)

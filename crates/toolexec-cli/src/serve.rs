@@ -57,6 +57,15 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
         Some(CodeProfile::Hardened) => Profile::Hardened,
         None => config.gateway.code_profile.unwrap_or(Profile::Standard),
     };
+    if config.cluster.code && code_profile == Profile::Hardened {
+        // Fleet workers run scripts in process (QuickJS with enforced
+        // limits, the `standard` profile): never labelled hardened.
+        return Err(Error::invalid_request(
+            "cluster.code",
+            "code runs on the fleet are `standard` (in process on the worker); the hardened \
+             code profile needs them local (remove [cluster] code)",
+        ));
+    }
     let runs = config.gateway.runs;
     let metrics = match args.metrics.as_deref() {
         Some(addr) => {

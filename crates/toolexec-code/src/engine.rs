@@ -137,6 +137,13 @@ impl CodeEngine {
         }
     }
 
+    /// An engine over `tools` sharing this engine's worker pool: one pool
+    /// bounds the threads of many engines (one per run, each with tools of
+    /// its own, such as a journal).
+    pub fn sharing_pool(&self, tools: Arc<dyn ToolAccess>) -> Self {
+        Self::with_tools_in(tools, self.pool.clone())
+    }
+
     /// An engine over `tools` sharing `pool` (one engine per run, one pool
     /// per runtime).
     pub(crate) fn with_tools_in(tools: Arc<dyn ToolAccess>, pool: Pool) -> Self {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::kv;
 use bytes::Bytes;
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -23,6 +24,10 @@ use crate::wire::{Advert, Event, Journal, Outcome, REPLY_HEADER, RunRequest};
 
 /// The label of code runs in journals and errors.
 const CODE_LABEL: &str = "code";
+
+/// The `worker` of a journal entry a caller wrote when it gave up on a run
+/// no worker had taken.
+const ABANDONED: &str = "abandoned-by-caller";
 
 /// How long a call keeps queuing its run while NATS does not confirm it.
 const PUBLISH_PATIENCE: Duration = Duration::from_secs(20);
@@ -47,6 +52,8 @@ pub struct FleetClient {
     live: Mutex<HashMap<String, Live>>,
     /// Where advertised tools are imported.
     catalog: std::sync::Weak<Catalog>,
+    /// When the adverts were last read in full (outside the watch).
+    last_read: tokio::sync::Mutex<Option<Instant>>,
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +95,7 @@ impl FleetClient {
             namespaces,
             live: Mutex::default(),
             catalog: Arc::downgrade(&catalog),
+            last_read: tokio::sync::Mutex::default(),
         });
         client.read_adverts().await?;
         tokio::spawn(watch_adverts(Arc::downgrade(&client), catalog));
@@ -117,14 +125,21 @@ impl FleetClient {
     }
 
     /// Live workers serving `namespace`, reading the adverts again when
-    /// none is known to be.
+    /// none is known to be: at most once a heartbeat, one reader at a time
+    /// (a flood of calls for a namespace without workers costs NATS one
+    /// scan a heartbeat).
     async fn live_now(self: &Arc<Self>, namespace: Option<&str>) -> usize {
         let count = |c: &Self| match namespace {
             Some(ns) => c.live_workers(ns),
             None => c.live_code_workers(),
         };
         if count(self) == 0 {
-            let _ = self.read_adverts().await;
+            let mut last = self.last_read.lock().await;
+            let stale = last.is_none_or(|at| at.elapsed() >= self.cluster.settings.heartbeat);
+            if count(self) == 0 && stale {
+                let _ = self.read_adverts().await;
+                *last = Some(Instant::now());
+            }
         }
         count(self)
     }
@@ -311,13 +326,33 @@ impl FleetClient {
         ctx: &ToolContext,
     ) -> Result<Outcome, Error> {
         let key = run.key.clone();
-        // Already run (a retry with the same idempotency key): the recorded
-        // outcome, without queuing again.
-        if IDEMPOTENCY_KEY.try_with(|_| ()).is_ok()
-            && let Some(Journal::Done { outcome, .. }) =
-                journal::read(&self.cluster.journal, &key).await?
-        {
-            return Ok(outcome);
+        // The message id: the key, so a publish sent twice is dropped as a
+        // duplicate; a fresh one when the key is reopened below.
+        let mut message_id = key.clone();
+        if IDEMPOTENCY_KEY.try_with(|_| ()).is_ok() {
+            let store = &self.cluster.journal;
+            let entry = store
+                .entry(key.as_str())
+                .await
+                .map_err(|e| unavailable(format!("journal read: {e}")))?
+                .filter(|e| e.operation == kv::Operation::Put);
+            if let Some(entry) = entry {
+                match serde_json::from_slice::<Journal>(&entry.value) {
+                    // Abandoned by a caller before any worker took it: it
+                    // never ran, so a retry runs it (the entry removed only
+                    // if it is still that one).
+                    Ok(Journal::Done { worker, .. }) if worker == ABANDONED => {
+                        let _ = store
+                            .delete_expect_revision(key.as_str(), Some(entry.revision))
+                            .await;
+                        message_id = format!("{key}-{}", random_key());
+                    }
+                    // Already run (a retry with the same idempotency key):
+                    // the recorded outcome, without queuing again.
+                    Ok(Journal::Done { outcome, .. }) => return Ok(outcome),
+                    _ => {}
+                }
+            }
         }
         let client = &self.cluster.client;
         let inbox = client.new_inbox();
@@ -327,11 +362,11 @@ impl FleetClient {
             .map_err(|e| unavailable(format!("reply subscription: {e}")))?;
         let payload = Bytes::from(serde_json::to_vec(&run).expect("runs serialize"));
         let mut headers = HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, key.as_str());
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, message_id.as_str());
         headers.insert(REPLY_HEADER, inbox.as_str());
-        self.queue(subject, headers, payload).await?;
-        // From here the run is queued: if the caller goes away, the worker
-        // is told to stop it.
+        // Armed before the publish: a caller that goes away while the run
+        // is being queued (or after) leaves it settled as abandoned, and
+        // the worker running it is told to stop.
         let mut guard = CancelOnDrop {
             client: client.clone(),
             subject: self.cluster.names.cancel(&key),
@@ -339,6 +374,7 @@ impl FleetClient {
             key: key.clone(),
             armed: true,
         };
+        self.queue(subject, headers, payload).await?;
         let every = self.cluster.settings.heartbeat.max(Duration::from_secs(1));
         let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let result = loop {
@@ -453,12 +489,40 @@ impl toolexec_code::CodeExecutor for FleetCode {
         request: toolexec_code::CodeRequest,
         cancel: &'a toolexec::CancellationToken,
     ) -> BoxFuture<'a, Result<toolexec_code::CodeOutcome, ErrorBody>> {
+        let mut request = request;
+        request.limits.allowed_tools =
+            scope_allowed(&request.limits.allowed_tools, &self.0.namespaces);
         Box::pin(async move {
             self.0
                 .execute_code(&request, cancel)
                 .await
                 .map_err(|e| e.to_body())
         })
+    }
+}
+
+/// A script's allowed tools, within the caller's fleet namespaces (when it
+/// names some): every tool of them when the caller allows every tool, else
+/// the caller's patterns whose namespace is one of them (never more than
+/// the caller allowed). The worker keeps scripts to its own namespaces too.
+fn scope_allowed(patterns: &[String], namespaces: &[String]) -> Vec<String> {
+    if namespaces.is_empty() {
+        return patterns.to_vec();
+    }
+    let ours = |p: &String| {
+        p.split_once(':')
+            .is_some_and(|(ns, _)| namespaces.iter().any(|n| n == ns))
+    };
+    if patterns.is_empty() {
+        return namespaces.iter().map(|ns| format!("{ns}:*")).collect();
+    }
+    let kept: Vec<String> = patterns.iter().filter(|p| ours(p)).cloned().collect();
+    if kept.is_empty() {
+        // None of the caller's tools is on the fleet: a pattern no tool
+        // id matches (an empty list would allow every tool).
+        vec![":".to_owned()]
+    } else {
+        kept
     }
 }
 
@@ -485,7 +549,7 @@ impl Drop for CancelOnDrop {
             handle.spawn(async move {
                 let _ = client.publish(subject, Bytes::new()).await;
                 let cancelled = Journal::Done {
-                    worker: "caller".into(),
+                    worker: ABANDONED.into(),
                     outcome: Outcome::Err {
                         error: ErrorBody {
                             code: ErrorCode::Cancelled,
@@ -587,4 +651,26 @@ pub(crate) fn random_key() -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scope_allowed;
+
+    #[test]
+    fn scripts_stay_within_the_callers_fleet_namespaces() {
+        let ns = vec!["billing".to_owned()];
+        let v = |xs: &[&str]| xs.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        // Everything allowed: every tool of the fleet namespaces.
+        assert_eq!(scope_allowed(&[], &ns), v(&["billing:*"]));
+        // Never more than the caller allowed.
+        assert_eq!(
+            scope_allowed(&v(&["billing:charge", "text:*"]), &ns),
+            v(&["billing:charge"])
+        );
+        assert_eq!(scope_allowed(&v(&["text:*"]), &ns), v(&[":"]));
+        assert!(!toolexec::glob_match(":", "billing:charge"));
+        // No fleet namespaces: the worker's own bound applies.
+        assert_eq!(scope_allowed(&v(&["a:b"]), &[]), v(&["a:b"]));
+    }
 }

@@ -1,15 +1,17 @@
 //! Durable code runs: a code-mode script executed on a worker, each of its
-//! tool calls journaled (`<run key>.c<n>`: started, then its result). When
-//! the worker is lost, the run is delivered to another worker, which runs
-//! the script again from the start: calls already journaled get their
-//! recorded results without running again (deterministic replay), and the
-//! script goes on live from where the journal ends. Replay is impossible,
-//! and the run ends `interrupted`, when the script asks for a different
-//! call than the journal holds (it is not deterministic), or when a call
-//! was in flight at the crash and its tool is not idempotent.
+//! tool calls journaled (started, then its result) under a key made of the
+//! call itself: the tool, its arguments, and how many same calls the script
+//! made before. When the worker is lost, the run is delivered to another
+//! worker, which runs the script again from the start: calls already
+//! journaled get their recorded results without running again
+//! (deterministic replay, whatever order concurrent calls finish in), and
+//! the script goes on live from there. The run ends `interrupted` when a
+//! call that is not idempotent was in flight at the crash (it may or may
+//! not have taken effect), when the journal cannot be read or written, or
+//! when another worker took the run over.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, CreateErrorKind, Operation};
@@ -19,12 +21,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use toolexec::{
-    BoxFuture, CancellationToken, DetailLevel, Error, ErrorBody, ErrorCode, Exec, ToolAccess,
+    BoxFuture, CancellationToken, DetailLevel, Error, ErrorBody, ErrorCode, Exec, LimitKind,
+    ToolAccess,
 };
 use toolexec_code::{CodeEngine, CodeLimits, CodeOutcome, CodeRequest};
 
-use crate::cluster::unavailable;
-use crate::wire::rerunnable;
+use crate::wire::{Journal, rerunnable};
 
 /// A script and its limits on the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,11 +75,10 @@ impl CodeWire {
 #[serde(tag = "state", rename_all = "snake_case")]
 enum CallEntry {
     /// Sent to the tool; its result not yet recorded.
-    Started { tool: String, digest: String },
+    Started { tool: String },
     /// Its result.
     Done {
         tool: String,
-        digest: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value: Option<Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,35 +86,80 @@ enum CallEntry {
     },
 }
 
-/// Runs `wire` on `exec`'s tools, journaling (and replaying) its calls
+/// Who runs this attempt of the run: checked in the run's own journal
+/// entry before every live call, so an attempt another worker took over
+/// makes no call after it lost the run.
+#[derive(Debug, Clone)]
+pub(crate) struct Holder {
+    pub(crate) instance: String,
+    pub(crate) seq: u64,
+    pub(crate) attempt: u32,
+}
+
+/// Where a code run executes: the worker's engine (whose pool bounds the
+/// threads of every run), tools, journal and namespaces.
+pub(crate) struct Place<'a> {
+    pub(crate) engine: &'a CodeEngine,
+    pub(crate) exec: &'a Exec,
+    pub(crate) store: &'a kv::Store,
+    pub(crate) worker: &'a str,
+    pub(crate) namespaces: &'a [String],
+    /// Largest value one journal entry may hold (the server's payload
+    /// limit, less room for the envelope).
+    pub(crate) max_entry: usize,
+}
+
+/// Runs `wire` on the worker's tools, journaling (and replaying) its calls
 /// under `key`. Returns the script's outcome, or the `interrupted` error
-/// when replay was impossible.
+/// when replay was impossible (`cancel` stops it), and the call entries it
+/// touched, to forget once the run's outcome is recorded.
 pub(crate) async fn execute(
-    exec: &Exec,
-    store: &kv::Store,
+    place: Place<'_>,
     key: &str,
-    worker: &str,
-    namespaces: &[String],
+    holder: Holder,
     wire: CodeWire,
+    cancel: &CancellationToken,
     alive: impl Future<Output = ()>,
-) -> Result<CodeOutcome, ErrorBody> {
+) -> (Result<CodeOutcome, ErrorBody>, Vec<String>) {
     let journal = Arc::new(Inner {
-        exec: exec.clone(),
-        store: store.clone(),
+        exec: place.exec.clone(),
+        store: place.store.clone(),
         key: key.to_owned(),
-        worker: worker.to_owned(),
-        namespaces: namespaces.to_vec(),
-        next: AtomicUsize::new(0),
+        worker: place.worker.to_owned(),
+        namespaces: place.namespaces.to_vec(),
+        holder,
+        max_entry: place.max_entry,
+        seen: Mutex::default(),
+        touched: Mutex::default(),
         broken: Mutex::new(None),
     });
-    let engine = CodeEngine::with_tools(Arc::new(Journaled(journal.clone())), 1);
+    let engine = place
+        .engine
+        .sharing_pool(Arc::new(Journaled(journal.clone())));
     let outcome = tokio::select! {
-        outcome = engine.execute(wire.request()) => outcome,
+        outcome = engine.execute(wire.request()) => Some(outcome),
+        () = cancel.cancelled() => None,
         () = alive => unreachable!("renewing a run never ends"),
     };
-    match journal.broken.lock().take() {
-        Some(error) => Err(error),
-        None => Ok(outcome),
+    let broken = journal.broken.lock().take();
+    let touched = std::mem::take(&mut *journal.touched.lock());
+    let result = match (outcome, broken) {
+        (_, Some(error)) => Err(error),
+        (Some(outcome), None) => Ok(outcome),
+        (None, None) => Err(ErrorBody {
+            code: ErrorCode::Cancelled,
+            message: "cancelled: the caller cancelled the code run".into(),
+            details: None,
+        }),
+    };
+    (result, touched)
+}
+
+/// Removes the journal entries of a finished run's tool calls (best
+/// effort: the bucket's age limit removes what is left).
+pub(crate) async fn forget_calls(store: &kv::Store, keys: &[String]) {
+    for key in keys {
+        let _ = store.purge(key.as_str()).await;
     }
 }
 
@@ -127,28 +173,28 @@ struct Inner {
     worker: String,
     /// The namespaces the worker serves: the only tools a script reaches.
     namespaces: Vec<String>,
-    /// The index of the script's next call.
-    next: AtomicUsize,
+    holder: Holder,
+    max_entry: usize,
+    /// How many times the script made each call (by digest) so far.
+    seen: Mutex<HashMap<String, usize>>,
+    /// Call entries this attempt read or wrote, forgotten once the run's
+    /// outcome is recorded.
+    touched: Mutex<Vec<String>>,
     /// Set when replay proved impossible: every later call fails, and the
     /// run ends `interrupted` whatever the script does.
     broken: Mutex<Option<ErrorBody>>,
 }
 
 impl Inner {
-    fn call_key(&self, index: usize) -> String {
-        format!("{}.c{index}", self.key)
-    }
-
-    /// Ends the run as `interrupted` with `why`; the script's call fails.
-    fn break_replay(&self, index: usize, tool: &str, why: String) -> Error {
+    /// Ends the run as `interrupted` with `why`; the script's call fails,
+    /// and so does every later one, caught or not.
+    fn break_replay(&self, tool: &str, why: String) -> Error {
         let body = ErrorBody {
             code: ErrorCode::Interrupted,
-            message: format!(
-                "interrupted: code run {}: call {index} ({tool}): {why}",
-                self.key
-            ),
+            message: format!("interrupted: code run {}: call to {tool}: {why}", self.key),
             details: Some(json!({
-                "journal": [{"call": index, "tool": tool, "worker": self.worker, "state": "replay_impossible"}],
+                "journal": [{"tool": tool, "worker": self.worker, "attempt": self.holder.attempt,
+                             "state": "replay_impossible"}],
             })),
         };
         let mut broken = self.broken.lock();
@@ -156,11 +202,30 @@ impl Inner {
         Error::from(first.clone())
     }
 
-    /// Call `index` of the script (numbered as the script makes them, so
-    /// a replay of the same script numbers them alike).
+    /// Whether this attempt still holds the run (another worker may have
+    /// taken it over while this one seemed lost).
+    async fn still_holds(&self) -> Result<bool, String> {
+        let entry = self
+            .store
+            .entry(self.key.as_str())
+            .await
+            .map_err(|e| format!("journal read: {e}"))?;
+        let held = entry
+            .filter(|e| e.operation == Operation::Put)
+            .and_then(|e| serde_json::from_slice::<Journal>(&e.value).ok());
+        Ok(matches!(
+            held,
+            Some(Journal::Running { instance, seq, attempt, .. })
+                if instance == self.holder.instance
+                    && seq == self.holder.seq
+                    && attempt == self.holder.attempt
+        ))
+    }
+
+    /// One call of the script, journaled under `call_key`.
     async fn call_journaled(
         self: Arc<Self>,
-        index: usize,
+        call_key: String,
         tool: String,
         args: Value,
         cancel: CancellationToken,
@@ -168,109 +233,126 @@ impl Inner {
         if let Some(broken) = self.broken.lock().clone() {
             return Err(Error::from(broken));
         }
-        let served = toolexec::ToolIdRef::parse(&tool)
-            .is_ok_and(|id| self.namespaces.iter().any(|n| n == id.namespace));
-        if !served {
-            return Err(Error::NotAllowed {
-                tool,
-                reason: format!(
-                    "code runs on worker {} reach the namespaces it serves: {:?}",
-                    self.worker, self.namespaces
-                ),
-            });
+        if !self.serves(&tool) {
+            return Err(self.refuse(&tool));
         }
-        let digest = digest(&tool, &args);
-        let call_key = self.call_key(index);
-        let recorded = self
-            .store
-            .entry(call_key.as_str())
-            .await
-            .map_err(|e| unavailable(format!("journal read: {e}")))?
-            .filter(|e| e.operation == Operation::Put);
+        // Any journal failure ends the run: a script that caught it and
+        // tried again would make the same call under another key, and a
+        // later replay would run it twice.
+        let recorded = match self.store.entry(call_key.as_str()).await {
+            Ok(entry) => entry.filter(|e| e.operation == Operation::Put),
+            Err(e) => return Err(self.break_replay(&tool, format!("journal read: {e}"))),
+        };
+        self.touched.lock().push(call_key.clone());
         let revision = match recorded {
             None => {
-                let started = encode(&CallEntry::Started {
-                    tool: tool.clone(),
-                    digest: digest.clone(),
-                });
+                self.check_holder(&tool).await?;
+                let started = encode(&CallEntry::Started { tool: tool.clone() });
                 match self.store.create(call_key.as_str(), started).await {
                     Ok(revision) => revision,
                     Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
                         return Err(self.break_replay(
-                            index,
                             &tool,
                             "another attempt of this run journaled the call meanwhile".into(),
                         ));
                     }
-                    Err(e) => return Err(unavailable(format!("journal write: {e}"))),
+                    Err(e) => {
+                        return Err(self.break_replay(&tool, format!("journal write: {e}")));
+                    }
                 }
             }
-            Some(entry) => {
-                let recorded: CallEntry = serde_json::from_slice(&entry.value)
-                    .map_err(|e| unavailable(format!("journal entry {call_key}: {e}")))?;
-                match recorded {
-                    CallEntry::Done {
-                        tool: t,
-                        digest: d,
-                        value,
-                        error,
-                    } if t == tool && d == digest => {
-                        // Replayed: the recorded result, nothing runs.
-                        return match error {
-                            Some(e) => Err(Error::from(e)),
-                            None => Ok(value.unwrap_or(Value::Null)),
-                        };
-                    }
-                    CallEntry::Started { tool: t, digest: d } if t == tool && d == digest => {
-                        let again = self
-                            .exec
-                            .catalog()
-                            .get(&tool)
-                            .is_ok_and(|r| rerunnable(r.tool()));
-                        if !again {
-                            return Err(self.break_replay(
-                                index,
-                                &tool,
-                                "it was in flight when the previous worker was lost and the \
-                                 tool is not marked idempotent or read-only, so it was not \
-                                 run again; it may or may not have taken effect"
-                                    .into(),
-                            ));
-                        }
-                        entry.revision
-                    }
-                    _ => {
+            Some(entry) => match serde_json::from_slice::<CallEntry>(&entry.value) {
+                Ok(CallEntry::Done { value, error, .. }) => {
+                    // Replayed: the recorded result, nothing runs.
+                    return match error {
+                        Some(e) => Err(Error::from(e)),
+                        None => Ok(value.unwrap_or(Value::Null)),
+                    };
+                }
+                Ok(CallEntry::Started { .. }) => {
+                    let again = self
+                        .exec
+                        .catalog()
+                        .get(&tool)
+                        .is_ok_and(|r| rerunnable(r.tool()));
+                    if !again {
                         return Err(self.break_replay(
-                            index,
                             &tool,
-                            "the script asked for a different call than the journal holds \
-                             (it is not deterministic), so it cannot be replayed"
+                            "it was in flight when the previous worker was lost and the tool \
+                             is not marked idempotent or read-only, so it was not run again; \
+                             it may or may not have taken effect"
                                 .into(),
                         ));
                     }
+                    self.check_holder(&tool).await?;
+                    entry.revision
                 }
-            }
+                Err(e) => {
+                    return Err(self.break_replay(&tool, format!("journal entry unreadable: {e}")));
+                }
+            },
         };
         let result = ToolAccess::call(&self.exec, &tool, args, cancel).await;
         let done = CallEntry::Done {
             tool: tool.clone(),
-            digest,
             value: result.as_ref().ok().cloned(),
             error: result.as_ref().err().map(Error::to_body),
         };
+        let mut bytes = encode(&done);
+        if bytes.len() > self.max_entry {
+            // Too large to record: the script gets this error, and so does
+            // a replay (the call is not run twice for want of room).
+            let error = Error::limit_exceeded(
+                LimitKind::OutputBytes,
+                format!(
+                    "the result of {tool} ({} bytes) is over what a journal entry holds \
+                     ({} bytes)",
+                    bytes.len(),
+                    self.max_entry
+                ),
+            );
+            bytes = encode(&CallEntry::Done {
+                tool: tool.clone(),
+                value: None,
+                error: Some(error.to_body()),
+            });
+            if let Err(e) = self.store.update(call_key.as_str(), bytes, revision).await {
+                return Err(self.break_replay(&tool, format!("journal write: {e}")));
+            }
+            return Err(error);
+        }
         // Recorded before the script sees it: a crash after this replays it.
-        if let Err(e) = self
-            .store
-            .update(call_key.as_str(), encode(&done), revision)
-            .await
-        {
-            return Err(self.break_replay(
-                index,
-                &tool,
-                format!("its result could not be journaled: {e}"),
-            ));
+        if let Err(e) = self.store.update(call_key.as_str(), bytes, revision).await {
+            return Err(self.break_replay(&tool, format!("its result could not be journaled: {e}")));
         }
         result
+    }
+
+    /// Refuses a live call once this attempt no longer holds the run.
+    async fn check_holder(&self, tool: &str) -> Result<(), Error> {
+        match self.still_holds().await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.break_replay(
+                tool,
+                "another worker took the run over; this attempt makes no more calls".into(),
+            )),
+            Err(e) => Err(self.break_replay(tool, e)),
+        }
+    }
+
+    fn serves(&self, tool: &str) -> bool {
+        toolexec::ToolIdRef::parse(tool)
+            .is_ok_and(|id| self.namespaces.iter().any(|n| n == id.namespace))
+    }
+
+    fn refuse(&self, tool: &str) -> Error {
+        Error::NotAllowed {
+            tool: tool.to_owned(),
+            reason: format!(
+                "code runs on worker {} reach the namespaces it serves: {:?}",
+                self.worker, self.namespaces
+            ),
+        }
     }
 }
 
@@ -281,18 +363,39 @@ impl ToolAccess for Journaled {
         args: Value,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, Error>> {
-        // Numbered now, in the order the script makes its calls, not in
-        // the order their futures happen to be polled.
-        let index = self.0.next.fetch_add(1, Ordering::SeqCst);
+        // Keyed by the call itself and its occurrence, counted now (in the
+        // order the script makes its calls): concurrent calls replay alike
+        // whichever finishes first.
+        let digest = digest(tool_id, &args);
+        let occurrence = {
+            let mut seen = self.0.seen.lock();
+            let n = seen.entry(digest.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let call_key = format!("{}.c{digest}.{occurrence}", self.0.key);
         Box::pin(
             self.0
                 .clone()
-                .call_journaled(index, tool_id.to_owned(), args, cancel),
+                .call_journaled(call_key, tool_id.to_owned(), args, cancel),
         )
     }
 
     fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Result<Value, Error>> {
-        ToolAccess::search(&self.0.exec, query, limit)
+        // Only the served namespaces' tools, as calls are.
+        let inner = self.0.clone();
+        let search = ToolAccess::search(&self.0.exec, query, limit);
+        Box::pin(async move {
+            let found = search.await?;
+            let kept: Vec<Value> = found
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["id"].as_str().is_some_and(|id| inner.serves(id)))
+                .cloned()
+                .collect();
+            Ok(Value::Array(kept))
+        })
     }
 
     fn describe(
@@ -300,6 +403,10 @@ impl ToolAccess for Journaled {
         tool_id: &str,
         level: DetailLevel,
     ) -> BoxFuture<'static, Result<Value, Error>> {
+        if !self.0.serves(tool_id) {
+            let refused = self.0.refuse(tool_id);
+            return Box::pin(async move { Err(refused) });
+        }
         ToolAccess::describe(&self.0.exec, tool_id, level)
     }
 }

@@ -42,6 +42,8 @@ pub(crate) struct Delivery<'a> {
     pub(crate) seq: u64,
     /// JetStream's count of deliveries of the message (1 the first time).
     pub(crate) delivered: i64,
+    /// The consumer's delivery limit (the last delivery settles the run).
+    pub(crate) max_deliver: i64,
 }
 
 /// Claims `run` for this delivery. `rerunnable`: whether a run whose
@@ -114,15 +116,15 @@ pub(crate) async fn claim(
                         attempt,
                     });
                 }
-                lost(at, run, rerunnable, cluster, &entry.value)?
+                lost(at, run, rerunnable, &entry.value)?
             }
             Journal::Running { seq, .. } if seq == at.seq && at.delivered <= 1 => {
                 return Ok(Claim::Ignore);
             }
-            Journal::Running { seq, .. } if seq != at.seq && at.delivered <= 1 => {
-                return Ok(Claim::Elsewhere);
-            }
-            Journal::Running { .. } => lost(at, run, rerunnable, cluster, &entry.value)?,
+            // Another message with this key (published again after the
+            // duplicate window): its own deliveries settle the run.
+            Journal::Running { seq, .. } if seq != at.seq => return Ok(Claim::Elsewhere),
+            Journal::Running { .. } => lost(at, run, rerunnable, &entry.value)?,
         };
         match store
             .update(run.key.as_str(), encode(&next), entry.revision)
@@ -150,7 +152,6 @@ fn lost(
     at: Delivery<'_>,
     run: &RunRequest,
     rerunnable: bool,
-    cluster: &Cluster,
     recorded: &[u8],
 ) -> Result<Journal, toolexec::Error> {
     let Ok(Journal::Running {
@@ -162,7 +163,7 @@ fn lost(
     else {
         return Err(unavailable("journal entry changed shape"));
     };
-    let out_of_deliveries = at.delivered >= cluster.settings.max_deliver;
+    let out_of_deliveries = at.delivered >= at.max_deliver;
     if rerunnable && !out_of_deliveries {
         return Ok(Journal::Running {
             worker: at.worker.to_owned(),

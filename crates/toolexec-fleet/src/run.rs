@@ -24,7 +24,7 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
         .info()
         .map(|i| (i.delivered, i.stream_sequence))
         .unwrap_or((1, 0));
-    let last = delivered >= worker.cluster.settings.max_deliver;
+    let last = delivered >= worker.max_deliver;
     // Replies go to caller inboxes only: never to a subject of the cluster
     // (a cancellation, the JetStream API) named by whoever published.
     let reply = message
@@ -81,6 +81,7 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
         instance: &worker.instance,
         seq,
         delivered,
+        max_deliver: worker.max_deliver,
     };
     let holds = |key: &str| worker.state.cancels.lock().contains_key(key);
     let claim = journal::claim(&worker.cluster, at, &run, rerun, holds).await;
@@ -116,18 +117,26 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
     tracing::debug!(worker = %worker.id, key = %run.key, tool = %run.tool, attempt, "run");
     let cancel = CancellationToken::new();
     let _holding = Holding::new(worker, &run.key, cancel.clone());
-    let outcome = match run.code.clone() {
-        Some(wire) => {
-            let executed = crate::code::execute(
-                &worker.exec,
-                &worker.cluster.journal,
-                &run.key,
-                &worker.id,
-                &worker.namespaces,
-                wire,
-                alive(&message, worker.cluster.settings.heartbeat),
-            )
-            .await;
+    let mut calls = Vec::new();
+    let outcome = match (run.code.clone(), &worker.engine) {
+        (Some(wire), Some(engine)) => {
+            let place = crate::code::Place {
+                engine,
+                exec: &worker.exec,
+                store: &worker.cluster.journal,
+                worker: &worker.id,
+                namespaces: &worker.namespaces,
+                max_entry: max_entry(worker),
+            };
+            let holder = crate::code::Holder {
+                instance: worker.instance.clone(),
+                seq,
+                attempt,
+            };
+            let alive = alive(&message, worker.cluster.settings.heartbeat);
+            let (executed, touched) =
+                crate::code::execute(place, &run.key, holder, wire, &cancel, alive).await;
+            calls = touched;
             match executed {
                 Ok(outcome) => Outcome::Code {
                     outcome: Box::new(outcome),
@@ -135,10 +144,26 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
                 Err(error) => Outcome::Err { error },
             }
         }
-        None => execute(worker, &run, &reply, &message, cancel).await,
+        (Some(_), None) => Outcome::Err {
+            error: internal("this worker does not run code"),
+        },
+        (None, _) => execute(worker, &run, &reply, &message, cancel).await,
     };
     let outcome = fit(worker, &run, outcome);
-    record(worker, &run, revision, outcome, &reply, &message).await;
+    if record(worker, &run, revision, outcome, &reply, &message, last).await && !calls.is_empty() {
+        crate::code::forget_calls(&worker.cluster.journal, &calls).await;
+    }
+}
+
+/// What one journal entry may hold: the server's payload limit, less room
+/// for the envelope.
+fn max_entry(worker: &Worker) -> usize {
+    worker
+        .cluster
+        .client
+        .server_info()
+        .max_payload
+        .saturating_sub(1024)
 }
 
 /// Runs only where they were sent: a tool of this worker's namespaces on
@@ -210,6 +235,7 @@ fn fit(worker: &Worker, run: &RunRequest, outcome: Outcome) -> Outcome {
 }
 
 /// Records the outcome of the run held at `revision`, answers, acks.
+/// True when the outcome is the run's, recorded.
 async fn record(
     worker: &Worker,
     run: &RunRequest,
@@ -217,7 +243,8 @@ async fn record(
     outcome: Outcome,
     reply: &Reply<'_>,
     message: &Message,
-) {
+    last: bool,
+) -> bool {
     let finished = journal::finish(
         &worker.cluster.journal,
         &run.key,
@@ -230,6 +257,7 @@ async fn record(
         Ok(Finish::Recorded) => {
             reply.send(&Event::Done { outcome }).await;
             let _ = message.ack().await;
+            return true;
         }
         Ok(Finish::Superseded(recorded)) => {
             reply.send(&Event::Done { outcome: recorded }).await;
@@ -248,11 +276,15 @@ async fn record(
         Err(e) => {
             // The outcome could not be recorded: the caller still gets it,
             // and the message is delivered again, where the journal (still
-            // `running`) decides.
+            // `running`) decides; the last delivery settles it.
             tracing::error!(worker = %worker.id, key = %run.key, "{e}");
             reply.send(&Event::Done { outcome }).await;
+            if last {
+                let _ = message.ack_with(AckKind::Term).await;
+            }
         }
     }
+    false
 }
 
 /// Runs the tool, relaying its events to the caller and telling JetStream

@@ -50,6 +50,10 @@ pub struct Worker {
     consumers: Vec<(String, PullConsumer)>,
     capacity: usize,
     pub(crate) code: bool,
+    /// Runs code runs' scripts, its pool bounding their threads (`code`).
+    pub(crate) engine: Option<toolexec_code::CodeEngine>,
+    /// The consumers' delivery limit: the last delivery settles a run.
+    pub(crate) max_deliver: i64,
     pub(crate) state: Arc<State>,
 }
 
@@ -113,6 +117,7 @@ impl Worker {
             .await
             .map_err(|e| unavailable(format!("stream {}: {e}", names.stream())))?;
         let mut consumers = Vec::new();
+        let mut consumer_max_deliver = cluster.settings.max_deliver;
         let mut queues: Vec<(String, String, String)> = options
             .namespaces
             .iter()
@@ -138,6 +143,10 @@ impl Worker {
                 .await
                 .map_err(|e| unavailable(format!("consumer {durable}: {e}")))?;
             let have = &consumer.cached_info().config;
+            // The consumer's limit is the one JetStream applies.
+            if have.max_deliver > 0 {
+                consumer_max_deliver = consumer_max_deliver.min(have.max_deliver);
+            }
             if have.ack_wait != ack_wait || have.max_deliver != max_deliver {
                 tracing::warn!(
                     consumer = %durable,
@@ -151,6 +160,9 @@ impl Worker {
             consumers.push((ns, consumer));
         }
         let instance = format!("{id}.{}", crate::client::random_key());
+        let engine = options.code.then(|| {
+            toolexec_code::CodeEngine::with_tools(Arc::new(exec.clone()), options.capacity)
+        });
         let worker = Worker {
             cluster,
             exec,
@@ -160,6 +172,8 @@ impl Worker {
             consumers,
             capacity: options.capacity,
             code: options.code,
+            engine,
+            max_deliver: consumer_max_deliver,
             state: Arc::default(),
         };
         // Advertised from the start: a caller attaching once this returns
@@ -276,7 +290,10 @@ async fn pull_loop(
             () = shutdown.cancelled() => return,
         };
         let mut permits = vec![first];
-        while permits.len() < MAX_BATCH {
+        // A fair share of the slots per pull, so an idle queue's waiting
+        // pull does not hold the slots a busy one needs.
+        let share = (worker.capacity / worker.consumers.len().max(1)).clamp(1, MAX_BATCH);
+        while permits.len() < share {
             match slots.clone().try_acquire_owned() {
                 Ok(p) => permits.push(p),
                 Err(_) => break,

@@ -204,6 +204,15 @@ impl File {
             None => None,
         };
         let cluster = self.cluster.resolve(self.worker, base)?;
+        if cluster.code && (self.policy.is_some() || self.quotas.is_some()) {
+            // A script on a worker calls tools there, where the gateway's
+            // policy and quotas do not reach: never a way around them.
+            return Err(Fault::new(
+                "cluster.code",
+                "code runs on the fleet cannot be held to [policy] or [quotas] (the worker \
+                 calls the tools): remove one or the other",
+            ));
+        }
         if let Some(q) = &self.quotas {
             Quotas::new(q).map_err(|e| Fault::refused("quotas", e, &[]))?;
         }

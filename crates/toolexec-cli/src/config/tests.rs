@@ -125,6 +125,12 @@ fn errors_name_file_line_and_key() {
             "3:",
             "cluster.token",
         ),
+        // Scripts on workers would go around the gateway's policy.
+        (
+            "[cluster]\nnats = \"nats://h:4222\"\ncode = true\n[[policy.rules]]\neffect = \"allow\"\n",
+            "3:",
+            "cluster.code",
+        ),
         (
             "[[policy.rules]]\neffect = \"allow\"\nannotations = { fooHint = true }\n",
             "3:",

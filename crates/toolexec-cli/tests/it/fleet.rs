@@ -656,15 +656,10 @@ async fn a_durable_code_run_survives_its_worker() {
     let error = run.await.unwrap().unwrap_err();
     assert_eq!(error.code(), ErrorCode::Interrupted, "{error}");
     let body = error.to_body();
-    assert_eq!(
-        body.details.as_ref().unwrap()["journal"][0]["call"],
-        0,
-        "{body:?}"
-    );
-    assert_eq!(
-        body.details.as_ref().unwrap()["journal"][0]["tool"],
-        "ledger:hit"
-    );
+    let journal = &body.details.as_ref().unwrap()["journal"][0];
+    assert_eq!(journal["tool"], "ledger:hit", "{body:?}");
+    assert_eq!(journal["state"], "replay_impossible", "{body:?}");
+    assert!(body.message.contains("in flight"), "{body:?}");
     let hits = ledger_hits(ledger_port);
     assert_eq!((hits.get(&3), hits.get(&4)), (Some(&1), None), "{hits:?}");
 }
@@ -840,4 +835,61 @@ async fn the_gateway_sends_calls_and_scripts_to_the_fleet() {
         (Some(&1), Some(&1)),
         "{hits:?}"
     );
+}
+
+/// Concurrent calls replay whatever order they finish in: a script whose
+/// calls run at once (`Promise.all`) is killed after they are journaled,
+/// and its replay on another worker runs none of them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_of_a_code_run_replay() {
+    const TEST: &str = "concurrent_calls_of_a_code_run_replay";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "concurrent", ledger_port, "");
+    let mut first = worker_with(dir.path(), &config, "p0", 2, &["--code"]);
+    let (_exec, client) = caller(&nats, "concurrent").await;
+    let script = r#"
+        // Each chain's second call is made when its first returns: on the
+        // first run in order of the waits, on replay in whatever order the
+        // journal answers.
+        const hits = await Promise.all([5, 4, 3, 2, 1].map(async (n) => {
+            await tools.ledger.wait({ms: n * 40});
+            return tools.ledger.hit({n: 100 + n, sleep_ms: 0});
+        }));
+        await tools.ledger.wait({ms: 1500});
+        return hits.map((h) => h.hits);
+    "#;
+    let run = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .execute_code(
+                    &toolexec_code::CodeRequest::new(script),
+                    &toolexec::CancellationToken::new(),
+                )
+                .await
+        })
+    };
+    let start = Instant::now();
+    while ledger_hits(ledger_port).len() < 5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the calls never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // All five answered and journaled.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.kill();
+    let _second = worker_with(dir.path(), &config, "p1", 2, &["--code"]);
+    let outcome = run.await.unwrap().unwrap();
+    assert_eq!(outcome.status, toolexec_code::CodeStatus::Ok, "{outcome:?}");
+    assert_eq!(outcome.value, Some(json!([1, 1, 1, 1, 1])), "{outcome:?}");
+    let hits = ledger_hits(ledger_port);
+    assert!((101..=105).all(|n| hits.get(&n) == Some(&1)), "{hits:?}");
 }
