@@ -835,6 +835,36 @@ async fn the_gateway_sends_calls_and_scripts_to_the_fleet() {
         (Some(&1), Some(&1)),
         "{hits:?}"
     );
+    // Fleet code runs are `standard`: never labelled hardened.
+    let gateway_config = gateway_config.to_str().unwrap();
+    let out = run(&mut toolexec(
+        dir.path(),
+        &[
+            "--config",
+            gateway_config,
+            "serve",
+            "--code-profile",
+            "hardened",
+        ],
+    ));
+    out.expect_code(2);
+    assert!(out.stderr.contains("cluster.code"), "{out}");
+    let out = crate::support::run_with_input(
+        &mut toolexec(
+            dir.path(),
+            &[
+                "--config",
+                gateway_config,
+                "code",
+                "-",
+                "--profile",
+                "hardened",
+            ],
+        ),
+        Some("return 1"),
+    );
+    out.expect_code(2);
+    assert!(out.stderr.contains("are `standard`"), "{out}");
 }
 
 /// Concurrent calls replay whatever order they finish in: a script whose
