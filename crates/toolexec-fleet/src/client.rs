@@ -59,6 +59,7 @@ pub struct FleetClient {
 #[derive(Debug, Clone)]
 struct Live {
     seen: Instant,
+    instance: String,
     namespaces: Vec<String>,
     draining: bool,
     code: bool,
@@ -176,6 +177,7 @@ impl FleetClient {
                 advert.id.clone(),
                 Live {
                     seen: Instant::now(),
+                    instance: advert.instance.clone(),
                     namespaces: advert.namespaces.clone(),
                     draining: advert.draining,
                     code: advert.code,
@@ -291,6 +293,16 @@ impl FleetClient {
         }
     }
 
+    /// Whether the worker process `instance` advertised itself within the
+    /// last three heartbeats.
+    fn instance_alive(&self, instance: &str) -> bool {
+        let fresh = self.cluster.settings.ack_wait();
+        self.live
+            .lock()
+            .values()
+            .any(|l| l.instance == instance && l.seen.elapsed() < fresh)
+    }
+
     /// Live workers that run code.
     pub fn live_code_workers(&self) -> usize {
         let fresh = self.cluster.settings.ack_wait();
@@ -377,6 +389,8 @@ impl FleetClient {
         self.queue(subject, headers, payload).await?;
         let every = self.cluster.settings.heartbeat.max(Duration::from_secs(1));
         let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        // Since when the worker holding the run has not been seen.
+        let mut gone_since: Option<Instant> = None;
         let result = loop {
             tokio::select! {
                 message = replies.next() => {
@@ -395,10 +409,14 @@ impl FleetClient {
                 _ = poll.tick() => {
                     // The durable copy: a reply lost to a reconnect, or a run
                     // another caller queued under the same key.
-                    if let Ok(Some(Journal::Done { outcome, .. })) =
-                        journal::read(&self.cluster.journal, &key).await
-                    {
-                        break Ok(outcome);
+                    match journal::read_entry(&self.cluster.journal, &key).await {
+                        Ok(Some((Journal::Done { outcome, .. }, _))) => break Ok(outcome),
+                        Ok(Some((held @ Journal::Running { .. }, revision))) => {
+                            if let Some(outcome) = self.reap(&key, &held, revision, &mut gone_since).await {
+                                break Ok(outcome);
+                            }
+                        }
+                        _ => gone_since = None,
                     }
                 }
                 () = ctx.cancelled() => {
@@ -408,6 +426,46 @@ impl FleetClient {
         };
         guard.armed = matches!(result, Err(Error::Cancelled { .. }));
         result
+    }
+
+    /// Settles a run whose holder has been gone longer than every delivery
+    /// could take (its last delivery's worker died: nothing delivers it
+    /// again): `interrupted`, by compare-and-set.
+    async fn reap(
+        &self,
+        key: &str,
+        held: &Journal,
+        revision: u64,
+        gone_since: &mut Option<Instant>,
+    ) -> Option<Outcome> {
+        let Journal::Running {
+            instance, worker, ..
+        } = held
+        else {
+            return None;
+        };
+        if self.instance_alive(instance) {
+            *gone_since = None;
+            return None;
+        }
+        let since = *gone_since.get_or_insert_with(Instant::now);
+        let settings = &self.cluster.settings;
+        let every_delivery = settings.ack_wait() * (settings.max_deliver.max(1) as u32 + 1);
+        if since.elapsed() < every_delivery {
+            return None;
+        }
+        // The holder's own advert, read now: a watch that missed adverts
+        // never settles a healthy run.
+        if let Ok(Some(advert)) = self.cluster.workers.get(worker.as_str()).await
+            && serde_json::from_slice::<Advert>(&advert).is_ok_and(|a| &a.instance == instance)
+        {
+            *gone_since = None;
+            return None;
+        }
+        journal::abandon_lost(&self.cluster.journal, key, revision, held)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Publishes a run until JetStream confirms it. A publish whose

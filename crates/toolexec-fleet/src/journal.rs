@@ -249,6 +249,66 @@ pub(crate) async fn read(store: &kv::Store, key: &str) -> Result<Option<Journal>
         .and_then(|e| serde_json::from_slice(&e.value).ok()))
 }
 
+/// Settles a run whose holder is gone for good (no advert for longer than
+/// every delivery could take): a run whose last delivery's worker died is
+/// never delivered again, so its caller ends it `interrupted`, by
+/// compare-and-set on the entry it read (a holder that comes back, or a
+/// redelivery claimed meanwhile, wins instead). The outcome then recorded.
+pub(crate) async fn abandon_lost(
+    store: &kv::Store,
+    key: &str,
+    revision: u64,
+    held: &Journal,
+) -> Result<Option<Outcome>, toolexec::Error> {
+    let Journal::Running {
+        worker,
+        attempt,
+        tool,
+        started_ms,
+        ..
+    } = held
+    else {
+        return Ok(None);
+    };
+    let outcome = Outcome::Err {
+        error: interrupted(
+            tool,
+            worker,
+            *attempt,
+            *started_ms,
+            "the worker is gone and no delivery of the run remains",
+        ),
+    };
+    let done = encode(&Journal::Done {
+        worker: worker.clone(),
+        outcome: outcome.clone(),
+    });
+    match store.update(key, done, revision).await {
+        Ok(_) => Ok(Some(outcome)),
+        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
+            Ok(match read(store, key).await? {
+                Some(Journal::Done { outcome, .. }) => Some(outcome),
+                _ => None,
+            })
+        }
+        Err(e) => Err(unavailable(format!("journal write: {e}"))),
+    }
+}
+
+/// The journal entry of `key` with its revision, if any.
+pub(crate) async fn read_entry(
+    store: &kv::Store,
+    key: &str,
+) -> Result<Option<(Journal, u64)>, toolexec::Error> {
+    let entry = store
+        .entry(key)
+        .await
+        .map_err(|e| unavailable(format!("journal read: {e}")))?;
+    Ok(entry
+        .filter(|e| e.operation == Operation::Put)
+        .and_then(|e| Some((serde_json::from_slice(&e.value).ok()?, e.revision))))
+}
+
 /// The `interrupted` error of a run whose worker was lost.
 fn interrupted(tool: &str, worker: &str, attempt: u32, started_ms: u64, why: &str) -> ErrorBody {
     ErrorBody {

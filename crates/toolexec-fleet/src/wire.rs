@@ -100,6 +100,9 @@ pub(crate) enum Event {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Advert {
     pub(crate) id: String,
+    /// The process (journal entries name the instance holding a run).
+    #[serde(default)]
+    pub(crate) instance: String,
     pub(crate) host: String,
     pub(crate) pid: u32,
     /// Namespaces whose runs it pulls.

@@ -249,6 +249,7 @@ impl Worker {
             .collect();
         Advert {
             id: self.id.clone(),
+            instance: self.instance.clone(),
             host: host_name(),
             pid: std::process::id(),
             namespaces: self.namespaces.clone(),

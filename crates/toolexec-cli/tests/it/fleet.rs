@@ -923,3 +923,79 @@ async fn concurrent_calls_of_a_code_run_replay() {
     let hits = ledger_hits(ledger_port);
     assert!((101..=105).all(|n| hits.get(&n) == Some(&1)), "{hits:?}");
 }
+
+/// A run whose last delivery's worker dies is never delivered again: its
+/// caller settles it `interrupted` once the holder has been gone longer
+/// than every delivery could take, instead of waiting for its deadline.
+/// (The last delivery runs a run only when the ones before never claimed
+/// it: here a worker without the tool sends it back.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_last_worker_died_is_settled() {
+    const TEST: &str = "a_run_whose_last_worker_died_is_settled";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "last", ledger_port, "max_deliver = 2");
+    // A worker of the namespace without `ledger:wait`.
+    let partial = dir.write(
+        "partial.toml",
+        &format!(
+            "[cluster]\nnats = {}\nname = \"last\"\nheartbeat = \"{HEARTBEAT}\"\nmax_deliver = 2\n\
+             [[http]]\nid = \"ledger:hit\"\nmethod = \"POST\"\nurl = {}\n\
+             input_schema = {{ type = \"object\" }}\n",
+            toml_str(nats.url()),
+            toml_str(format!("http://127.0.0.1:{ledger_port}/hit")),
+        ),
+    );
+    let partial = partial.to_str().unwrap();
+    let mut full = worker(dir.path(), &config, "l0", 2);
+    let (exec, client) = caller(&nats, "last").await;
+    // Drained: its advert is withdrawn.
+    assert!(full.signal("-TERM", Duration::from_secs(10)).is_some());
+    let mut without = Background::spawn(&mut toolexec(
+        dir.path(),
+        &[
+            "--config",
+            partial,
+            "worker",
+            "--namespace",
+            "ledger",
+            "--id",
+            "l1",
+        ],
+    ));
+    without.wait_stdout_line("worker ");
+    let start = Instant::now();
+    while client.live_workers("ledger") == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "no live worker");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    let call = tokio::spawn(async move {
+        let options = RunOptions::timeout(Duration::from_secs(60));
+        exec.run_tool_with("ledger:wait", json!({"ms": 5000}), &options)
+            .await
+    });
+    // Delivery 1: sent back (no such tool there), and its worker gone.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    without.kill();
+    // Delivery 2, the last: claimed and run, and its worker dies too.
+    let mut last = worker(dir.path(), &config, "l2", 2);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    last.kill();
+    let error = call.await.unwrap().unwrap_err();
+    assert_eq!(error.code(), ErrorCode::Interrupted, "{error}");
+    assert!(
+        error.to_string().contains("no delivery of the run remains"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
