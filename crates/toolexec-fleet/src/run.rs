@@ -245,14 +245,19 @@ async fn record(
     message: &Message,
     last: bool,
 ) -> bool {
-    let finished = journal::finish(
+    let finish = journal::finish(
         &worker.cluster.journal,
         &run.key,
         revision,
         &worker.id,
         &outcome,
-    )
-    .await;
+    );
+    // Renewed while recording (which retries for a few seconds when the
+    // journal is slow), so the run is not delivered again meanwhile.
+    let finished = tokio::select! {
+        finished = finish => finished,
+        () = alive(message, worker.cluster.settings.heartbeat) => unreachable!("renewing never ends"),
+    };
     match finished {
         Ok(Finish::Recorded) => {
             reply.send(&Event::Done { outcome }).await;
