@@ -100,6 +100,11 @@ pub(crate) struct WorkerArgs {
     /// on this worker's catalog; default: `[worker] code`).
     #[arg(long)]
     pub code: bool,
+    /// The profile of those scripts: `standard` in process, `hardened` in
+    /// a sandbox runtime of this machine (default: `[worker]
+    /// code_profile`, else standard).
+    #[arg(long, value_enum)]
+    pub code_profile: Option<CodeProfile>,
 }
 
 /// `toolexec cluster ...`.

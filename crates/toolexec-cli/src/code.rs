@@ -51,7 +51,7 @@ pub(crate) async fn run(
     };
     let ran = match fleet {
         Some(fleet) => fleet
-            .execute_code(&request, &CancellationToken::new())
+            .execute_code(&request, profile, &CancellationToken::new())
             .await
             .map_err(|e| e.to_body()),
         None => {

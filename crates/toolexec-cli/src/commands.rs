@@ -125,21 +125,15 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
     let result = match cli.command {
         Command::Tools(cmd) => tools(&exec, cmd, json),
         Command::Run(args) => run(&exec, args, json).await,
-        Command::Worker(args) => crate::fleet::worker(exec, &config.cluster, args, json).await,
+        Command::Worker(args) => {
+            crate::fleet::worker(exec, runtimes.clone(), &config.cluster, args, json).await
+        }
         Command::Chain(args) => chain(&exec, args, json).await,
         Command::Code(args) => {
-            // `[cluster] code = true`: scripts run on the fleet, in process
-            // there (`standard`): a hardened script never goes there.
+            // `[cluster] code = true`: scripts run on the fleet, on a
+            // worker of their profile.
             let fleet = fleet.filter(|_| config.cluster.code);
-            if fleet.is_some() && args.profile == crate::args::CodeProfile::Hardened {
-                Err(Failure::Error(Error::invalid_request(
-                    "profile",
-                    "code runs on the fleet ([cluster] code) are `standard`; run hardened \
-                     scripts without [cluster] code",
-                )))
-            } else {
-                crate::code::run(&exec, &runtimes, fleet, args, json).await
-            }
+            crate::code::run(&exec, &runtimes, fleet, args, json).await
         }
         Command::Runtimes => crate::runtimes::list(&runtimes, json)
             .map(|()| EXIT_OK)

@@ -8,9 +8,10 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{Catalog, Error, Exec};
 use toolexec_fleet::{Cluster, ClusterSettings, FleetClient, Worker, WorkerOptions};
 
-use crate::args::{ClusterCommand, WorkerArgs};
+use crate::args::{ClusterCommand, CodeProfile, WorkerArgs};
 use crate::commands::{EXIT_OK, Failure};
 use crate::config::ClusterConfig;
+use toolexec_runtime::Profile;
 
 /// Runs of one worker at a time when neither `--capacity` nor `[worker]
 /// capacity` says.
@@ -65,6 +66,7 @@ pub(crate) async fn attach(
 /// `toolexec worker`: serves until SIGINT or SIGTERM, then drains.
 pub(crate) async fn worker(
     exec: Exec,
+    runtimes: Arc<toolexec_runtime::Runtimes>,
     config: &ClusterConfig,
     args: WorkerArgs,
     json: bool,
@@ -82,7 +84,12 @@ pub(crate) async fn worker(
             .capacity
             .or(config.worker.capacity)
             .unwrap_or(DEFAULT_CAPACITY),
-        code: args.code || config.worker.code,
+        code: (args.code || config.worker.code).then(|| match args.code_profile {
+            Some(CodeProfile::Hardened) => Profile::Hardened,
+            Some(CodeProfile::Standard) => Profile::Standard,
+            None => config.worker.code_profile.unwrap_or(Profile::Standard),
+        }),
+        runtimes: Some(runtimes),
     };
     let cluster = Cluster::connect(settings, "worker").await?;
     let worker = Worker::start(cluster, exec, options).await?;

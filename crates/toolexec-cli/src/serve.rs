@@ -57,15 +57,6 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
         Some(CodeProfile::Hardened) => Profile::Hardened,
         None => config.gateway.code_profile.unwrap_or(Profile::Standard),
     };
-    if config.cluster.code && code_profile == Profile::Hardened {
-        // Fleet workers run scripts in process (QuickJS with enforced
-        // limits, the `standard` profile): never labelled hardened.
-        return Err(Error::invalid_request(
-            "cluster.code",
-            "code runs on the fleet are `standard` (in process on the worker); the hardened \
-             code profile needs them local (remove [cluster] code)",
-        ));
-    }
     let runs = config.gateway.runs;
     let metrics = match args.metrics.as_deref() {
         Some(addr) => {
@@ -170,8 +161,11 @@ pub(crate) async fn serve(
             },
             runtimes: Some(runtimes),
             // `[cluster] code = true`: scripts run on the fleet, durably.
+            // On a worker of the code profile (one that checked at start
+            // it can enforce it).
             code_executor: code_fleet.map(|fleet| {
-                Arc::new(toolexec_fleet::FleetCode(fleet)) as Arc<dyn toolexec_code::CodeExecutor>
+                Arc::new(toolexec_fleet::FleetCode(fleet, plan.code_profile))
+                    as Arc<dyn toolexec_code::CodeExecutor>
             }),
             runs: plan.runs,
         },

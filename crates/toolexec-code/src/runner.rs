@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use toolexec::{CancellationToken, ErrorBody, Exec};
+use toolexec::{CancellationToken, ErrorBody, Exec, ToolAccess};
 use toolexec_runtime::{Profile, RunRequest, Runtimes, Unit};
 use tracing::Instrument;
 
@@ -175,7 +175,7 @@ impl CodeRunner {
             toolexec.code.tool_calls = tracing::field::Empty,
         );
         let result = self
-            .run_script(request, cancel)
+            .run_script(request, cancel, None)
             .instrument(span.clone())
             .await;
         let outcome = match &result {
@@ -192,14 +192,31 @@ impl CodeRunner {
         result
     }
 
+    /// Runs `request` as [`CodeRunner::run`] does, its tool calls going to
+    /// `tools` (a journal of the calls, say) instead of the runner's
+    /// [`Exec`], wherever the script runs.
+    pub async fn run_with_tools(
+        &self,
+        request: CodeRequest,
+        cancel: &CancellationToken,
+        tools: Arc<dyn ToolAccess>,
+    ) -> Result<CodeOutcome, ErrorBody> {
+        self.run_script(request, cancel, Some(tools)).await
+    }
+
     async fn run_script(
         &self,
         request: CodeRequest,
         cancel: &CancellationToken,
+        tools: Option<Arc<dyn ToolAccess>>,
     ) -> Result<CodeOutcome, ErrorBody> {
         let started = Instant::now();
         match &self.place {
             Place::InProcess(engine) => {
+                let engine = match tools {
+                    Some(tools) => engine.sharing_pool(tools),
+                    None => engine.clone(),
+                };
                 // Dropping the execution stops the script (the engine's drop guard).
                 tokio::select! {
                     outcome = engine.execute(request) => Ok(outcome),
@@ -220,7 +237,15 @@ impl CodeRunner {
                     let CodeRequest { code, limits } = request;
                     let unit = RunRequest::new(Unit::javascript(code), *profile)
                         .with_limits(runtime_limits_from_code(&limits));
-                    let run = runtimes.run(unit, Some(&self.exec), stop.clone()).await;
+                    let run = match tools {
+                        Some(tools) => {
+                            let tools = toolexec::telemetry::scoped_access(tools);
+                            runtimes
+                                .run_with_tools(unit, Some(tools), stop.clone())
+                                .await
+                        }
+                        None => runtimes.run(unit, Some(&self.exec), stop.clone()).await,
+                    };
                     outcome_from_run(run, &limits)
                 };
                 tokio::pin!(run);

@@ -67,7 +67,8 @@ fn bench(c: &mut Criterion) {
             id: Some("bench".into()),
             namespaces: vec!["math".into()],
             capacity: 16,
-            code: false,
+            code: None,
+            runtimes: None,
         };
         let worker = Worker::start(cluster, local.clone(), options)
             .await
@@ -129,7 +130,8 @@ async fn sleepers(settings: &ClusterSettings, workers: usize) -> Exec {
             id: Some(format!("nap{i}")),
             namespaces: vec!["nap".into()],
             capacity: 4,
-            code: false,
+            code: None,
+            runtimes: None,
         };
         let worker = Worker::start(cluster, Exec::new(catalog), options)
             .await

@@ -18,9 +18,18 @@ use toolexec::{
     ToolContext, ToolOutput,
 };
 
+use toolexec_runtime::Profile;
+
 use crate::cluster::{Cluster, unavailable};
 use crate::journal;
 use crate::wire::{Advert, Event, Journal, Outcome, REPLY_HEADER, RunRequest};
+
+/// Which workers a call needs.
+#[derive(Debug, Clone, Copy)]
+enum Serving<'a> {
+    Namespace(&'a str),
+    Code(Profile),
+}
 
 /// The label of code runs in journals and errors.
 const CODE_LABEL: &str = "code";
@@ -62,7 +71,7 @@ struct Live {
     instance: String,
     namespaces: Vec<String>,
     draining: bool,
-    code: bool,
+    code: Option<String>,
     /// Digest of the tools it offers.
     offer: String,
 }
@@ -129,10 +138,10 @@ impl FleetClient {
     /// none is known to be: at most once a heartbeat, one reader at a time
     /// (a flood of calls for a namespace without workers costs NATS one
     /// scan a heartbeat).
-    async fn live_now(self: &Arc<Self>, namespace: Option<&str>) -> usize {
-        let count = |c: &Self| match namespace {
-            Some(ns) => c.live_workers(ns),
-            None => c.live_code_workers(),
+    async fn live_now(self: &Arc<Self>, of: Serving<'_>) -> usize {
+        let count = |c: &Self| match of {
+            Serving::Namespace(ns) => c.live_workers(ns),
+            Serving::Code(profile) => c.live_code_workers(profile),
         };
         if count(self) == 0 {
             let mut last = self.last_read.lock().await;
@@ -180,7 +189,7 @@ impl FleetClient {
                     instance: advert.instance.clone(),
                     namespaces: advert.namespaces.clone(),
                     draining: advert.draining,
-                    code: advert.code,
+                    code: advert.code.clone(),
                     offer: offer.clone(),
                 },
             )
@@ -240,7 +249,7 @@ impl FleetClient {
         args: serde_json::Value,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, Error> {
-        if self.live_now(Some(tool.namespace())).await == 0 {
+        if self.live_now(Serving::Namespace(tool.namespace())).await == 0 {
             // Never queued for nobody: it would run whenever a worker came.
             return Err(unavailable(format!(
                 "no live worker of cluster {} serves namespace {}",
@@ -260,19 +269,26 @@ impl FleetClient {
         self.submit(subject, run, ctx).await?.into_result()
     }
 
-    /// Runs a code-mode script on a worker of the fleet, durably: its tool
-    /// calls (to the worker's catalog) are journaled, and a run whose
-    /// worker is lost resumes on another by replaying the journal.
-    /// Honours [`with_idempotency_key`].
+    /// Runs a code-mode script on a worker of the fleet that runs code of
+    /// `profile`, durably: its tool calls (to the worker's catalog) are
+    /// journaled, and a run whose worker is lost resumes on another by
+    /// replaying the journal. Honours [`with_idempotency_key`].
     pub async fn execute_code(
         self: &Arc<Self>,
         request: &toolexec_code::CodeRequest,
+        profile: Profile,
         cancel: &toolexec::CancellationToken,
     ) -> Result<toolexec_code::CodeOutcome, Error> {
-        if self.live_now(None).await == 0 {
+        if self.live_now(Serving::Code(profile)).await == 0 {
             return Err(unavailable(format!(
-                "no live worker of cluster {} runs code (toolexec worker --code)",
-                self.cluster.settings.name
+                "no live worker of cluster {} runs {} code (toolexec worker --code{})",
+                self.cluster.settings.name,
+                profile.as_str(),
+                if profile == Profile::Standard {
+                    ""
+                } else {
+                    " --code-profile hardened"
+                }
             )));
         }
         let code = crate::code::CodeWire::of(request);
@@ -284,7 +300,7 @@ impl FleetClient {
             code: Some(code),
         };
         let ctx = ToolContext::with_cancel(cancel.clone());
-        let subject = self.cluster.names.code_runs();
+        let subject = self.cluster.names.code_runs(profile);
         match self.submit(subject, run, &ctx).await? {
             Outcome::Code { outcome } => Ok(*outcome),
             other => other
@@ -303,13 +319,14 @@ impl FleetClient {
             .any(|l| l.instance == instance && l.seen.elapsed() < fresh)
     }
 
-    /// Live workers that run code.
-    pub fn live_code_workers(&self) -> usize {
+    /// Live workers that run code of `profile`.
+    pub fn live_code_workers(&self, profile: Profile) -> usize {
         let fresh = self.cluster.settings.ack_wait();
         self.live
             .lock()
             .values()
-            .filter(|l| l.seen.elapsed() < fresh && !l.draining && l.code)
+            .filter(|l| l.seen.elapsed() < fresh && !l.draining)
+            .filter(|l| l.code.as_deref() == Some(profile.as_str()))
             .count()
     }
 
@@ -537,9 +554,10 @@ impl FleetClient {
 }
 
 /// The fleet as a [`CodeExecutor`](toolexec_code::CodeExecutor): the MCP
-/// gateway's `execute_code` scripts run as durable code runs.
+/// gateway's `execute_code` scripts run as durable code runs of this
+/// profile.
 #[derive(Debug, Clone)]
-pub struct FleetCode(pub Arc<FleetClient>);
+pub struct FleetCode(pub Arc<FleetClient>, pub Profile);
 
 impl toolexec_code::CodeExecutor for FleetCode {
     fn execute<'a>(
@@ -552,7 +570,7 @@ impl toolexec_code::CodeExecutor for FleetCode {
             scope_allowed(&request.limits.allowed_tools, &self.0.namespaces);
         Box::pin(async move {
             self.0
-                .execute_code(&request, cancel)
+                .execute_code(&request, self.1, cancel)
                 .await
                 .map_err(|e| e.to_body())
         })

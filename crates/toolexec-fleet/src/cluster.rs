@@ -137,7 +137,7 @@ async fn ensure_stream(
     let wanted = stream::Config {
         name: names.stream(),
         description: Some("toolexec: queued runs, one per idempotency key".into()),
-        subjects: vec![names.all_runs(), names.code_runs()],
+        subjects: vec![names.all_runs(), names.all_code_runs()],
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::File,
         max_messages: settings.max_queue,

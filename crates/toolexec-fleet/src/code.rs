@@ -24,7 +24,7 @@ use toolexec::{
     BoxFuture, CancellationToken, DetailLevel, Error, ErrorBody, ErrorCode, Exec, LimitKind,
     ToolAccess,
 };
-use toolexec_code::{CodeEngine, CodeLimits, CodeOutcome, CodeRequest};
+use toolexec_code::{CodeLimits, CodeOutcome, CodeRequest, CodeRunner};
 
 use crate::wire::{Journal, rerunnable};
 
@@ -96,10 +96,10 @@ pub(crate) struct Holder {
     pub(crate) attempt: u32,
 }
 
-/// Where a code run executes: the worker's engine (whose pool bounds the
-/// threads of every run), tools, journal and namespaces.
+/// Where a code run executes: the worker's runner (its profile's
+/// placement, bounding the runs at once), tools, journal and namespaces.
 pub(crate) struct Place<'a> {
-    pub(crate) engine: &'a CodeEngine,
+    pub(crate) runner: &'a CodeRunner,
     pub(crate) exec: &'a Exec,
     pub(crate) store: &'a kv::Store,
     pub(crate) worker: &'a str,
@@ -133,24 +133,21 @@ pub(crate) async fn execute(
         touched: Mutex::default(),
         broken: Mutex::new(None),
     });
-    let engine = place
-        .engine
-        .sharing_pool(Arc::new(Journaled(journal.clone())));
-    let outcome = tokio::select! {
-        outcome = engine.execute(wire.request()) => Some(outcome),
-        () = cancel.cancelled() => None,
+    let tools = Arc::new(Journaled(journal.clone()));
+    let ran = tokio::select! {
+        ran = place.runner.run_with_tools(wire.request(), cancel, tools) => ran,
         () = alive => unreachable!("renewing a run never ends"),
     };
     let broken = journal.broken.lock().take();
     let touched = std::mem::take(&mut *journal.touched.lock());
-    let result = match (outcome, broken) {
+    let result = match (ran, broken) {
         (_, Some(error)) => Err(error),
-        (Some(outcome), None) => Ok(outcome),
-        (None, None) => Err(ErrorBody {
+        (ran, None) if cancel.is_cancelled() => Err(ran.err().unwrap_or(ErrorBody {
             code: ErrorCode::Cancelled,
             message: "cancelled: the caller cancelled the code run".into(),
             details: None,
-        }),
+        })),
+        (ran, None) => ran,
     };
     (result, touched)
 }

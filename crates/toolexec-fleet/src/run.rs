@@ -118,10 +118,10 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
     let cancel = CancellationToken::new();
     let _holding = Holding::new(worker, &run.key, cancel.clone());
     let mut calls = Vec::new();
-    let outcome = match (run.code.clone(), &worker.engine) {
-        (Some(wire), Some(engine)) => {
+    let outcome = match (run.code.clone(), &worker.runner) {
+        (Some(wire), Some(runner)) => {
             let place = crate::code::Place {
-                engine,
+                runner,
                 exec: &worker.exec,
                 store: &worker.cluster.journal,
                 worker: &worker.id,
@@ -176,10 +176,12 @@ fn admissible(worker: &Worker, run: &RunRequest, message: &Message) -> Result<()
         reason,
     };
     if run.code.is_some() {
-        return if worker.code && subject == names.code_runs() {
-            Ok(())
-        } else {
-            Err(refuse(format!("worker {} does not run code", worker.id)))
+        return match worker.code {
+            Some(profile) if subject == names.code_runs(profile) => Ok(()),
+            _ => Err(refuse(format!(
+                "worker {} does not run code sent on {subject}",
+                worker.id
+            ))),
         };
     }
     let namespace = toolexec::ToolIdRef::parse(&run.tool)

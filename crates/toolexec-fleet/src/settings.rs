@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use toolexec::{Error, Secret};
+use toolexec_runtime::Profile;
 
 /// One cluster: its NATS servers, its name and the timings every member
 /// must share. The gateway's `[cluster]` and `toolexec worker` build it.
@@ -187,14 +188,20 @@ impl Names {
         format!("toolexec.{}.run.*", self.cluster)
     }
 
-    /// Code runs (a subject apart: any token could be a namespace).
-    pub(crate) fn code_runs(&self) -> String {
-        format!("toolexec.{}.code", self.cluster)
+    /// Code runs of `profile` (a subject apart: any token could be a
+    /// namespace).
+    pub(crate) fn code_runs(&self, profile: Profile) -> String {
+        format!("toolexec.{}.code.{}", self.cluster, profile.as_str())
     }
 
-    /// The durable consumer of code runs.
-    pub(crate) fn code_consumer(&self) -> String {
-        "code".to_owned()
+    /// Every code run subject, as the stream binds them.
+    pub(crate) fn all_code_runs(&self) -> String {
+        format!("toolexec.{}.code.*", self.cluster)
+    }
+
+    /// The durable consumer of code runs of `profile`.
+    pub(crate) fn code_consumer(&self, profile: Profile) -> String {
+        format!("code_{}", profile.as_str())
     }
 
     /// The durable consumer every worker serving `namespace` shares.

@@ -77,9 +77,20 @@ pub async fn status(cluster: &Cluster) -> Result<ClusterStatus, Error> {
         let info = info.map_err(|e| unavailable(format!("consumers: {e}")))?;
         let namespace = match info.name.strip_prefix("ns_") {
             Some(ns) => ns,
-            // Code runs, listed as `<code>` (never a namespace).
-            None if info.name == names.code_consumer() => "<code>",
-            None => continue,
+            // Code runs, listed as `<code:PROFILE>` (never a namespace).
+            None => match info.name.strip_prefix("code_") {
+                Some(profile) => {
+                    namespaces.push(NamespaceStatus {
+                        namespace: format!("<code:{profile}>"),
+                        pending: info.num_pending,
+                        running: info.num_ack_pending,
+                        redelivered: info.num_redelivered,
+                        waiting_pulls: info.num_waiting,
+                    });
+                    continue;
+                }
+                None => continue,
+            },
         };
         namespaces.push(NamespaceStatus {
             namespace: namespace.to_owned(),

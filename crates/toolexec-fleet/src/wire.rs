@@ -115,9 +115,9 @@ pub(crate) struct Advert {
     pub(crate) done: u64,
     /// Taking no new runs (finishing in-flight ones before exiting).
     pub(crate) draining: bool,
-    /// Runs code-mode scripts (durable code runs).
+    /// The profile of the code runs it takes (`standard`, `hardened`).
     #[serde(default)]
-    pub(crate) code: bool,
+    pub(crate) code: Option<String>,
     /// The tools it runs, for the gateway's catalog.
     pub(crate) tools: Vec<ToolDef>,
 }

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use toolexec::{Error, Exec};
+use toolexec_runtime::{Profile, Runtimes, UnitKind};
 
 use crate::cluster::{Cluster, unavailable};
 use crate::run;
@@ -33,9 +34,12 @@ pub struct WorkerOptions {
     pub namespaces: Vec<String>,
     /// Runs at a time.
     pub capacity: usize,
-    /// Also run code-mode scripts (durable code runs), on this worker's
-    /// catalog.
-    pub code: bool,
+    /// Also run code-mode scripts (durable code runs) of this profile, on
+    /// this worker's catalog: `standard` in process, `hardened` in a
+    /// sandbox runtime of [`WorkerOptions::runtimes`] (checked at start).
+    pub code: Option<Profile>,
+    /// The sandbox runtimes of hardened code runs.
+    pub runtimes: Option<Arc<Runtimes>>,
 }
 
 /// A worker, connected and with its consumers in place.
@@ -49,9 +53,10 @@ pub struct Worker {
     pub(crate) namespaces: Vec<String>,
     consumers: Vec<(String, PullConsumer)>,
     capacity: usize,
-    pub(crate) code: bool,
-    /// Runs code runs' scripts, its pool bounding their threads (`code`).
-    pub(crate) engine: Option<toolexec_code::CodeEngine>,
+    /// The profile of the code runs it takes.
+    pub(crate) code: Option<Profile>,
+    /// Runs code runs' scripts, bounding how many run at once (`code`).
+    pub(crate) runner: Option<toolexec_code::CodeRunner>,
     /// The consumers' delivery limit: the last delivery settles a run.
     pub(crate) max_deliver: i64,
     pub(crate) state: Arc<State>,
@@ -81,7 +86,7 @@ impl Worker {
         exec: Exec,
         options: WorkerOptions,
     ) -> Result<Worker, Error> {
-        if options.namespaces.is_empty() && !options.code {
+        if options.namespaces.is_empty() && options.code.is_none() {
             return Err(Error::invalid_request(
                 "worker.namespaces",
                 "name at least one namespace to serve (or run code)",
@@ -123,8 +128,22 @@ impl Worker {
             .iter()
             .map(|ns| (ns.clone(), names.consumer(ns), names.runs(ns)))
             .collect();
-        if options.code {
-            queues.push(("code".into(), names.code_consumer(), names.code_runs()));
+        if let Some(profile) = options.code {
+            if profile == Profile::Hardened {
+                // Never labelled hardened without a runtime that is.
+                let runtimes = options.runtimes.clone().unwrap_or_default();
+                runtimes.select(profile, UnitKind::Script).map_err(|e| {
+                    Error::invalid_request(
+                        "worker.code_profile",
+                        format!("this machine cannot run hardened scripts: {}", e.message),
+                    )
+                })?;
+            }
+            queues.push((
+                format!("code ({})", profile.as_str()),
+                names.code_consumer(profile),
+                names.code_runs(profile),
+            ));
         }
         for (ns, durable, subject) in queues {
             let config = pull::Config {
@@ -160,8 +179,13 @@ impl Worker {
             consumers.push((ns, consumer));
         }
         let instance = format!("{id}.{}", crate::client::random_key());
-        let engine = options.code.then(|| {
-            toolexec_code::CodeEngine::with_tools(Arc::new(exec.clone()), options.capacity)
+        let runner = options.code.map(|profile| {
+            toolexec_code::CodeRunner::new(
+                exec.clone(),
+                profile,
+                options.runtimes.clone(),
+                options.capacity,
+            )
         });
         let worker = Worker {
             cluster,
@@ -172,7 +196,7 @@ impl Worker {
             consumers,
             capacity: options.capacity,
             code: options.code,
-            engine,
+            runner,
             max_deliver: consumer_max_deliver,
             state: Arc::default(),
         };
@@ -257,7 +281,7 @@ impl Worker {
             in_flight: self.state.in_flight.load(Ordering::SeqCst),
             done: self.state.done.load(Ordering::SeqCst),
             draining: self.state.draining.load(Ordering::SeqCst),
-            code: self.code,
+            code: self.code.map(|p| p.as_str().to_owned()),
             tools,
         }
     }

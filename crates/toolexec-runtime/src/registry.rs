@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
-use toolexec::{Availability, CancellationToken, ErrorBody, ErrorCode, Exec};
+use toolexec::{Availability, CancellationToken, ErrorBody, ErrorCode, Exec, ToolAccess};
 use tracing::Instrument;
 
 use crate::{
@@ -146,10 +146,32 @@ impl Runtimes {
             toolexec.sandbox.runtime = tracing::field::Empty,
             toolexec.sandbox.ended_by = tracing::field::Empty,
         );
-        let outcome = self
-            .run_unit(request, exec, cancel)
+        // Calls from the unit stay in this task's trace and caller.
+        let tools = exec.map(|exec| {
+            toolexec::telemetry::scoped_access(Arc::new(exec.clone()) as Arc<dyn ToolAccess>)
+        });
+        self.run_with_tools(request, tools, cancel)
             .instrument(span.clone())
-            .await;
+            .await
+            .recorded(&span)
+    }
+
+    /// Runs `request` as [`Runtimes::run`] does, the unit's tool calls going
+    /// to `tools` (a journal, a remote caller) instead of an [`Exec`].
+    pub async fn run_with_tools(
+        &self,
+        request: RunRequest,
+        tools: Option<Arc<dyn ToolAccess>>,
+        cancel: CancellationToken,
+    ) -> RunOutcome {
+        self.run_unit(request, tools, cancel).await
+    }
+}
+
+impl RunOutcome {
+    /// Records how the run ended on its span.
+    fn recorded(self, span: &tracing::Span) -> RunOutcome {
+        let outcome = self;
         span.record("toolexec.sandbox.runtime", outcome.runtime.as_str());
         let ended_by = match outcome.status.limit() {
             Some(limit) => limit.as_str(),
@@ -158,11 +180,13 @@ impl Runtimes {
         span.record("toolexec.sandbox.ended_by", ended_by);
         outcome
     }
+}
 
+impl Runtimes {
     async fn run_unit(
         &self,
         request: RunRequest,
-        exec: Option<&Exec>,
+        tools: Option<Arc<dyn ToolAccess>>,
         cancel: CancellationToken,
     ) -> RunOutcome {
         let started = Instant::now();
@@ -178,13 +202,8 @@ impl Runtimes {
             Ok(runtime) => runtime,
             Err(error) => return fail("none", error),
         };
-        let host = match exec {
-            // Calls from the unit stay in this task's trace and caller.
-            Some(exec) => ToolHost::with_tools(
-                toolexec::telemetry::scoped_access(Arc::new(exec.clone())),
-                &request.limits,
-                cancel.clone(),
-            ),
+        let host = match tools {
+            Some(tools) => ToolHost::with_tools(tools, &request.limits, cancel.clone()),
             None => ToolHost::without_tools(&request.limits),
         };
         runtime.run(request, RunContext::new(host, cancel)).await

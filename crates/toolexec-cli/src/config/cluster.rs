@@ -52,6 +52,7 @@ pub(super) struct WorkerTable {
     capacity: Option<usize>,
     #[serde(default)]
     code: bool,
+    code_profile: Option<toolexec_runtime::Profile>,
 }
 
 /// `[cluster]` and `[worker]`, resolved.
@@ -78,6 +79,8 @@ pub(crate) struct WorkerConfig {
     pub capacity: Option<usize>,
     /// Runs code-mode scripts too.
     pub code: bool,
+    /// Their profile (default `standard`).
+    pub code_profile: Option<toolexec_runtime::Profile>,
 }
 
 impl ClusterTable {
@@ -87,6 +90,7 @@ impl ClusterTable {
             namespaces: worker.namespaces,
             capacity: worker.capacity,
             code: worker.code,
+            code_profile: worker.code_profile,
         };
         let Some(urls) = self.nats else {
             if !self.namespaces.is_empty() || self.code {

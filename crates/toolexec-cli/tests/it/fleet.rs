@@ -574,7 +574,7 @@ async fn a_durable_code_run_survives_its_worker() {
     let mut first = worker_with(dir.path(), &config, "c0", 2, &["--code"]);
     let (_exec, client) = caller(&nats, "durable").await;
     let start = Instant::now();
-    while client.live_code_workers() == 0 {
+    while client.live_code_workers(toolexec_runtime::Profile::Standard) == 0 {
         assert!(start.elapsed() < Duration::from_secs(10), "no code worker");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -592,6 +592,7 @@ async fn a_durable_code_run_survives_its_worker() {
             client
                 .execute_code(
                     &toolexec_code::CodeRequest::new(script),
+                    toolexec_runtime::Profile::Standard,
                     &toolexec::CancellationToken::new(),
                 )
                 .await
@@ -638,6 +639,7 @@ async fn a_durable_code_run_survives_its_worker() {
             client
                 .execute_code(
                     &toolexec_code::CodeRequest::new(script),
+                    toolexec_runtime::Profile::Standard,
                     &toolexec::CancellationToken::new(),
                 )
                 .await
@@ -835,36 +837,51 @@ async fn the_gateway_sends_calls_and_scripts_to_the_fleet() {
         (Some(&1), Some(&1)),
         "{hits:?}"
     );
-    // Fleet code runs are `standard`: never labelled hardened.
+    // A hardened script goes only to a worker that runs hardened code (it
+    // checked at start that a sandbox runtime enforces it).
     let gateway_config = gateway_config.to_str().unwrap();
-    let out = run(&mut toolexec(
+    let hardened = |dir: &Path| {
+        crate::support::run_with_input(
+            &mut toolexec(
+                dir,
+                &[
+                    "--config",
+                    gateway_config,
+                    "--json",
+                    "code",
+                    "-",
+                    "--profile",
+                    "hardened",
+                ],
+            ),
+            Some("return (await tools.ledger.hit({n: 23, sleep_ms: 0})).hits"),
+        )
+    };
+    let out = hardened(dir.path());
+    out.expect_code(1);
+    assert!(out.stderr.contains("runs hardened code"), "{out}");
+    let listing = run(&mut toolexec(dir.path(), &["--json", "runtimes"]));
+    if !crate::support::runtime_available(&listing, "bubblewrap", TEST, "bubblewrap") {
+        return;
+    }
+    let _h = worker_with(
         dir.path(),
-        &[
-            "--config",
-            gateway_config,
-            "serve",
-            "--code-profile",
-            "hardened",
-        ],
-    ));
-    out.expect_code(2);
-    assert!(out.stderr.contains("cluster.code"), "{out}");
-    let out = crate::support::run_with_input(
-        &mut toolexec(
-            dir.path(),
-            &[
-                "--config",
-                gateway_config,
-                "code",
-                "-",
-                "--profile",
-                "hardened",
-            ],
-        ),
-        Some("return 1"),
+        &config,
+        "g1",
+        2,
+        &["--code", "--code-profile", "hardened"],
     );
-    out.expect_code(2);
-    assert!(out.stderr.contains("are `standard`"), "{out}");
+    let start = Instant::now();
+    let out = loop {
+        let out = hardened(dir.path());
+        if out.code() == Some(0) || start.elapsed() > Duration::from_secs(10) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    out.expect_code(0);
+    assert_eq!(out.json()["value"], 1, "{out}");
+    assert_eq!(ledger_hits(ledger_port).get(&23), Some(&1));
 }
 
 /// Concurrent calls replay whatever order they finish in: a script whose
@@ -900,6 +917,7 @@ async fn concurrent_calls_of_a_code_run_replay() {
             client
                 .execute_code(
                     &toolexec_code::CodeRequest::new(script),
+                    toolexec_runtime::Profile::Standard,
                     &toolexec::CancellationToken::new(),
                 )
                 .await
