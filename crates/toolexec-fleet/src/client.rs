@@ -13,23 +13,14 @@ use bytes::Bytes;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
-use toolexec::{
-    Availability, Backend, BoxFuture, Call, Catalog, Error, ErrorBody, ErrorCode, Tool,
-    ToolContext, ToolOutput,
-};
+use toolexec::{BoxFuture, Catalog, Error, ErrorBody, ErrorCode, Tool, ToolContext, ToolOutput};
 
 use toolexec_runtime::Profile;
 
+use crate::adverts::{Live, Serving};
 use crate::cluster::{Cluster, unavailable};
 use crate::journal;
 use crate::wire::{Advert, Event, Journal, Outcome, REPLY_HEADER, RunRequest};
-
-/// Which workers a call needs.
-#[derive(Debug, Clone, Copy)]
-enum Serving<'a> {
-    Namespace(&'a str),
-    Code(Profile),
-}
 
 /// The label of code runs in journals and errors.
 const CODE_LABEL: &str = "code";
@@ -56,194 +47,19 @@ pub async fn with_idempotency_key<F: Future>(key: impl Into<String>, fut: F) -> 
 /// the backend of the tools they advertise.
 #[derive(Debug)]
 pub struct FleetClient {
-    cluster: Cluster,
-    namespaces: Vec<String>,
-    live: Mutex<HashMap<String, Live>>,
+    pub(crate) cluster: Cluster,
+    pub(crate) namespaces: Vec<String>,
+    /// Live workers, by id.
+    pub(crate) live: Mutex<HashMap<String, Live>>,
     /// Where advertised tools are imported.
-    catalog: std::sync::Weak<Catalog>,
+    pub(crate) catalog: std::sync::Weak<Catalog>,
     /// When the adverts were last read in full (outside the watch).
-    last_read: tokio::sync::Mutex<Option<Instant>>,
-}
-
-#[derive(Debug, Clone)]
-struct Live {
-    seen: Instant,
-    instance: String,
-    namespaces: Vec<String>,
-    draining: bool,
-    code: Option<String>,
-    /// Digest of the tools it offers.
-    offer: String,
-}
-
-/// Most tools one advert may offer.
-const MAX_ADVERTISED_TOOLS: usize = 10_000;
-
-fn offer_digest(advert: &Advert) -> String {
-    let mut h = Sha256::new();
-    for t in &advert.tools {
-        h.update(t.id.as_bytes());
-        h.update([0]);
-    }
-    hex(&h.finalize()[..8])
+    pub(crate) last_read: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl FleetClient {
-    /// Imports the tools the live workers advertise in `namespaces` into
-    /// `catalog`, and keeps importing as workers come. A tool the catalog
-    /// already has (a local one) stays local, with a warning.
-    pub async fn attach(
-        cluster: Cluster,
-        namespaces: Vec<String>,
-        catalog: Arc<Catalog>,
-    ) -> Result<Arc<FleetClient>, Error> {
-        for ns in &namespaces {
-            crate::settings::check_token("cluster.namespaces", ns)?;
-        }
-        let client = Arc::new(FleetClient {
-            cluster,
-            namespaces,
-            live: Mutex::default(),
-            catalog: Arc::downgrade(&catalog),
-            last_read: tokio::sync::Mutex::default(),
-        });
-        client.read_adverts().await?;
-        tokio::spawn(watch_adverts(Arc::downgrade(&client), catalog));
-        Ok(client)
-    }
-
-    /// Reads every advert in the bucket (those there are fresh: the
-    /// bucket expires the rest), as a start and when the watch has nothing
-    /// fresh (it is re-established after a reconnect).
-    async fn read_adverts(self: &Arc<Self>) -> Result<(), Error> {
-        let Some(catalog) = self.catalog.upgrade() else {
-            return Ok(());
-        };
-        let mut keys = self
-            .cluster
-            .workers
-            .keys()
-            .await
-            .map_err(|e| unavailable(format!("worker adverts: {e}")))?;
-        while let Some(key) = keys.next().await {
-            let Ok(key) = key else { continue };
-            if let Ok(Some(value)) = self.cluster.workers.get(key.as_str()).await {
-                self.observe(&value, &catalog);
-            }
-        }
-        Ok(())
-    }
-
-    /// Live workers serving `namespace`, reading the adverts again when
-    /// none is known to be: at most once a heartbeat, one reader at a time
-    /// (a flood of calls for a namespace without workers costs NATS one
-    /// scan a heartbeat).
-    async fn live_now(self: &Arc<Self>, of: Serving<'_>) -> usize {
-        let count = |c: &Self| match of {
-            Serving::Namespace(ns) => c.live_workers(ns),
-            Serving::Code(profile) => c.live_code_workers(profile),
-        };
-        if count(self) == 0 {
-            let mut last = self.last_read.lock().await;
-            let stale = last.is_none_or(|at| at.elapsed() >= self.cluster.settings.heartbeat);
-            if count(self) == 0 && stale {
-                let _ = self.read_adverts().await;
-                *last = Some(Instant::now());
-            }
-        }
-        count(self)
-    }
-
-    /// Live workers serving `namespace` now.
-    pub fn live_workers(&self, namespace: &str) -> usize {
-        let fresh = self.cluster.settings.ack_wait();
-        self.live
-            .lock()
-            .values()
-            .filter(|l| l.seen.elapsed() < fresh && !l.draining)
-            .filter(|l| l.namespaces.iter().any(|n| n == namespace))
-            .count()
-    }
-
-    /// Registers what one advert offers and notes the worker alive.
-    fn observe(self: &Arc<Self>, value: &[u8], catalog: &Arc<Catalog>) {
-        let advert: Advert = match serde_json::from_slice(value) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("unreadable worker advert: {e}");
-                return;
-            }
-        };
-        // Tools are imported when a worker comes or its list changes.
-        let offer = offer_digest(&advert);
-        let known = {
-            let mut live = self.live.lock();
-            // Workers gone for long are forgotten (expired adverts send no
-            // deletion).
-            let forget = self.cluster.settings.ack_wait() * 10;
-            live.retain(|_, l| l.seen.elapsed() < forget);
-            live.insert(
-                advert.id.clone(),
-                Live {
-                    seen: Instant::now(),
-                    instance: advert.instance.clone(),
-                    namespaces: advert.namespaces.clone(),
-                    draining: advert.draining,
-                    code: advert.code.clone(),
-                    offer: offer.clone(),
-                },
-            )
-        };
-        if known.is_some_and(|k| k.offer == offer) {
-            return;
-        }
-        if advert.tools.len() > MAX_ADVERTISED_TOOLS {
-            tracing::warn!(
-                worker = %advert.id,
-                tools = advert.tools.len(),
-                "advert refused: more than {MAX_ADVERTISED_TOOLS} tools"
-            );
-            return;
-        }
-        for def in advert.tools {
-            let tool = match def.build() {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::warn!(worker = %advert.id, "advertised tool refused: {e}");
-                    continue;
-                }
-            };
-            if !self.namespaces.iter().any(|n| n == tool.namespace()) {
-                continue;
-            }
-            // A local tool of this name (any version) stays in charge: an
-            // advert never shadows it, not even with a newer version.
-            let local = [
-                tool.id.to_string(),
-                format!("{}:{}", tool.namespace(), tool.name()),
-            ]
-            .iter()
-            .filter_map(|id| catalog.get(id).ok())
-            .any(|existing| existing.backend().kind() != "fleet");
-            if local {
-                tracing::warn!(tool = %tool.id, "a local tool has this name: its calls stay local");
-                continue;
-            }
-            if catalog.get(&tool.id.to_string()).is_ok() {
-                continue;
-            }
-            let backend = Arc::new(FleetBackend {
-                client: self.clone(),
-                namespace: tool.namespace().to_owned(),
-            });
-            if let Err(e) = catalog.register(tool, backend) {
-                tracing::debug!("fleet tool not registered: {e}");
-            }
-        }
-    }
-
     /// Queues one call and waits for its outcome.
-    async fn call(
+    pub(crate) async fn call(
         self: &Arc<Self>,
         tool: &Tool,
         args: serde_json::Value,
@@ -307,27 +123,6 @@ impl FleetClient {
                 .into_result()
                 .and_then(|_| Err(unavailable("a code run was answered with a tool's outcome"))),
         }
-    }
-
-    /// Whether the worker process `instance` advertised itself within the
-    /// last three heartbeats.
-    fn instance_alive(&self, instance: &str) -> bool {
-        let fresh = self.cluster.settings.ack_wait();
-        self.live
-            .lock()
-            .values()
-            .any(|l| l.instance == instance && l.seen.elapsed() < fresh)
-    }
-
-    /// Live workers that run code of `profile`.
-    pub fn live_code_workers(&self, profile: Profile) -> usize {
-        let fresh = self.cluster.settings.ack_wait();
-        self.live
-            .lock()
-            .values()
-            .filter(|l| l.seen.elapsed() < fresh && !l.draining)
-            .filter(|l| l.code.as_deref() == Some(profile.as_str()))
-            .count()
     }
 
     /// The run key: the caller's idempotency key, scoped to the caller,
@@ -643,71 +438,6 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// Follows the adverts until the client is dropped; a watch that ends (a
-/// reconnect) is opened again.
-async fn watch_adverts(client: std::sync::Weak<FleetClient>, catalog: Arc<Catalog>) {
-    loop {
-        let Some(strong) = client.upgrade() else {
-            return;
-        };
-        let watch = strong.cluster.workers.watch_all().await;
-        drop(strong);
-        let mut watch = match watch {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!("watching worker adverts: {e}");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        while let Some(entry) = watch.next().await {
-            let Some(strong) = client.upgrade() else {
-                return;
-            };
-            match entry {
-                Ok(entry) if entry.operation == async_nats::jetstream::kv::Operation::Put => {
-                    strong.observe(&entry.value, &catalog);
-                }
-                Ok(entry) => {
-                    strong.live.lock().remove(&entry.key);
-                }
-                Err(e) => tracing::debug!("advert watch: {e}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The backend of every fleet tool.
-#[derive(Debug)]
-struct FleetBackend {
-    client: Arc<FleetClient>,
-    namespace: String,
-}
-
-impl Backend for FleetBackend {
-    fn kind(&self) -> &str {
-        "fleet"
-    }
-
-    fn call<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<ToolOutput, Error>> {
-        Box::pin(async move { self.client.call(call.tool, call.args, &call.ctx).await })
-    }
-
-    fn availability(&self) -> Availability {
-        if self.client.live_workers(&self.namespace) > 0 {
-            Availability::Available
-        } else {
-            Availability::Unavailable {
-                reason: format!(
-                    "no live worker of cluster {} serves namespace {}",
-                    self.client.cluster.settings.name, self.namespace
-                ),
-            }
-        }
-    }
-}
-
 /// The journal key of a caller-given idempotency key: scoped to the tool,
 /// and safe as a NATS subject token whatever the caller wrote.
 fn keyed(parts: &[&[u8]]) -> String {
@@ -725,7 +455,7 @@ pub(crate) fn random_key() -> String {
     hex(&bytes)
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -25,6 +25,7 @@
 //!   advertise, queue each call, and wait for its events on a reply subject
 //!   (core NATS), reading the journal when the reply does not come.
 
+mod adverts;
 mod client;
 mod cluster;
 mod code;

@@ -1,0 +1,166 @@
+//! Operating a cluster: drain, status, TLS and authentication.
+
+use super::*;
+
+/// SIGTERM drains a worker: the run in flight finishes and answers, the
+/// worker exits 0 and withdraws its advert; `cluster status` shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_worker() {
+    const TEST: &str = "sigterm_drains_a_worker";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "drain", ledger_port, "");
+    let mut w = worker(dir.path(), &config, "d0", 2);
+    let (exec, _client) = caller(&nats, "drain").await;
+
+    let status = |dir: &Path| {
+        let out = run(&mut toolexec(
+            dir,
+            &["--config", &config, "--json", "cluster", "status"],
+        ));
+        out.expect_code(0);
+        out.json()
+    };
+    let before = status(dir.path());
+    assert_eq!(before["cluster"], "drain", "{before}");
+    assert_eq!(before["workers"][0]["id"], "d0", "{before}");
+    assert_eq!(before["workers"][0]["capacity"], 2, "{before}");
+
+    let slow = tokio::spawn(async move {
+        exec.run_tool("ledger:hit", json!({"n": 1, "sleep_ms": 1500}))
+            .await
+    });
+    // The run is in flight (the ledger counted it) before the signal.
+    let start = Instant::now();
+    while !ledger_hits(ledger_port).contains_key(&1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the run never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let exit = w.signal("-TERM", Duration::from_secs(10));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "{exit:?}\n{}",
+        w.output()
+    );
+    let out = slow.await.unwrap().unwrap();
+    assert_eq!(out.value, json!({"n": 1, "hits": 1}));
+    let after = status(dir.path());
+    assert_eq!(after["workers"], json!([]), "{after}");
+    let ledger_ns = after["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["namespace"] == "ledger")
+        .unwrap();
+    assert_eq!(ledger_ns["pending"], 0, "{after}");
+    assert_eq!(ledger_ns["running"], 0, "{after}");
+}
+
+/// A server with TLS (a CA made here) and a token: a member with the CA
+/// and the token (from a secret source) joins, by library and by
+/// `toolexec.toml`; a wrong token, or no CA, is a clear
+/// `backend_unavailable` naming what failed, never a connection in the
+/// clear, and never shows the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_token_are_enforced() {
+    const TEST: &str = "tls_and_token_are_enforced";
+    let dir = TempDir::new("fleet-tls");
+    let ca = toolexec_testkit::tls::TestCa::new("fleet test CA");
+    let server = ca.issue(
+        &["127.0.0.1", "localhost"],
+        toolexec_testkit::tls::Usage::Server,
+    );
+    let cert = dir.write("server.pem", &server.cert_pem);
+    let key = dir.write("server.key", &server.key_pem);
+    let ca_file = dir.write("ca.pem", &ca.cert_pem);
+    let token = "s3cret-fleet-token";
+    let Some(nats) = Nats::start_with(
+        TEST,
+        &[
+            "--tls",
+            "--tlscert",
+            cert.to_str().unwrap(),
+            "--tlskey",
+            key.to_str().unwrap(),
+            "--auth",
+            token,
+        ],
+    ) else {
+        return;
+    };
+    let url = format!("tls://127.0.0.1:{}", nats.port);
+    let settings = |token: &str, ca: bool| {
+        let mut s = ClusterSettings::new(vec![url.clone()], "secure");
+        s.security.token = Some(toolexec::Secret::new(token));
+        s.security.ca_file = ca.then(|| ca_file.clone());
+        s.security.require_tls = true;
+        s
+    };
+    Cluster::connect(settings(token, true), "test")
+        .await
+        .unwrap();
+    for (what, s) in [
+        ("wrong token", settings("wrong", true)),
+        ("no CA", settings(token, false)),
+    ] {
+        let err = Cluster::connect(s, "test").await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::BackendUnavailable, "{what}: {err}");
+        assert!(
+            err.to_string().contains("cannot connect to NATS"),
+            "{what}: {err}"
+        );
+        assert!(!err.to_string().contains("s3cret"), "{what}: {err}");
+    }
+
+    // The CLI: the token from the environment, the CA by path.
+    let config = dir.write(
+        "secure.toml",
+        &format!(
+            "[builtins]\nenabled = [\"math\"]\n[cluster]\nnats = {}\nname = \"secure\"\n\
+             token = {{ env = \"FLEET_TOKEN\" }}\nca_file = \"ca.pem\"\nrequire_tls = true\n",
+            toml_str(&url)
+        ),
+    );
+    let config = config.to_str().unwrap();
+    let _worker = {
+        let mut w = Background::spawn(
+            toolexec(
+                dir.path(),
+                &[
+                    "--config",
+                    config,
+                    "worker",
+                    "--namespace",
+                    "math",
+                    "--id",
+                    "s0",
+                ],
+            )
+            .env("FLEET_TOKEN", token),
+        );
+        w.wait_stdout_line("worker ");
+        w
+    };
+    let out = run(toolexec(
+        dir.path(),
+        &["--config", config, "--json", "cluster", "status"],
+    )
+    .env("FLEET_TOKEN", token));
+    out.expect_code(0);
+    assert_eq!(out.json()["workers"][0]["id"], "s0", "{out}");
+    let out = run(
+        toolexec(dir.path(), &["--config", config, "cluster", "status"])
+            .env("FLEET_TOKEN", "wrong-one"),
+    );
+    assert_ne!(out.code(), Some(0), "{out}");
+    assert!(out.stderr.contains("backend_unavailable"), "{out}");
+    assert!(!out.stderr.contains("wrong-one"), "{out}");
+}
