@@ -85,15 +85,25 @@ pub fn prepare(layout: &CgroupLayout) -> (CgroupLayout, Option<String>) {
     // The parent may exist (made by another, more privileged user): only
     // making and removing a child shows that runs can have cgroups.
     let mkdir = |dir: &Path| {
-        fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let probe = dir.join(format!("probe-{}", std::process::id()));
-        fs::create_dir(&probe)
-            .or_else(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => Ok(()),
-                _ => Err(e),
-            })
-            .and_then(|()| fs::remove_dir(&probe))
-            .map_err(|e| format!("{}: {e}", probe.display()))
+        let mut attempts = 0;
+        loop {
+            fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let made = fs::create_dir(&probe)
+                .or_else(|e| match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => Ok(()),
+                    _ => Err(e),
+                })
+                .and_then(|()| fs::remove_dir(&probe));
+            match made {
+                // The parent was removed meanwhile (by whatever cleans up
+                // empty cgroups on this machine): made again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 5 => {
+                    attempts += 1;
+                }
+                other => return other.map_err(|e| format!("{}: {e}", probe.display())),
+            }
+        }
     };
     match layout {
         CgroupLayout::None => (CgroupLayout::None, None),
@@ -211,8 +221,7 @@ impl RunCgroup {
             CgroupLayout::None => {}
             CgroupLayout::V2 { root } => {
                 let dir = root.join("toolexec").join(&name);
-                fs::create_dir(&dir)
-                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+                make_run_dir(&dir)?;
                 cg.dirs.push(dir.clone());
                 cg.memory = Some(dir.clone());
                 cg.pids = Some(dir.clone());
@@ -226,8 +235,7 @@ impl RunCgroup {
                 let mut make = |ctrl: &Option<PathBuf>| -> io::Result<Option<PathBuf>> {
                     let Some(ctrl) = ctrl else { return Ok(None) };
                     let dir = ctrl.join("toolexec").join(&name);
-                    fs::create_dir(&dir)
-                        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+                    make_run_dir(&dir)?;
                     cg.dirs.push(dir.clone());
                     Ok(Some(dir))
                 };
@@ -414,6 +422,27 @@ impl Drop for RunCgroup {
 }
 
 /// The background thread that empties and removes finished runs' cgroups.
+/// Makes a run's cgroup directory; a `toolexec` parent removed since
+/// [`prepare`] (by whatever cleans up empty cgroups on the machine) is
+/// made again.
+fn make_run_dir(dir: &Path) -> io::Result<()> {
+    let mut attempts = 0;
+    loop {
+        match fs::create_dir(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 5 => {
+                attempts += 1;
+                if let Some(parent) = dir.parent() {
+                    let _ = fs::create_dir_all(parent);
+                }
+            }
+            other => {
+                return other
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
+            }
+        }
+    }
+}
+
 mod janitor {
     use std::path::{Path, PathBuf};
     use std::sync::Mutex;
@@ -485,6 +514,24 @@ mod janitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `toolexec` parent removed after `prepare` (something on the machine
+    /// cleaning up empty cgroups) is made again for the next run.
+    #[test]
+    fn a_run_dir_outlives_its_parent_being_removed() {
+        let root = std::env::temp_dir().join(format!(
+            "toolexec-cgparent-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let run = root.join("toolexec").join("bwrap-1-1");
+        make_run_dir(&run).unwrap();
+        assert!(run.is_dir());
+        fs::remove_dir_all(&root).unwrap();
+        make_run_dir(&run).unwrap();
+        assert!(run.is_dir());
+        fs::remove_dir_all(&root).unwrap();
+    }
 
     fn tree(files: &[(&str, &str)]) -> PathBuf {
         let root = std::env::temp_dir().join(format!(
