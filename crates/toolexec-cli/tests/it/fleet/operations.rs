@@ -164,3 +164,70 @@ async fn tls_and_token_are_enforced() {
     assert!(out.stderr.contains("backend_unavailable"), "{out}");
     assert!(!out.stderr.contains("wrong-one"), "{out}");
 }
+
+/// nkey authentication: a server that knows only a user's public key
+/// admits a worker whose `toolexec.toml` holds the seed (from a file, as
+/// every secret), and refuses another seed with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nkey_authentication_is_enforced() {
+    const TEST: &str = "nkey_authentication_is_enforced";
+    let dir = TempDir::new("fleet-nkey");
+    let user = nkeys::KeyPair::new_user();
+    let conf = dir.write(
+        "nats.conf",
+        &format!(
+            "authorization {{ users = [ {{ nkey: \"{}\" }} ] }}\n",
+            user.public_key()
+        ),
+    );
+    let Some(nats) = Nats::start_with(TEST, &["-c", conf.to_str().unwrap()]) else {
+        return;
+    };
+    dir.write_private("seed", &user.seed().unwrap());
+    let stranger = nkeys::KeyPair::new_user();
+    dir.write_private("other-seed", &stranger.seed().unwrap());
+    let config = |seed: &str| {
+        dir.write(
+            &format!("{seed}.toml"),
+            &format!(
+                "[builtins]\nenabled = [\"math\"]\n[cluster]\nnats = {}\nname = \"keyed\"\n\
+                 nkey = {{ file = \"{seed}\" }}\n",
+                toml_str(nats.url())
+            ),
+        )
+    };
+    let good = config("seed");
+    let good = good.to_str().unwrap();
+    let _w = {
+        let mut w = Background::spawn(&mut toolexec(
+            dir.path(),
+            &[
+                "--config",
+                good,
+                "worker",
+                "--namespace",
+                "math",
+                "--id",
+                "k0",
+            ],
+        ));
+        w.wait_stdout_line("worker ");
+        w
+    };
+    let out = run(&mut toolexec(
+        dir.path(),
+        &["--config", good, "--json", "cluster", "status"],
+    ));
+    out.expect_code(0);
+    assert_eq!(out.json()["workers"][0]["id"], "k0", "{out}");
+    let bad = config("other-seed");
+    let out = run(&mut toolexec(
+        dir.path(),
+        &["--config", bad.to_str().unwrap(), "cluster", "status"],
+    ));
+    assert_ne!(out.code(), Some(0), "{out}");
+    assert!(out.stderr.contains("backend_unavailable"), "{out}");
+    assert!(out.stderr.contains("authorization violation"), "{out}");
+    let seed = stranger.seed().unwrap();
+    assert!(!out.stderr.contains(&seed), "{out}");
+}
