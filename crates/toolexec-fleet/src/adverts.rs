@@ -23,6 +23,32 @@ pub(crate) enum Serving<'a> {
     Code(Profile),
 }
 
+/// Every advert in the bucket: those there are fresh (the bucket expires
+/// the rest). Unreadable ones are skipped, with a warning.
+pub(crate) async fn read_all(cluster: &Cluster) -> Result<Vec<Advert>, Error> {
+    let mut keys = cluster
+        .workers
+        .keys()
+        .await
+        .map_err(|e| unavailable(format!("worker adverts: {e}")))?;
+    let mut adverts = Vec::new();
+    while let Some(key) = keys.next().await {
+        let Ok(key) = key else { continue };
+        if let Ok(Some(value)) = cluster.workers.get(key.as_str()).await
+            && let Some(advert) = parse(&value)
+        {
+            adverts.push(advert);
+        }
+    }
+    Ok(adverts)
+}
+
+fn parse(value: &[u8]) -> Option<Advert> {
+    serde_json::from_slice(value)
+        .map_err(|e| tracing::warn!("unreadable worker advert: {e}"))
+        .ok()
+}
+
 /// A worker as its adverts show it.
 #[derive(Debug, Clone)]
 pub(crate) struct Live {
@@ -78,17 +104,8 @@ impl FleetClient {
         let Some(catalog) = self.catalog.upgrade() else {
             return Ok(());
         };
-        let mut keys = self
-            .cluster
-            .workers
-            .keys()
-            .await
-            .map_err(|e| unavailable(format!("worker adverts: {e}")))?;
-        while let Some(key) = keys.next().await {
-            let Ok(key) = key else { continue };
-            if let Ok(Some(value)) = self.cluster.workers.get(key.as_str()).await {
-                self.observe(&value, &catalog);
-            }
+        for advert in read_all(&self.cluster).await? {
+            self.observe(advert, &catalog);
         }
         Ok(())
     }
@@ -125,14 +142,7 @@ impl FleetClient {
     }
 
     /// Registers what one advert offers and notes the worker alive.
-    fn observe(self: &Arc<Self>, value: &[u8], catalog: &Arc<Catalog>) {
-        let advert: Advert = match serde_json::from_slice(value) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("unreadable worker advert: {e}");
-                return;
-            }
-        };
+    fn observe(self: &Arc<Self>, advert: Advert, catalog: &Arc<Catalog>) {
         // Tools are imported when a worker comes or its list changes.
         let offer = offer_digest(&advert);
         let known = {
@@ -246,7 +256,9 @@ async fn watch_adverts(client: std::sync::Weak<FleetClient>, catalog: Arc<Catalo
             };
             match entry {
                 Ok(entry) if entry.operation == async_nats::jetstream::kv::Operation::Put => {
-                    strong.observe(&entry.value, &catalog);
+                    if let Some(advert) = parse(&entry.value) {
+                        strong.observe(advert, &catalog);
+                    }
                 }
                 Ok(entry) => {
                     strong.live.lock().remove(&entry.key);

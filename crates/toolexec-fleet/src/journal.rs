@@ -240,13 +240,7 @@ pub(crate) async fn finish(
 
 /// The journal entry of `key`, if any.
 pub(crate) async fn read(store: &kv::Store, key: &str) -> Result<Option<Journal>, toolexec::Error> {
-    let entry = store
-        .entry(key)
-        .await
-        .map_err(|e| unavailable(format!("journal read: {e}")))?;
-    Ok(entry
-        .filter(|e| e.operation == Operation::Put)
-        .and_then(|e| serde_json::from_slice(&e.value).ok()))
+    Ok(read_entry(store, key).await?.map(|(journal, _)| journal))
 }
 
 /// Settles a run whose holder is gone for good (no advert for longer than

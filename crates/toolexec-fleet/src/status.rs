@@ -5,7 +5,6 @@ use serde::Serialize;
 use toolexec::Error;
 
 use crate::cluster::{Cluster, unavailable};
-use crate::wire::Advert;
 
 /// A cluster at one moment.
 #[derive(Debug, Clone, Serialize)]
@@ -102,19 +101,7 @@ pub async fn status(cluster: &Cluster) -> Result<ClusterStatus, Error> {
     }
     namespaces.sort_by(|a, b| a.namespace.cmp(&b.namespace));
     let mut workers = Vec::new();
-    let mut keys = cluster
-        .workers
-        .keys()
-        .await
-        .map_err(|e| unavailable(format!("worker adverts: {e}")))?;
-    while let Some(key) = keys.next().await {
-        let Ok(key) = key else { continue };
-        let Ok(Some(value)) = cluster.workers.get(key.as_str()).await else {
-            continue;
-        };
-        let Ok(a) = serde_json::from_slice::<Advert>(&value) else {
-            continue;
-        };
+    for a in crate::adverts::read_all(cluster).await? {
         workers.push(WorkerStatus {
             id: a.id,
             host: a.host,
