@@ -33,27 +33,9 @@ async fn a_durable_code_run_survives_its_worker() {
         const b = await tools.ledger.hit({n: 2, sleep_ms: 0});
         return {a: a.hits, waited: w.waited, b: b.hits};
     "#;
-    let run = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .execute_code(
-                    &toolexec_code::CodeRequest::new(script),
-                    toolexec_runtime::Profile::Standard,
-                    &toolexec::CancellationToken::new(),
-                )
-                .await
-        })
-    };
+    let run = spawn_script(&client, script);
     // Killed while the script waits, between its two ledger calls.
-    let start = Instant::now();
-    while !ledger_hits(ledger_port).contains_key(&1) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the script never started"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_hit(ledger_port, 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     first.kill();
     let _second = worker_with(dir.path(), &config, "c1", 2, &["--code"]);
@@ -80,26 +62,8 @@ async fn a_durable_code_run_survives_its_worker() {
     "#;
     let mut third = worker_with(dir.path(), &config, "c2", 2, &["--code"]);
     drop(_second);
-    let run = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .execute_code(
-                    &toolexec_code::CodeRequest::new(script),
-                    toolexec_runtime::Profile::Standard,
-                    &toolexec::CancellationToken::new(),
-                )
-                .await
-        })
-    };
-    let start = Instant::now();
-    while !ledger_hits(ledger_port).contains_key(&3) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the script never started"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let run = spawn_script(&client, script);
+    wait_for_hit(ledger_port, 3).await;
     third.kill();
     let _fourth = worker_with(dir.path(), &config, "c3", 2, &["--code"]);
     let error = run.await.unwrap().unwrap_err();
@@ -140,18 +104,7 @@ async fn concurrent_calls_of_a_code_run_replay() {
         await tools.ledger.wait({ms: 1500});
         return hits.map((h) => h.hits);
     "#;
-    let run = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .execute_code(
-                    &toolexec_code::CodeRequest::new(script),
-                    toolexec_runtime::Profile::Standard,
-                    &toolexec::CancellationToken::new(),
-                )
-                .await
-        })
-    };
+    let run = spawn_script(&client, script);
     let start = Instant::now();
     while ledger_hits(ledger_port).len() < 5 {
         assert!(

@@ -195,6 +195,35 @@ pub(super) async fn caller(nats: &Nats, cluster: &str) -> (Exec, Arc<FleetClient
     (Exec::new(catalog), client)
 }
 
+/// Waits until the ledger counted call `n` (the run reached its tool).
+pub(super) async fn wait_for_hit(port: u16, n: u64) {
+    let start = Instant::now();
+    while !ledger_hits(port).contains_key(&n) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "call {n} never reached the ledger"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A standard code run of `script` through `client`, on a task of its own.
+pub(super) fn spawn_script(
+    client: &Arc<FleetClient>,
+    script: &'static str,
+) -> tokio::task::JoinHandle<Result<toolexec_code::CodeOutcome, toolexec::Error>> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        client
+            .execute_code(
+                &toolexec_code::CodeRequest::new(script),
+                toolexec_runtime::Profile::Standard,
+                &toolexec::CancellationToken::new(),
+            )
+            .await
+    })
+}
+
 mod calls;
 mod code;
 mod operations;

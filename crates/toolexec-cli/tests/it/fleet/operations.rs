@@ -36,14 +36,7 @@ async fn sigterm_drains_a_worker() {
             .await
     });
     // The run is in flight (the ledger counted it) before the signal.
-    let start = Instant::now();
-    while !ledger_hits(ledger_port).contains_key(&1) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the run never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_hit(ledger_port, 1).await;
     let exit = w.signal("-TERM", Duration::from_secs(10));
     assert!(
         exit.is_some_and(|s| s.success()),
