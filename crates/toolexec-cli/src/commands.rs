@@ -114,7 +114,9 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
         .map(|plan| (config.policy.clone(), plan.take_quotas()));
     // A worker runs its own namespaces: it never sends them to the fleet.
     let fleet = !matches!(cli.command, Command::Worker(_));
-    let built = build_exec(&config, &runtimes, telemetry.observer(), gate, fleet).await;
+    // Only a gateway has clients to relay upstream servers' requests to.
+    let relay = serve_plan.is_some();
+    let built = build_exec(&config, &runtimes, telemetry.observer(), gate, fleet, relay).await;
     let (exec, upstreams, fleet) = match built {
         Ok(x) => x,
         Err(e) => {
@@ -231,6 +233,7 @@ async fn build_exec(
         Option<toolexec::quota::Quotas>,
     )>,
     fleet: bool,
+    relay_client_requests: bool,
 ) -> Result<
     (
         Exec,
@@ -262,9 +265,9 @@ async fn build_exec(
     }
     let mut upstreams = Vec::with_capacity(config.servers.len());
     for server in &config.servers {
-        upstreams.push(Arc::new(
-            Upstream::connect(server.clone(), catalog.clone()).await?,
-        ));
+        let mut server = server.clone();
+        server.relay_client_requests = relay_client_requests;
+        upstreams.push(Arc::new(Upstream::connect(server, catalog.clone()).await?));
     }
     let fleet = if fleet {
         crate::fleet::attach(&config.cluster, &catalog).await?

@@ -38,6 +38,7 @@ pub mod allow;
 pub mod backend;
 pub mod catalog;
 pub mod chain;
+pub mod client;
 pub mod context;
 pub mod docs;
 pub mod error;
@@ -66,6 +67,7 @@ pub use catalog::{
     Catalog, CatalogEvent, ListRequest, NamespaceInfo, Page, RegisteredTool, SearchResult,
 };
 pub use chain::{ChainResult, ChainStep, StepResult, parse_chain};
+pub use client::{ClientError, ClientLink, ClientRequests};
 pub use context::ToolContext;
 pub use docs::{DetailLevel, ToolDescription, ToolDocs, ToolExample};
 pub use error::{Error, ErrorBody, ErrorCode, LimitKind, ValidationFailure};

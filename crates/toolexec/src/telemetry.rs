@@ -108,6 +108,11 @@ pub struct Caller {
     /// serialized, redacted in `Debug`.
     #[serde(skip)]
     pub credential: Option<AccessToken>,
+    /// Requests back to the calling client during the call (sampling,
+    /// elicitation, roots, log messages), when the entry point can reach
+    /// it. Never serialized.
+    #[serde(skip)]
+    pub link: Option<crate::client::ClientLink>,
 }
 
 /// A caller's access token: a [`Secret`](crate::Secret) that compares in

@@ -383,6 +383,7 @@ impl ServerTable {
             call_timeout: self.timeout.map_or(limits.default_timeout, |d| d.0),
             max_concurrency,
             lazy: self.lazy,
+            relay_client_requests: false,
         })
     }
 }

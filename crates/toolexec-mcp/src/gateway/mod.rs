@@ -113,6 +113,7 @@ mod auth;
 #[cfg(feature = "code")]
 mod code;
 mod dispatch;
+mod downstream;
 mod handler;
 mod http;
 mod limits;

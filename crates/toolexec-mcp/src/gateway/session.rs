@@ -48,6 +48,11 @@ impl Session {
         self.min_level.store(level_index(level), Ordering::Relaxed);
     }
 
+    /// True when a log message at `level` is sent.
+    pub(super) fn wants(&self, level: LoggingLevel) -> bool {
+        self.min_level.load(Ordering::Relaxed) <= level_index(level)
+    }
+
     /// True when streamed chunks (sent at level `info`) are relayed.
     pub(super) fn chunk_logging_enabled(&self) -> bool {
         self.min_level.load(Ordering::Relaxed) <= level_index(LoggingLevel::Info)

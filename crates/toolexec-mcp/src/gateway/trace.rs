@@ -16,6 +16,7 @@ use toolexec::telemetry::{
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use super::downstream::Downstream;
 use super::server::Gateway;
 
 /// Who the HTTP layer authenticated (principal, kind, scopes, claims), put
@@ -87,6 +88,7 @@ impl Gateway {
             Some(Identity(who)) => Caller {
                 session: Some(session),
                 client,
+                link: Some(Downstream::link(context, &self.session)),
                 ..Caller::clone(who)
             },
             None => Caller {
@@ -97,6 +99,7 @@ impl Gateway {
                 },
                 session: Some(session),
                 client,
+                link: Some(Downstream::link(context, &self.session)),
                 ..Caller::default()
             },
         });

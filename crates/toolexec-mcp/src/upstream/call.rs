@@ -12,11 +12,12 @@ use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpError;
 use rmcp::{ErrorData, Peer, RoleClient};
 use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolOutput};
 use tracing::Instrument;
 
 use super::http_client::ActAs;
-use super::routing::{Router, WatchProgress};
+use super::routing::{ForClient, Router, WatchProgress};
 use super::session::error_chain;
 use super::shared::Shared;
 use super::{UpstreamStatus, convert};
@@ -280,7 +281,19 @@ impl Shared {
         mut request: ClientRequest,
         ctx: &ToolContext,
     ) -> Result<ServerResult, Failure> {
-        request.extensions_mut().insert(WatchProgress(ctx.clone()));
+        // Ends what is relayed to the client for this request however this
+        // future ends, even before the transport sent the request.
+        let ended = CancellationToken::new();
+        let _ended = ended.clone().drop_guard();
+        let client = toolexec::telemetry::current_caller()
+            .filter(|c| c.link.is_some())
+            .map(|caller| ForClient {
+                caller,
+                ended: ended.clone(),
+            });
+        request
+            .extensions_mut()
+            .insert(WatchProgress(ctx.clone(), client));
         let handle = peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
@@ -290,6 +303,7 @@ impl Shared {
         let mut guard = InFlight {
             router: &self.router,
             peer: peer.clone(),
+            sent: handle.id.clone(),
             id: Some(handle.id.clone()),
             progress: handle.progress_token.clone(),
         };
@@ -368,10 +382,14 @@ fn session_lost_in_chain(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// A request in flight. Dropped while armed (`id` set), it sends
-/// `notifications/cancelled` for the request. Always stops the progress relay.
+/// `notifications/cancelled` for the request. Always stops the progress relay
+/// and ends what was relayed to the client for it.
 struct InFlight<'a> {
     router: &'a Router,
     peer: Peer<RoleClient>,
+    /// The request's id.
+    sent: RequestId,
+    /// Set while armed.
     id: Option<RequestId>,
     progress: ProgressToken,
 }
@@ -379,6 +397,7 @@ struct InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.router.unwatch_progress(&self.progress);
+        self.router.end_request(&self.sent);
         let Some(id) = self.id.take() else {
             return;
         };

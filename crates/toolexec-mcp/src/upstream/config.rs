@@ -31,6 +31,13 @@ pub struct UpstreamConfig {
     /// Connect in the background instead of in
     /// [`Upstream::connect`](super::Upstream::connect).
     pub lazy: bool,
+    /// Declare sampling, elicitation and roots to the server, and relay its
+    /// requests for them (and its log messages) to the client of the call
+    /// they belong to, through the call's
+    /// [`Caller::link`](toolexec::telemetry::Caller::link). Each waits at
+    /// most [`call_timeout`](Self::call_timeout). For a gateway; off by
+    /// default, where no client could answer.
+    pub relay_client_requests: bool,
 }
 
 impl UpstreamConfig {
@@ -56,6 +63,7 @@ impl UpstreamConfig {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             lazy: false,
+            relay_client_requests: false,
         }
     }
 }

@@ -125,6 +125,7 @@
 //! `toolexec_mcp::upstream::stderr`) unfiltered.
 
 mod call;
+mod client_requests;
 mod config;
 mod convert;
 mod env;
@@ -253,6 +254,7 @@ impl Upstream {
             name: config.name.as_str().into(),
             endpoint,
             call_timeout: config.call_timeout,
+            relay_client_requests: config.relay_client_requests,
             max_concurrency: config.max_concurrency,
             catalog,
             router: Arc::new(Router::default()),

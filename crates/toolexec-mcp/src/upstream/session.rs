@@ -6,17 +6,20 @@ use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::Arc;
 
+#[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, current in 2025-11-25.
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListToolsRequest,
-    PaginatedRequestParams, ProtocolVersion, ResourceUpdatedNotificationParam, ServerResult,
+    ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, Implementation, ListRootsResult,
+    ListToolsRequest, PaginatedRequestParams, ProtocolVersion, ResourceUpdatedNotificationParam,
+    ServerResult,
 };
-use rmcp::service::{ClientInitializeError, NotificationContext, RunningService};
+use rmcp::service::{ClientInitializeError, NotificationContext, RequestContext, RunningService};
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, InsufficientScopeError, StreamableHttpClient,
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::OnceCell;
@@ -213,6 +216,9 @@ impl Endpoint {
 pub(crate) struct Handler {
     pub(crate) server: Arc<str>,
     pub(crate) router: Arc<Router>,
+    /// Relays the server's requests to the calling client, each waiting at
+    /// most this long; `None`: refuses them.
+    pub(crate) relay: Option<std::time::Duration>,
 }
 
 impl ClientHandler for Handler {
@@ -238,9 +244,38 @@ impl ClientHandler for Handler {
         self.router.publish(UpstreamNotice::PromptsChanged);
     }
 
+    #[allow(deprecated)] // sampling: deprecated by SEP-2577, current in 2025-11-25.
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.relay("sampling/createMessage", params, context).await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.relay("elicitation/create", params, context).await
+    }
+
+    #[allow(deprecated)] // roots: deprecated by SEP-2577, current in 2025-11-25.
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        self.relay("roots/list", serde_json::json!({}), context)
+            .await
+    }
+
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
-            ClientCapabilities::default(),
+            match self.relay {
+                Some(_) => super::client_requests::relayed_capabilities(),
+                None => ClientCapabilities::default(),
+            },
             Implementation::new("toolexec", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)

@@ -13,6 +13,7 @@ mod gateway_oauth;
 mod gateway_passthrough;
 mod gateway_policy;
 mod gateway_python;
+mod gateway_relay;
 mod gateway_rmcp;
 #[path = "../support/mod.rs"]
 mod support;

@@ -1,0 +1,299 @@
+//! What an upstream server asks its client during a call (sampling,
+//! elicitation in form and URL mode, roots) and its log messages, relayed
+//! by the gateway to the client that made the call: the Python SDK's server
+//! (`tests/fixtures/py_asking_server.py`) behind an HTTP gateway, driven by
+//! the Python SDK's client (`tests/fixtures/py_relay_client.py`), with the
+//! upstream over stdio (no association on the wire) and over streamable
+//! HTTP (the request names its call by the stream it arrives on).
+
+use crate::support::gateway as support;
+use crate::support::upstream::{ChildGuard, free_port, wait_listening};
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[allow(deprecated)] // sampling: deprecated by SEP-2577, current in 2025-11-25.
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
+    CreateMessageResult, Implementation,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolexec::{Catalog, Exec};
+use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth};
+use toolexec_mcp::upstream::{Upstream, UpstreamConfig, UpstreamTransport};
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// How the gateway reaches the asking server.
+#[derive(Clone, Copy, Debug)]
+enum Link {
+    Stdio,
+    Http,
+}
+
+/// The asking server as upstream `asking`, relaying to clients, each call
+/// (and each relayed request) bounded by `timeout`. Keep the guard alive.
+fn upstream(python: &str, link: Link, timeout: Duration) -> (UpstreamConfig, Option<ChildGuard>) {
+    let (transport, guard) = match link {
+        Link::Stdio => (
+            UpstreamTransport::Stdio {
+                command: python.to_owned(),
+                args: vec![fixture("py_asking_server.py"), "stdio".to_owned()],
+                env: BTreeMap::new(),
+                inherit_env: Vec::new(),
+                cwd: Some(std::env::temp_dir()),
+            },
+            None,
+        ),
+        Link::Http => {
+            let port = free_port();
+            let child = ChildGuard::spawn(
+                std::process::Command::new(python)
+                    .arg(fixture("py_asking_server.py"))
+                    .arg("http")
+                    .arg(port.to_string()),
+            );
+            (
+                UpstreamTransport::Http {
+                    url: format!("http://127.0.0.1:{port}/mcp"),
+                    headers: BTreeMap::new(),
+                    bearer_token: None,
+                    tls: Default::default(),
+                    oauth: None,
+                    token_exchange: None,
+                },
+                Some((child, port)),
+            )
+        }
+    };
+    let mut config = UpstreamConfig::new("asking", transport);
+    config.call_timeout = timeout;
+    config.relay_client_requests = true;
+    (config, guard.map(|(child, _)| child))
+}
+
+/// An HTTP gateway in front of the asking server; its URL.
+async fn gateway(
+    python: &str,
+    link: Link,
+    timeout: Duration,
+) -> (String, CancellationToken, Arc<Upstream>, Option<ChildGuard>) {
+    let (config, guard) = upstream(python, link, timeout);
+    if let UpstreamTransport::Http { url, .. } = &config.transport {
+        let port = url
+            .trim_start_matches("http://127.0.0.1:")
+            .trim_end_matches("/mcp")
+            .parse()
+            .unwrap();
+        wait_listening(port, Duration::from_secs(30)).await;
+    }
+    let catalog = Arc::new(Catalog::new());
+    let upstream = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
+    let gateway = Gateway::with_upstreams(
+        Exec::new(catalog),
+        GatewayOptions {
+            expose: Expose::All,
+            ..GatewayOptions::default()
+        },
+        vec![upstream.clone()],
+    );
+    let (addr, shutdown) = support::start_http(gateway, HttpAuth::InsecureNoAuth).await;
+    (format!("http://{addr}/mcp"), shutdown, upstream, guard)
+}
+
+/// Runs the client in `mode`; its exit status and summary (`Null` when it
+/// printed none).
+async fn client(python: &str, mode: &str, url: &str) -> (Option<i32>, Value, String) {
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture("py_relay_client.py"))
+        .args([mode, "http", url]);
+    let (status, stdout, stderr) = support::run_with_timeout(cmd, Duration::from_secs(120)).await;
+    let summary = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    (status.code(), summary, stderr)
+}
+
+async fn summary(python: &str, mode: &str, url: &str) -> Value {
+    let (status, summary, stderr) = client(python, mode, url).await;
+    assert_eq!(status, Some(0), "client {mode} failed:\n{stderr}");
+    summary
+}
+
+/// A client that declares sampling and never answers it; tells when the
+/// gateway abandons the request.
+#[derive(Clone)]
+struct Silent(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl ClientHandler for Silent {
+    #[allow(deprecated)] // sampling: deprecated by SEP-2577, current in 2025-11-25.
+    async fn create_message(
+        &self,
+        _params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        context.ct.cancelled().await;
+        let _ = self.0.send(());
+        Err(ErrorData::internal_error("abandoned", None))
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.sampling = Some(Default::default());
+        ClientConfig::new(caps, Implementation::new("silent", "1"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_requests_reach_the_calling_client() {
+    let Some(python) = support::dep(
+        "upstream_requests_reach_the_calling_client",
+        "TOOLEXEC_PYTHON",
+    ) else {
+        return;
+    };
+    for link in [Link::Stdio, Link::Http] {
+        let (url, shutdown, upstream, _guard) =
+            gateway(&python, link, Duration::from_secs(20)).await;
+
+        let s = summary(&python, "answers", &url).await;
+        assert_eq!(
+            s["sampling"],
+            json!({"ok": {"model": "fixture-model", "role": "assistant", "text": "echo: hello"}}),
+            "{link:?}: {s}"
+        );
+        assert_eq!(
+            s["sampling_params"],
+            json!({"text": "hello", "maxTokens": 64})
+        );
+        assert_eq!(
+            s["elicitation"],
+            json!({"ok": {"action": "accept", "data": {"name": "Ada"}}}),
+            "{link:?}: {s}"
+        );
+        assert_eq!(
+            s["url_elicitation"],
+            json!({"ok": {"action": "accept"}}),
+            "{link:?}: {s}"
+        );
+        assert_eq!(
+            s["roots"],
+            json!({"ok": ["file:///work/project"]}),
+            "{link:?}: {s}"
+        );
+        // The client's level (info by default, then warning) decides.
+        assert_eq!(
+            s["logs_info"],
+            json!([["info", "chatty info"], ["warning", "chatty warning"]]),
+            "{link:?}: {s}"
+        );
+        assert_eq!(
+            s["logs_warning"],
+            json!([["warning", "chatty warning"]]),
+            "{link:?}: {s}"
+        );
+
+        // A client that declared none of them: each is refused, naming it.
+        let s = summary(&python, "bare", &url).await;
+        for (key, method) in [
+            ("sampling", "sampling/createMessage"),
+            ("elicitation", "elicitation/create"),
+            ("roots", "roots/list"),
+        ] {
+            let error = &s[key]["error"];
+            assert_eq!(error["code"], -32601, "{link:?} {key}: {s}");
+            assert!(
+                error["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(&format!("does not support {method}"))),
+                "{link:?} {key}: {s}"
+            );
+        }
+        shutdown.cancel();
+        upstream.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_never_answers_or_vanishes_ends_only_its_call() {
+    let Some(python) = support::dep(
+        "a_client_that_never_answers_or_vanishes_ends_only_its_call",
+        "TOOLEXEC_PYTHON",
+    ) else {
+        return;
+    };
+    let (url, shutdown, upstream, _guard) =
+        gateway(&python, Link::Stdio, Duration::from_secs(3)).await;
+
+    // Never answers sampling (rmcp's client: the Python SDK's blocks its
+    // reading while a callback runs): the call times out, the client is
+    // told the request is abandoned, the server gets an error for it.
+    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel();
+    let transport = support::rmcp_http_transport(
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            url.clone(),
+        ),
+    );
+    let silent = Silent(cancelled_tx).serve(transport).await.unwrap();
+    let r = silent
+        .call_tool(
+            CallToolRequestParams::new("asking__ask_llm")
+                .with_arguments(json!({"prompt": "anyone?"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert!(format!("{r:?}").contains("timeout"), "{r:?}");
+    tokio::time::timeout(Duration::from_secs(10), cancelled.recv())
+        .await
+        .expect("the client is told the request is abandoned");
+    let r = silent
+        .call_tool(CallToolRequestParams::new("asking__outcomes"))
+        .await
+        .unwrap();
+    let outcomes = r.structured_content.unwrap();
+    let last = outcomes["result"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["kind"], "sampling", "{outcomes}");
+    assert_eq!(last["error"]["code"], -32603, "{outcomes}");
+    silent.cancel().await.unwrap();
+
+    // Goes away while asked: its call ends at the deadline, the server gets
+    // an error, and the gateway serves the next client.
+    let (status, _, stderr) = client(&python, "vanish", &url).await;
+    assert_eq!(status, Some(3), "{stderr}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let s = summary(&python, "outcomes", &url).await;
+    let last = s["outcomes"]["result"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["kind"], "elicitation", "{s}");
+    assert_eq!(last["error"]["code"], -32603, "{s}");
+    let message = last["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("ended before the client answered") || message.contains("disconnected"),
+        "{s}"
+    );
+    shutdown.cancel();
+    upstream.shutdown().await;
+}
