@@ -306,6 +306,75 @@ fn python_sdk_over_stdio() {
     check_gateway_summary(&s);
 }
 
+/// `toolexec serve` over stdio relays what its upstream asks during a
+/// call (sampling, elicitation, roots, log messages) to the client that
+/// made it, and to no one when `toolexec run` makes the call.
+#[test]
+fn serve_relays_what_an_upstream_asks_to_the_calling_client() {
+    let Some(python) = dep(
+        "serve_relays_what_an_upstream_asks_to_the_calling_client",
+        "TOOLEXEC_PYTHON",
+    ) else {
+        return;
+    };
+    let dir = TempDir::new("relay");
+    let config = dir.write(
+        "asking.toml",
+        &format!(
+            "[[servers]]\nname = \"asking\"\ncommand = {}\nargs = [{}, \"stdio\"]\n",
+            toml_str(&python),
+            toml_str(support::PY_ASKING_SERVER)
+        ),
+    );
+    let out = run(Command::new(&python)
+        .arg(support::PY_RELAY_CLIENT)
+        .args(["answers", "stdio", support::BIN, "serve", "--config"])
+        .arg(&config)
+        .args(["--expose", "all"])
+        .current_dir(dir.path()));
+    out.expect_code(0);
+    let s = out.last_line_json();
+    assert_eq!(s["sampling"]["ok"]["text"], "echo: hello", "{s}");
+    assert_eq!(
+        s["elicitation"]["ok"]["data"],
+        json!({"name": "Ada"}),
+        "{s}"
+    );
+    assert_eq!(s["roots"], json!({"ok": ["file:///work/project"]}), "{s}");
+    assert_eq!(
+        s["logs_info"],
+        json!([["info", "chatty info"], ["warning", "chatty warning"]]),
+        "{s}"
+    );
+    assert_eq!(
+        s["logs_warning"],
+        json!([["warning", "chatty warning"]]),
+        "{s}"
+    );
+
+    // Without a client, the server is not told it may ask.
+    let out = run(&mut toolexec(
+        dir.path(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--json",
+            "run",
+            "asking:ask_llm",
+            r#"{"prompt": "hi"}"#,
+        ],
+    ));
+    out.expect_code(0);
+    let v = out.json();
+    assert_eq!(v["value"]["error"]["code"], -32601, "{v}");
+    assert!(
+        v["value"]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("only when it serves clients as a gateway")),
+        "{v}"
+    );
+}
+
 #[test]
 fn python_sdk_over_http_with_a_token_file() {
     let Some(python) = dep("python_sdk_over_http_with_a_token_file", "TOOLEXEC_PYTHON") else {

@@ -20,6 +20,14 @@ pub(crate) const PY_UPSTREAM_SERVER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../toolexec-mcp/tests/fixtures/py_upstream_server.py"
 );
+pub(crate) const PY_ASKING_SERVER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../toolexec-mcp/tests/fixtures/py_asking_server.py"
+);
+pub(crate) const PY_RELAY_CLIENT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../toolexec-mcp/tests/fixtures/py_relay_client.py"
+);
 /// This crate's fixtures.
 pub(crate) const PY_DEMO_UPSTREAM: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -58,7 +58,9 @@ impl Handler {
         };
         let Some(timeout) = self.relay else {
             return Err(refused(
-                "this client (toolexec) is not configured to relay it".to_owned(),
+                "no client can answer it here: toolexec relays a server's requests only \
+                 when it serves clients as a gateway"
+                    .to_owned(),
             ));
         };
         let origin = context.extensions.get::<InboundStreamOrigin>();

@@ -63,9 +63,42 @@
 //!   [`ToolOutput::normalize`](toolexec::ToolOutput::normalize) does) and
 //!   every content block is kept.
 //! - A JSON-RPC error answering `tools/call` is `execution_failed` with the
-//!   error's `code` and `data` as data; a server that asks for client input
-//!   (elicitation / sampling rounds) or answers with a task fails the same way,
-//!   as toolexec cannot provide either.
+//!   error's `code` and `data` as data; a server that answers with a task or
+//!   an input-required result (the 2026-07-28 multi-round-trip form) fails
+//!   the same way, as toolexec polls neither.
+//!
+//! # Requests to the client
+//!
+//! With [`UpstreamConfig::relay_client_requests`] (set by `toolexec serve`)
+//! the session declares sampling (with tools and context), elicitation
+//! (form and URL) and roots, and relays the server's `sampling/createMessage`,
+//! `elicitation/create` and `roots/list` to the client of the call they
+//! belong to: the [`ClientLink`](toolexec::ClientLink) on the call's
+//! [`Caller`](toolexec::telemetry::Caller), which the gateway sets for each
+//! MCP request. The client's answer, or its JSON-RPC error, goes back as it
+//! is.
+//!
+//! - **Which call.** Over streamable HTTP a server sends the request on the
+//!   response stream of the `tools/call` it belongs to, which names the
+//!   call. Over stdio (or on the standalone HTTP stream) nothing does: the
+//!   request goes to the client when every call in flight on that server
+//!   was made for one client session, and is refused (`-32601`, saying why)
+//!   when calls of several sessions are in flight, so one client is never
+//!   asked on another's behalf, or when no call is.
+//! - **What the client declared.** A client that did not declare the
+//!   capability (or URL-mode elicitation, or sampling with tools) is not
+//!   asked: `-32601` naming the method.
+//! - **How long.** A relayed request waits until the client answers, the
+//!   server cancels it, the call it belongs to ends, or the server's
+//!   [`call_timeout`](UpstreamConfig::call_timeout) passes (`-32603`
+//!   saying which); an abandoned request is cancelled at the client.
+//! - **Log messages** (`notifications/message`) go to the client of the
+//!   calls in flight under the same rule, in order, at or above the level
+//!   that client set (`info` until it sets one). Progress is relayed by its
+//!   token, as before.
+//! - Without the setting (the default, as for `toolexec run`, where no
+//!   client could answer) nothing is declared, and a request is refused
+//!   with `-32601`.
 //! - [`UpstreamConfig::call_timeout`] is the backend's own deadline (`timeout`
 //!   error; the pipeline's deadline still applies too), and
 //!   [`UpstreamConfig::max_concurrency`] bounds the calls in flight: calls over

@@ -90,6 +90,12 @@ async fn gateway(
     timeout: Duration,
 ) -> (String, CancellationToken, Arc<Upstream>, Option<ChildGuard>) {
     let (config, guard) = upstream(python, link, timeout);
+    let (url, shutdown, upstream) = gateway_of(config).await;
+    (url, shutdown, upstream, guard)
+}
+
+/// An HTTP gateway in front of the upstream `config`; its URL.
+async fn gateway_of(config: UpstreamConfig) -> (String, CancellationToken, Arc<Upstream>) {
     if let UpstreamTransport::Http { url, .. } = &config.transport {
         let port = url
             .trim_start_matches("http://127.0.0.1:")
@@ -109,7 +115,7 @@ async fn gateway(
         vec![upstream.clone()],
     );
     let (addr, shutdown) = support::start_http(gateway, HttpAuth::InsecureNoAuth).await;
-    (format!("http://{addr}/mcp"), shutdown, upstream, guard)
+    (format!("http://{addr}/mcp"), shutdown, upstream)
 }
 
 /// Runs the client in `mode`; its exit status and summary (`Null` when it
@@ -296,4 +302,80 @@ async fn a_client_that_never_answers_or_vanishes_ends_only_its_call() {
     );
     shutdown.cancel();
     upstream.shutdown().await;
+}
+
+/// server-everything's own sampling, elicitation and roots tools, which it
+/// registers only for a client that declares those capabilities, work
+/// through the gateway over stdio and over streamable HTTP.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_everything_asks_through_the_gateway() {
+    let Some(v) = crate::support::upstream::deps(
+        "server_everything_asks_through_the_gateway",
+        &[
+            "TOOLEXEC_PYTHON",
+            "TOOLEXEC_NODE22",
+            "TOOLEXEC_MCP_EVERYTHING",
+        ],
+    ) else {
+        return;
+    };
+    let (python, node, bin) = (&v[0], &v[1], &v[2]);
+    for link in [Link::Stdio, Link::Http] {
+        let (transport, _guard) = match link {
+            Link::Stdio => (
+                UpstreamTransport::Stdio {
+                    command: node.clone(),
+                    args: vec![bin.clone(), "stdio".into()],
+                    env: BTreeMap::new(),
+                    inherit_env: Vec::new(),
+                    cwd: None,
+                },
+                None,
+            ),
+            Link::Http => {
+                let port = free_port();
+                let guard = ChildGuard::spawn(
+                    std::process::Command::new(node)
+                        .args([bin.as_str(), "streamableHttp"])
+                        .env("PORT", port.to_string()),
+                );
+                (
+                    UpstreamTransport::Http {
+                        url: format!("http://127.0.0.1:{port}/mcp"),
+                        headers: BTreeMap::new(),
+                        bearer_token: None,
+                        tls: Default::default(),
+                        oauth: None,
+                        token_exchange: None,
+                    },
+                    Some(guard),
+                )
+            }
+        };
+        let mut config = UpstreamConfig::new("everything", transport);
+        config.call_timeout = Duration::from_secs(20);
+        config.relay_client_requests = true;
+        let (url, shutdown, upstream) = gateway_of(config).await;
+        let s = summary(python, "everything", &url).await;
+        let texts = &s["texts"];
+        let sampling = texts["sampling"].as_str().unwrap();
+        assert!(
+            sampling.contains("LLM sampling result") && sampling.contains("fixture-model"),
+            "{link:?}: {s}"
+        );
+        assert!(
+            sampling.contains("echo: Resource trigger-sampling-request context: hi"),
+            "{link:?}: {s}"
+        );
+        let elicitation = texts["elicitation"].as_str().unwrap();
+        assert!(
+            elicitation.contains("User provided the requested information")
+                && elicitation.contains("Ada"),
+            "{link:?}: {s}"
+        );
+        let roots = texts["roots"].as_str().unwrap();
+        assert!(roots.contains("file:///work/project"), "{link:?}: {s}");
+        shutdown.cancel();
+        upstream.shutdown().await;
+    }
 }
