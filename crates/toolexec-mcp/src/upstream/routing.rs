@@ -361,7 +361,7 @@ mod tests {
 
     /// A client link that answers nothing: these tests look at routing only.
     #[derive(Debug)]
-    struct Named(&'static str);
+    struct Named(#[allow(dead_code)] &'static str); // read through `Debug`
 
     impl ClientRequests for Named {
         fn supports(&self, _: &str, _: &Value) -> bool {
