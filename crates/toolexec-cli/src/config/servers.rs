@@ -32,6 +32,9 @@ pub(super) struct ServerTable {
     inherit_env: Vec<String>,
     cwd: Option<PathBuf>,
     url: Option<String>,
+    /// `"sse"`: the 2024-11-05 HTTP+SSE transport at `url`;
+    /// `"streamable-http"` (the default for `url`).
+    transport: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, SecretSource>,
     bearer_token: Option<SecretSource>,
@@ -270,7 +273,20 @@ impl ServerTable {
             client_cert: self.client_cert.map(|p| relative_to(base, &p)),
             client_key: self.client_key.map(|p| relative_to(base, &p)),
         };
+        let sse = match self.transport.as_deref() {
+            None | Some("streamable-http") => false,
+            Some("sse") => true,
+            Some(other) => {
+                return fail(
+                    "transport",
+                    format!("expected \"sse\" or \"streamable-http\", got {other:?}"),
+                );
+            }
+        };
         let transport = match (self.command, self.url) {
+            (Some(_), None) if self.transport.is_some() => {
+                return fail("transport", "transport is for url servers".into());
+            }
             (Some(command), None) => {
                 if !self.headers.is_empty() || self.bearer_token.is_some() {
                     return fail(
@@ -322,6 +338,17 @@ impl ServerTable {
                     tls.check()
                         .map_err(|e| Fault::refused(&format!("servers[{i}]"), e, &[]))?;
                 }
+                let bearer_token = match &self.bearer_token {
+                    Some(src) => Some(src.resolve(&key("bearer_token"), base)?),
+                    None => None,
+                };
+                let headers = secrets(&self.headers, |n| key(&format!("headers.{n}")), base)?;
+                if sse && self.auth.is_some() {
+                    return fail(
+                        "auth",
+                        "auth is for streamable HTTP servers, not transport = \"sse\"".into(),
+                    );
+                }
                 let (oauth, token_exchange) = match self.auth {
                     Some(auth) => {
                         if auth.oauth.is_some() && self.bearer_token.is_some() {
@@ -348,16 +375,22 @@ impl ServerTable {
                     }
                     None => (None, None),
                 };
-                UpstreamTransport::Http {
-                    url,
-                    headers: secrets(&self.headers, |n| key(&format!("headers.{n}")), base)?,
-                    bearer_token: match &self.bearer_token {
-                        Some(src) => Some(src.resolve(&key("bearer_token"), base)?),
-                        None => None,
-                    },
-                    tls,
-                    oauth,
-                    token_exchange,
+                if sse {
+                    UpstreamTransport::Sse {
+                        url,
+                        headers,
+                        bearer_token,
+                        tls,
+                    }
+                } else {
+                    UpstreamTransport::Http {
+                        url,
+                        headers,
+                        bearer_token,
+                        tls,
+                        oauth,
+                        token_exchange,
+                    }
                 }
             }
             (Some(_), Some(_)) => {

@@ -253,6 +253,45 @@ fn inherit_env_is_for_command_servers() {
     assert!(err.contains("inherit_env"), "{err}");
 }
 
+#[test]
+fn transport_sse_is_the_legacy_http_sse_transport() {
+    let c = parse(
+        "[[servers]]\nname = \"old\"\nurl = \"http://127.0.0.1:9/sse\"\ntransport = \"sse\"\n",
+    )
+    .unwrap();
+    match &c.servers[0].transport {
+        UpstreamTransport::Sse { url, .. } => assert_eq!(url, "http://127.0.0.1:9/sse"),
+        other => panic!("{other:?}"),
+    }
+    let c = parse(
+        "[[servers]]\nname = \"new\"\nurl = \"http://h/mcp\"\ntransport = \"streamable-http\"\n",
+    )
+    .unwrap();
+    assert!(matches!(
+        c.servers[0].transport,
+        UpstreamTransport::Http { .. }
+    ));
+    for (text, key) in [
+        (
+            "[[servers]]\nname = \"a\"\nurl = \"http://h\"\ntransport = \"websocket\"\n",
+            "key `servers[0].transport`: expected \"sse\"",
+        ),
+        (
+            "[[servers]]\nname = \"a\"\ncommand = \"x\"\ntransport = \"sse\"\n",
+            "key `servers[0].transport`: transport is for url servers",
+        ),
+        (
+            "[[servers]]\nname = \"a\"\nurl = \"http://h\"\ntransport = \"sse\"\n\
+             auth = { token_exchange = { token_endpoint = \"http://i/t\", client_id = \"c\", \
+             client_secret = \"s\" } }\n",
+            "key `servers[0].auth`: auth is for streamable HTTP servers",
+        ),
+    ] {
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}
+
 /// Checks that run after deserialization report the value they refuse; the
 /// runtimes' own types refuse keys they do not read from files.
 #[test]

@@ -113,7 +113,9 @@ impl ClientRequests for Downstream {
             let answer = tokio::select! {
                 answer = handle.await_response() => answer,
                 _ = cancelled.cancelled() => return Err(ClientError::Failed(
-                    "the client cancelled the call the request belongs to".to_owned(),
+                    "the call the request belongs to was cancelled (the client cancelled it \
+                     or went away)"
+                        .to_owned(),
                 )),
             };
             guard.id = None;

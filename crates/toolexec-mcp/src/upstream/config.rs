@@ -117,4 +117,18 @@ pub enum UpstreamTransport {
         /// (which the session itself keeps using).
         token_exchange: Option<TokenExchange>,
     },
+    /// A server on the HTTP+SSE transport of protocol revision 2024-11-05
+    /// (`GET` an event stream, `POST` to the URL its `endpoint` event
+    /// names), for servers that predate streamable HTTP.
+    Sse {
+        /// The event stream's URL, such as `http://127.0.0.1:3001/sse`.
+        url: String,
+        /// Extra headers sent with every request.
+        headers: BTreeMap<String, Secret>,
+        /// Sent as `Authorization: Bearer <token>`.
+        bearer_token: Option<Secret>,
+        /// Roots and client certificate of an `https://` URL (must be empty
+        /// for `http://`).
+        tls: TlsOptions,
+    },
 }

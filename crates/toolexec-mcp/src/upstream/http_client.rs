@@ -98,6 +98,11 @@ impl SessionAwareClient {
             .map(SessionAwareClient)
             .map_err(|e| format!("cannot build the HTTP client: {e}"))
     }
+
+    /// The reqwest client.
+    pub(crate) fn into_inner(self) -> reqwest::Client {
+        self.0
+    }
 }
 
 /// Whether a JSON-RPC error message says the session is unknown.

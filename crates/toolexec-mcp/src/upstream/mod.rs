@@ -1,7 +1,12 @@
 //! Upstream MCP servers as toolexec backends.
 //!
 //! [`Upstream::connect`] connects to one MCP server, over **stdio** (a spawned
-//! child process) or **streamable HTTP**, and imports its tools into a
+//! child process), **streamable HTTP**, or the **HTTP+SSE** transport of
+//! revision 2024-11-05 ([`UpstreamTransport::Sse`], for servers that predate
+//! streamable HTTP: one `GET` event stream, messages posted to the URL its
+//! `endpoint` event names, which must keep the stream's origin; the stream
+//! ending ends the session, which is reopened like a crashed stdio server's),
+//! and imports its tools into a
 //! [`Catalog`] under the server's name as namespace: the MCP tool `get-sum` of
 //! server `everything` becomes `everything:get-sum`. Calls go through the
 //! usual toolexec pipeline (validation, deadlines, cancellation, streaming) and
@@ -169,6 +174,7 @@ mod passthrough;
 mod routing;
 mod session;
 mod shared;
+mod sse;
 mod supervisor;
 
 use std::sync::Arc;

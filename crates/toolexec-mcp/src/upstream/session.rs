@@ -58,6 +58,14 @@ pub(crate) enum Endpoint {
         /// Token exchange for calls made as the caller.
         exchange: Option<Arc<Exchanger>>,
     },
+    /// The HTTP+SSE transport of revision 2024-11-05.
+    Sse {
+        url: String,
+        /// Header values are marked sensitive, as for `Http`; the bearer
+        /// token is among them.
+        headers: HashMap<http::HeaderName, http::HeaderValue>,
+        tls: Box<Tls>,
+    },
 }
 
 impl Endpoint {
@@ -119,50 +127,8 @@ impl Endpoint {
                          (use bearer_token or oauth for the session's own)",
                     ));
                 }
-                let lower = url.trim().to_ascii_lowercase();
-                let tls = Box::new(if lower.starts_with("https://") {
-                    tls.client_config(server)?
-                } else if lower.starts_with("http://") {
-                    if !tls.is_empty() {
-                        return Err(toolexec::Error::invalid_request(
-                            "transport.tls",
-                            "ca_file, client_cert and client_key are for https:// URLs",
-                        ));
-                    }
-                    Tls::unused()
-                } else {
-                    return Err(toolexec::Error::invalid_request(
-                        "transport.url",
-                        "must be an http:// or https:// URL",
-                    ));
-                });
-                let mut map = HashMap::with_capacity(headers.len());
-                for (name, value) in headers {
-                    let header_name =
-                        http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                            toolexec::Error::invalid_request(
-                                format!("transport.headers.{name}"),
-                                "not a valid HTTP header name",
-                            )
-                        })?;
-                    let mut header_value =
-                        http::HeaderValue::from_str(value.expose()).map_err(|_| {
-                            toolexec::Error::invalid_request(
-                                format!("transport.headers.{name}"),
-                                "the value is not a valid HTTP header value (value not shown)",
-                            )
-                        })?;
-                    header_value.set_sensitive(true);
-                    map.insert(header_name, header_value);
-                }
-                if let Some(token) = bearer_token
-                    && http::HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err()
-                {
-                    return Err(toolexec::Error::invalid_request(
-                        "transport.bearer_token",
-                        "not valid in an HTTP header (value not shown)",
-                    ));
-                }
+                let (tls, map) = http_parts(server, url, headers, tls)?;
+                check_bearer(bearer_token.as_ref())?;
                 Ok(Endpoint::Http {
                     url: url.trim().to_owned(),
                     headers: map,
@@ -180,9 +146,26 @@ impl Endpoint {
                     tls,
                 })
             }
+            UpstreamTransport::Sse {
+                url,
+                headers,
+                bearer_token,
+                tls,
+            } => {
+                let (tls, mut map) = http_parts(server, url, headers, tls)?;
+                if let Some(token) = check_bearer(bearer_token.as_ref())? {
+                    map.insert(http::header::AUTHORIZATION, token);
+                }
+                Ok(Endpoint::Sse {
+                    url: url.trim().to_owned(),
+                    headers: map,
+                    tls,
+                })
+            }
         }
     }
 
+    /// Streamable HTTP, whose sessions can be lost and re-initialized.
     pub(crate) fn is_http(&self) -> bool {
         matches!(self, Endpoint::Http { .. })
     }
@@ -209,6 +192,67 @@ impl Endpoint {
         let authorizer = oauth.1.get()?;
         auth_refusal_in(e).map(|challenge| authorizer.refusal(challenge.as_deref()))
     }
+}
+
+/// The TLS setup of `url` and the configured headers, checked.
+fn http_parts(
+    server: &str,
+    url: &str,
+    headers: &std::collections::BTreeMap<String, Secret>,
+    tls: &super::TlsOptions,
+) -> Result<(Box<Tls>, HashMap<http::HeaderName, http::HeaderValue>), toolexec::Error> {
+    let lower = url.trim().to_ascii_lowercase();
+    let tls = Box::new(if lower.starts_with("https://") {
+        tls.client_config(server)?
+    } else if lower.starts_with("http://") {
+        if !tls.is_empty() {
+            return Err(toolexec::Error::invalid_request(
+                "transport.tls",
+                "ca_file, client_cert and client_key are for https:// URLs",
+            ));
+        }
+        Tls::unused()
+    } else {
+        return Err(toolexec::Error::invalid_request(
+            "transport.url",
+            "must be an http:// or https:// URL",
+        ));
+    });
+    let mut map = HashMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let header_name = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            toolexec::Error::invalid_request(
+                format!("transport.headers.{name}"),
+                "not a valid HTTP header name",
+            )
+        })?;
+        let mut header_value = http::HeaderValue::from_str(value.expose()).map_err(|_| {
+            toolexec::Error::invalid_request(
+                format!("transport.headers.{name}"),
+                "the value is not a valid HTTP header value (value not shown)",
+            )
+        })?;
+        header_value.set_sensitive(true);
+        map.insert(header_name, header_value);
+    }
+    Ok((tls, map))
+}
+
+/// The `Authorization` value of a bearer token (marked sensitive), if one
+/// is set; refused when it cannot be a header value.
+fn check_bearer(token: Option<&Secret>) -> Result<Option<http::HeaderValue>, toolexec::Error> {
+    let Some(token) = token else {
+        return Ok(None);
+    };
+    let mut value =
+        http::HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
+            toolexec::Error::invalid_request(
+                "transport.bearer_token",
+                "not valid in an HTTP header (value not shown)",
+            )
+        })?;
+    value.set_sensitive(true);
+    Ok(Some(value))
 }
 
 /// The rmcp client handler of one session.
@@ -371,6 +415,24 @@ pub(crate) async fn open(
                 .map_err(|e| init_error(&e, None))?;
             Ok((running, pid))
         }
+        Endpoint::Sse { url, headers, tls } => {
+            tls.new_attempt();
+            let client = super::http_client::SessionAwareClient::new(tls.config.clone())
+                .map_err(ConnectError::transient)?;
+            let headers: http::HeaderMap = headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let transport = super::sse::LegacySse::connect(client.into_inner(), url, headers)
+                .await
+                .map_err(|e| sse_error(&e, tls))?;
+            let transport = InOrder::new(transport, handler.router.clone());
+            let running = handler
+                .serve(transport)
+                .await
+                .map_err(|e| init_error(&e, Some(tls)))?;
+            Ok((running, None))
+        }
         Endpoint::Http {
             url,
             headers,
@@ -419,6 +481,34 @@ pub(crate) async fn open(
                     e
                 })
         }
+    }
+}
+
+/// Why opening an SSE event stream failed: a TLS failure as for streamable
+/// HTTP; a refused credential (401, 403) is permanent.
+fn sse_error(e: &super::sse::SseError, tls: &Tls) -> ConnectError {
+    if let Some(failure) = tls.failure_in(e, next_link) {
+        let mut message = format!("TLS handshake failed: {}", failure.reason);
+        if failure.permanent {
+            message.push_str(" (not retried)");
+        }
+        return ConnectError {
+            message,
+            permanent: failure.permanent,
+            auth: None,
+        };
+    }
+    let refused = matches!(
+        e,
+        super::sse::SseError::Status {
+            status: 401 | 403,
+            ..
+        }
+    );
+    ConnectError {
+        message: format!("opening the SSE event stream failed: {}", error_chain(e)),
+        permanent: refused,
+        auth: None,
     }
 }
 

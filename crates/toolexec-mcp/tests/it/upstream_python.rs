@@ -1,6 +1,6 @@
 //! Upstream MCP servers against a server on the official Python SDK
-//! (`tests/fixtures/py_upstream_server.py`, FastMCP), over stdio and
-//! streamable HTTP. Needs `TOOLEXEC_PYTHON` (a Python with `mcp==1.30.0`, see
+//! (`tests/fixtures/py_upstream_server.py`, FastMCP), over stdio,
+//! streamable HTTP and the 2024-11-05 HTTP+SSE transport. Needs `TOOLEXEC_PYTHON` (a Python with `mcp==1.30.0`, see
 //! `scripts/install-test-deps.sh`); skipped without it, failed under `CI`.
 
 use crate::support::upstream as support;
@@ -261,6 +261,114 @@ async fn python_http_server_restarts() {
     ));
     upstream.shutdown().await;
     assert!(catalog.is_empty());
+}
+
+/// The fixture on the 2024-11-05 HTTP+SSE transport (`sse` mode) as
+/// upstream `name`.
+fn sse_config(name: &str, port: u16) -> UpstreamConfig {
+    let mut config = UpstreamConfig::new(
+        name,
+        UpstreamTransport::Sse {
+            url: format!("http://127.0.0.1:{port}/sse"),
+            headers: BTreeMap::new(),
+            bearer_token: Some(Secret::new("sse-bearer-secret")),
+            tls: Default::default(),
+        },
+    );
+    config.call_timeout = Duration::from_secs(20);
+    config
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_legacy_sse_server() {
+    let Some(python) = python("python_legacy_sse_server") else {
+        return;
+    };
+    support::init_tracing();
+    let port = free_port();
+    let start = || {
+        ChildGuard::spawn(
+            Command::new(&python)
+                .arg(FIXTURE)
+                .args(["sse", &port.to_string()]),
+        )
+    };
+    let server = start();
+    support::wait_listening(port, Duration::from_secs(20)).await;
+    let catalog = Arc::new(Catalog::new());
+    let upstream = Upstream::connect(sse_config("pysse", port), catalog.clone())
+        .await
+        .unwrap();
+    assert!(!format!("{upstream:?}").contains("sse-bearer-secret"));
+    assert_eq!(upstream.tool_ids().len(), 17);
+    let exec = Exec::new(catalog.clone());
+    let out = exec
+        .run_tool("pysse:weather", json!({"city": "Oslo"}))
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"city": "Oslo", "temperature": 21.5}));
+    let e = assert_code(
+        exec.run_tool("pysse:fail", json!({"message": "no way"}))
+            .await,
+        "execution_failed",
+    );
+    assert!(e.to_string().contains("no way"), "{e}");
+    // Progress arrives on the event stream before the response.
+    let events = collect_events(exec.run_stream(
+        StreamRequest::Tool {
+            id: "pysse:slow_progress".into(),
+            args: json!({"steps": 3, "delay": 0.02}),
+        },
+        RunOptions::default(),
+    ))
+    .await;
+    assert_eq!(progress_of(&events).len(), 3, "{events:?}");
+    // Concurrent calls are matched to their responses.
+    let calls = (0..20).map(|i| exec.run_tool("pysse:add", json!({"a": i, "b": 1})));
+    for (i, out) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(out.unwrap().value, json!({"result": i + 1}));
+    }
+
+    // The server goes away: the stream ends, calls fail as unavailable,
+    // and once it is back the session is opened again by itself.
+    drop(server);
+    eventually(Duration::from_secs(10), "the upstream notices", || {
+        !matches!(upstream.status(), UpstreamStatus::Connected { .. })
+    })
+    .await;
+    assert_code(
+        exec.run_tool("pysse:add", json!({"a": 1, "b": 1})).await,
+        "backend_unavailable",
+    );
+    let _server = start();
+    eventually(Duration::from_secs(30), "the upstream reconnects", || {
+        matches!(upstream.status(), UpstreamStatus::Connected { .. })
+    })
+    .await;
+    let out = exec
+        .run_tool("pysse:add", json!({"a": 3, "b": 3}))
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"result": 6}));
+    upstream.shutdown().await;
+
+    // A streamable HTTP server configured as SSE: a clear, typed error.
+    let port = free_port();
+    let _http = start_http(&python, port, &[]).await;
+    let mut config = sse_config("wrong", port);
+    if let UpstreamTransport::Sse { url, .. } = &mut config.transport {
+        *url = format!("http://127.0.0.1:{port}/mcp");
+    }
+    let e = Upstream::connect(config, catalog.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "backend_unavailable", "{e}");
+    assert!(e.to_string().contains("SSE event stream"), "{e}");
+    assert!(!e.to_string().contains("sse-bearer-secret"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -95,7 +95,7 @@ fn parts(config: &UpstreamConfig) -> Result<(Url, UpstreamOAuth, rustls::ClientC
         return Err(Error::invalid_request(
             "transport",
             format!(
-                "{} is a stdio server: OAuth is for HTTP servers",
+                "{} is not a streamable HTTP server: OAuth is for those",
                 config.name
             ),
         ));
@@ -111,7 +111,9 @@ fn parts(config: &UpstreamConfig) -> Result<(Url, UpstreamOAuth, rustls::ClientC
         .map_err(|e| Error::invalid_request("transport.url", e.to_string()))?;
     match Endpoint::from_config(&config.name, &config.transport)? {
         Endpoint::Http { tls, .. } => Ok((url, oauth.clone(), tls.config.clone())),
-        Endpoint::Stdio { .. } => Err(Error::invalid_request("transport", "not HTTP")),
+        Endpoint::Stdio { .. } | Endpoint::Sse { .. } => {
+            Err(Error::invalid_request("transport", "not streamable HTTP"))
+        }
     }
 }
 
