@@ -10,6 +10,7 @@ mod auth;
 mod cli;
 mod code;
 mod config;
+mod conformance;
 mod fleet;
 mod grpc_apis;
 mod http_apis;
