@@ -266,7 +266,9 @@ async fn build_exec(
     let mut upstreams = Vec::with_capacity(config.servers.len());
     for server in &config.servers {
         let mut server = server.clone();
-        server.relay_client_requests = relay_client_requests;
+        if !relay_client_requests {
+            server.relay = toolexec_mcp::upstream::ClientRelay::NONE;
+        }
         upstreams.push(Arc::new(Upstream::connect(server, catalog.clone()).await?));
     }
     let fleet = if fleet {

@@ -11,7 +11,7 @@ use toolexec::{Limits, Secret};
 use toolexec_builtins::Group;
 use toolexec_mcp::upstream::oauth::{EnterpriseIdp, Grant, TokenExchange, UpstreamOAuth};
 use toolexec_mcp::upstream::{
-    DEFAULT_MAX_CONCURRENCY, TlsOptions, UpstreamConfig, UpstreamTransport,
+    ClientRelay, DEFAULT_MAX_CONCURRENCY, TlsOptions, UpstreamConfig, UpstreamTransport,
 };
 
 use super::error::Fault;
@@ -48,6 +48,10 @@ pub(super) struct ServerTable {
     /// `false`: the gateway publishes the server's tools and prompts under
     /// their own names instead of `name__tool`.
     prefix: Option<bool>,
+    /// What `serve` relays between the server and the client of a call:
+    /// `sampling`, `elicitation`, `roots`, `logging` (default all but
+    /// `roots`).
+    relay: Option<Vec<String>>,
     /// `auth = { oauth = { ... } }`: OAuth 2.1 sign-in instead of a static
     /// token.
     auth: Option<AuthTable>,
@@ -406,6 +410,30 @@ impl ServerTable {
                 );
             }
         };
+        let relay = match &self.relay {
+            None => ClientRelay::GATEWAY,
+            Some(names) => {
+                let mut relay = ClientRelay::NONE;
+                for name in names {
+                    match name.as_str() {
+                        "sampling" => relay.sampling = true,
+                        "elicitation" => relay.elicitation = true,
+                        "roots" => relay.roots = true,
+                        "logging" => relay.logging = true,
+                        other => {
+                            return fail(
+                                "relay",
+                                format!(
+                                    "expected \"sampling\", \"elicitation\", \"roots\" or \
+                                     \"logging\", got {other:?}"
+                                ),
+                            );
+                        }
+                    }
+                }
+                relay
+            }
+        };
         let max_concurrency = self.max_concurrency.unwrap_or(DEFAULT_MAX_CONCURRENCY);
         if max_concurrency == 0 {
             return fail("max_concurrency", "must be greater than 0".into());
@@ -416,7 +444,7 @@ impl ServerTable {
             call_timeout: self.timeout.map_or(limits.default_timeout, |d| d.0),
             max_concurrency,
             lazy: self.lazy,
-            relay_client_requests: false,
+            relay,
         })
     }
 }

@@ -292,6 +292,30 @@ fn transport_sse_is_the_legacy_http_sse_transport() {
     }
 }
 
+#[test]
+fn relay_names_what_serve_relays_to_clients() {
+    use toolexec_mcp::upstream::ClientRelay;
+    let c = parse("[[servers]]\nname = \"a\"\ncommand = \"x\"\n").unwrap();
+    assert_eq!(c.servers[0].relay, ClientRelay::GATEWAY);
+    let c =
+        parse("[[servers]]\nname = \"a\"\ncommand = \"x\"\nrelay = [\"roots\", \"sampling\"]\n")
+            .unwrap();
+    assert_eq!(
+        c.servers[0].relay,
+        ClientRelay {
+            roots: true,
+            sampling: true,
+            ..ClientRelay::NONE
+        }
+    );
+    let c = parse("[[servers]]\nname = \"a\"\ncommand = \"x\"\nrelay = []\n").unwrap();
+    assert!(!c.servers[0].relay.any());
+    let err = parse("[[servers]]\nname = \"a\"\ncommand = \"x\"\nrelay = [\"everything\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("key `servers[0].relay`"), "{err}");
+}
+
 /// Checks that run after deserialization report the value they refuse; the
 /// runtimes' own types refuse keys they do not read from files.
 #[test]

@@ -340,7 +340,15 @@ fn serve_relays_what_an_upstream_asks_to_the_calling_client() {
         json!({"name": "Ada"}),
         "{s}"
     );
-    assert_eq!(s["roots"], json!({"ok": ["file:///work/project"]}), "{s}");
+    // Roots are not relayed unless configured: one upstream session serves
+    // every client, and a server may keep the roots it was told.
+    assert_eq!(s["roots"]["error"]["code"], -32601, "{s}");
+    assert!(
+        s["roots"]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not configured to relay it")),
+        "{s}"
+    );
     assert_eq!(
         s["logs_info"],
         json!([["info", "chatty info"], ["warning", "chatty warning"]]),

@@ -16,6 +16,8 @@ use toolexec::telemetry::{
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use toolexec::ClientLink;
+
 use super::downstream::Downstream;
 use super::server::Gateway;
 
@@ -84,11 +86,13 @@ impl Gateway {
                 span.record("trace_id", trace.trace_id());
             }
         }
+        let downstream = Downstream::new(context, &self.session);
+        let link = Some(ClientLink(downstream.clone()));
         let caller = Arc::new(match identity {
             Some(Identity(who)) => Caller {
                 session: Some(session),
                 client,
-                link: Some(Downstream::link(context, &self.session)),
+                link,
                 ..Caller::clone(who)
             },
             None => Caller {
@@ -99,11 +103,13 @@ impl Gateway {
                 },
                 session: Some(session),
                 client,
-                link: Some(Downstream::link(context, &self.session)),
+                link,
                 ..Caller::default()
             },
         });
         let out = with_caller(caller, work).instrument(span.clone()).await;
+        // What an upstream logged during the request goes out before its answer.
+        downstream.flush().await;
         if let Some(kind) = failed(&out) {
             span.record("error.type", kind);
         }

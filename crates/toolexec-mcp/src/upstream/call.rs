@@ -17,7 +17,8 @@ use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolO
 use tracing::Instrument;
 
 use super::http_client::ActAs;
-use super::routing::{ForClient, Router, WatchProgress};
+use super::links::ForClient;
+use super::routing::{Router, WatchProgress};
 use super::session::error_chain;
 use super::shared::Shared;
 use super::{UpstreamStatus, convert};
@@ -102,7 +103,7 @@ impl Shared {
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let result = self
-            .request(&tool, request, &call.ctx)
+            .request_for(&tool, request, &call.ctx, self.relay.any())
             .await
             .map_err(|e| match e {
                 RequestError::Server(data) => Error::ExecutionFailed {
@@ -152,6 +153,19 @@ impl Shared {
         request: ClientRequest,
         ctx: &ToolContext,
     ) -> Result<ServerResult, RequestError> {
+        self.request_for(label, request, ctx, false).await
+    }
+
+    /// [`Shared::request`]; with `linked`, the server's requests to the
+    /// client and its log messages during it may be relayed to the client
+    /// the request is made for ([`Links`](super::links::Links)).
+    async fn request_for(
+        &self,
+        label: &str,
+        request: ClientRequest,
+        ctx: &ToolContext,
+        linked: bool,
+    ) -> Result<ServerResult, RequestError> {
         let work = async {
             let request = self
                 .as_caller(label, request)
@@ -177,7 +191,10 @@ impl Shared {
                     }
                     Err((e, _)) => return Err(RequestError::Local(e)),
                 };
-                match self.send_once(&peer, label, request.clone(), ctx).await {
+                match self
+                    .send_once(&peer, label, request.clone(), ctx, linked)
+                    .await
+                {
                     Ok(out) => return Ok(out),
                     Err(Failure::Error(e)) => return Err(e),
                     Err(Failure::SessionLost(why)) if !retried => {
@@ -280,17 +297,18 @@ impl Shared {
         label: &str,
         mut request: ClientRequest,
         ctx: &ToolContext,
+        linked: bool,
     ) -> Result<ServerResult, Failure> {
         // Ends what is relayed to the client for this request however this
         // future ends, even before the transport sent the request.
         let ended = CancellationToken::new();
         let _ended = ended.clone().drop_guard();
-        let client = toolexec::telemetry::current_caller()
+        let client = linked
+            .then(toolexec::telemetry::current_caller)
+            .flatten()
             .filter(|c| c.link.is_some())
-            .map(|caller| ForClient {
-                caller,
-                ended: ended.clone(),
-            });
+            .map(|caller| ForClient::new(caller, ended.clone()));
+        let serial = client.as_ref().map(|c| c.serial);
         request
             .extensions_mut()
             .insert(WatchProgress(ctx.clone(), client));
@@ -303,7 +321,7 @@ impl Shared {
         let mut guard = InFlight {
             router: &self.router,
             peer: peer.clone(),
-            sent: handle.id.clone(),
+            sent: (handle.id.clone(), serial),
             id: Some(handle.id.clone()),
             progress: handle.progress_token.clone(),
         };
@@ -387,8 +405,8 @@ fn session_lost_in_chain(e: &(dyn std::error::Error + 'static)) -> bool {
 struct InFlight<'a> {
     router: &'a Router,
     peer: Peer<RoleClient>,
-    /// The request's id.
-    sent: RequestId,
+    /// The request's id, and its registration for a client.
+    sent: (RequestId, Option<u64>),
     /// Set while armed.
     id: Option<RequestId>,
     progress: ProgressToken,
@@ -397,7 +415,9 @@ struct InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.router.unwatch_progress(&self.progress);
-        self.router.end_request(&self.sent);
+        if let (id, Some(serial)) = &self.sent {
+            self.router.links.ended(id, *serial);
+        }
         let Some(id) = self.id.take() else {
             return;
         };

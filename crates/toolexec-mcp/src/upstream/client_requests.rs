@@ -1,12 +1,13 @@
 //! A server's requests to its client (`sampling/createMessage`,
 //! `elicitation/create`, `roots/list`), relayed to the client of the call
-//! they belong to ([`Router::link_for`](super::routing::Router::link_for)).
+//! they belong to ([`Links`](super::links::Links) decides which, as the
+//! transport reads the request).
 //!
-//! Only an upstream configured to relay them
-//! ([`UpstreamConfig::relay_client_requests`](super::UpstreamConfig::relay_client_requests))
-//! declares the capabilities; each request is then checked against what the
-//! calling client declared, and waits at most the server's call timeout,
-//! until the server cancels it, or until the call it belongs to ends.
+//! Only what [`UpstreamConfig::relay`](super::UpstreamConfig::relay) names
+//! is declared to the server; each request is then checked against what
+//! the calling client declared, tagged with the server's name, and waits at
+//! most the server's call timeout, until the server cancels it, or until
+//! the call it belongs to ends.
 
 use std::time::Duration;
 
@@ -14,28 +15,39 @@ use rmcp::model::{
     ClientCapabilities, ElicitationCapability, ErrorCode, FormElicitationCapability,
     RootsCapabilities, SamplingCapability, UrlElicitationCapability,
 };
-use rmcp::service::{InboundStreamOrigin, RequestContext};
+use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleClient};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use toolexec::ClientError;
 
+use super::ClientRelay;
+use super::routing::RelayTarget;
 use super::session::Handler;
 
-/// The capabilities a relaying upstream declares: everything a client of
-/// the gateway may answer.
-pub(crate) fn relayed_capabilities() -> ClientCapabilities {
+/// The `_meta` key naming the upstream server that asks, so that a client
+/// can tell the servers behind the gateway apart.
+pub const SERVER_META_KEY: &str = "io.toolexec/server";
+
+/// The capabilities declared to a server that relays `relay`.
+pub(crate) fn relayed_capabilities(relay: ClientRelay) -> ClientCapabilities {
     let mut caps = ClientCapabilities::default();
-    let mut sampling = SamplingCapability::default();
-    sampling.tools = Some(Default::default());
-    sampling.context = Some(Default::default());
-    caps.sampling = Some(sampling);
-    caps.elicitation = Some(
-        ElicitationCapability::new()
-            .with_form(FormElicitationCapability::default())
-            .with_url(UrlElicitationCapability::default()),
-    );
-    caps.roots = Some(RootsCapabilities::default());
+    if relay.sampling {
+        let mut sampling = SamplingCapability::default();
+        sampling.tools = Some(Default::default());
+        caps.sampling = Some(sampling);
+    }
+    if relay.elicitation {
+        caps.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::default())
+                .with_url(UrlElicitationCapability::default()),
+        );
+    }
+    if relay.roots {
+        caps.roots = Some(RootsCapabilities::default());
+    }
     caps
 }
 
@@ -49,24 +61,51 @@ impl Handler {
         context: RequestContext<RoleClient>,
     ) -> Result<R, ErrorData> {
         let refused = |why: String| {
-            tracing::debug!(server = %self.server, method, reason = %why, "not relayed to the client");
+            tracing::debug!(server = %self.server, method, reason = %why, "not relayed to a client");
             ErrorData::new(
                 ErrorCode::METHOD_NOT_FOUND,
                 format!("{method} cannot be relayed to a client: {why}"),
                 None,
             )
         };
-        let Some(timeout) = self.relay else {
-            return Err(refused(
+        let relayed = match method {
+            "sampling/createMessage" => self.relay.sampling,
+            "elicitation/create" => self.relay.elicitation,
+            "roots/list" => self.relay.roots,
+            _ => false,
+        };
+        if !relayed {
+            return Err(refused(if self.relay.any() {
+                "this server is not configured to relay it".to_owned()
+            } else {
                 "no client can answer it here: toolexec relays a server's requests only \
                  when it serves clients as a gateway"
-                    .to_owned(),
+                    .to_owned()
+            }));
+        }
+        let Some(RelayTarget(target)) = context.extensions.get::<RelayTarget>() else {
+            return Err(refused(
+                "it was not read through toolexec's transport".to_owned(),
             ));
         };
-        let origin = context.extensions.get::<InboundStreamOrigin>();
-        let (link, ended) = self.router.link_for(origin).map_err(refused)?;
-        let params = serde_json::to_value(params)
+        let (link, ended) = target.clone().map_err(refused)?;
+        let mut params = serde_json::to_value(params)
             .map_err(|e| ErrorData::internal_error(format!("encoding {method}: {e}"), None))?;
+        if let Value::Object(map) = &mut params {
+            // Through the gateway, "this server" is every server behind it:
+            // a client must not mix their context into this one's request.
+            if method == "sampling/createMessage"
+                && map.get("includeContext").is_some_and(|c| c != "none")
+            {
+                map.insert("includeContext".to_owned(), Value::from("none"));
+            }
+            let meta = map
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let Value::Object(meta) = meta {
+                meta.insert(SERVER_META_KEY.to_owned(), Value::from(&*self.server));
+            }
+        }
         if !link.supports(method, &params) {
             return Err(to_error_data(ClientError::Unsupported {
                 method: method.to_owned(),
@@ -80,9 +119,9 @@ impl Handler {
             _ = ended.cancelled() => Err(ClientError::Failed(
                 "the call the request belongs to ended before the client answered".to_owned(),
             )),
-            _ = tokio::time::sleep(timeout) => Err(ClientError::Failed(format!(
+            _ = tokio::time::sleep(self.relay_timeout) => Err(ClientError::Failed(format!(
                 "the client did not answer within {}",
-                humanize(timeout)
+                humanize(self.relay_timeout)
             ))),
         };
         let value = answer.map_err(to_error_data)?;

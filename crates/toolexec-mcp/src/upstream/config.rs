@@ -31,13 +31,56 @@ pub struct UpstreamConfig {
     /// Connect in the background instead of in
     /// [`Upstream::connect`](super::Upstream::connect).
     pub lazy: bool,
-    /// Declare sampling, elicitation and roots to the server, and relay its
-    /// requests for them (and its log messages) to the client of the call
-    /// they belong to, through the call's
-    /// [`Caller::link`](toolexec::telemetry::Caller::link). Each waits at
-    /// most [`call_timeout`](Self::call_timeout). For a gateway; off by
-    /// default, where no client could answer.
-    pub relay_client_requests: bool,
+    /// What the server may ask the client of a call, and what of its log is
+    /// relayed there, through the call's
+    /// [`Caller::link`](toolexec::telemetry::Caller::link): declared to the
+    /// server as capabilities. Each request waits at most
+    /// [`call_timeout`](Self::call_timeout). Nothing by default, where no
+    /// client could answer; [`ClientRelay::GATEWAY`] for a gateway.
+    pub relay: ClientRelay,
+}
+
+/// What of an upstream server's requests to its client, and of its log, is
+/// relayed to the client of the call it belongs to (see the module's
+/// "Requests to the client").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientRelay {
+    /// `sampling/createMessage`.
+    pub sampling: bool,
+    /// `elicitation/create` (form and URL mode), and
+    /// `notifications/elicitation/complete`.
+    pub elicitation: bool,
+    /// `roots/list`. Not in [`ClientRelay::GATEWAY`]: roots belong to a
+    /// whole session, and one upstream session serves every client of the
+    /// gateway, so a server that keeps the roots one client answered would
+    /// apply them to every other client's calls.
+    pub roots: bool,
+    /// Log messages (`notifications/message`), at or above the level the
+    /// client set.
+    pub logging: bool,
+}
+
+impl ClientRelay {
+    /// Nothing relayed, nothing declared.
+    pub const NONE: ClientRelay = ClientRelay {
+        sampling: false,
+        elicitation: false,
+        roots: false,
+        logging: false,
+    };
+    /// What `toolexec serve` relays by default: sampling, elicitation and
+    /// log messages.
+    pub const GATEWAY: ClientRelay = ClientRelay {
+        sampling: true,
+        elicitation: true,
+        roots: false,
+        logging: true,
+    };
+
+    /// True when anything is relayed.
+    pub fn any(&self) -> bool {
+        *self != ClientRelay::NONE
+    }
 }
 
 impl UpstreamConfig {
@@ -63,7 +106,7 @@ impl UpstreamConfig {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             lazy: false,
-            relay_client_requests: false,
+            relay: ClientRelay::NONE,
         }
     }
 }

@@ -74,41 +74,52 @@
 //!
 //! # Requests to the client
 //!
-//! With [`UpstreamConfig::relay_client_requests`] (set by `toolexec serve`)
-//! the session declares sampling (with tools and context), elicitation
-//! (form and URL) and roots, and relays the server's `sampling/createMessage`,
-//! `elicitation/create` and `roots/list` to the client of the call they
-//! belong to: the [`ClientLink`](toolexec::ClientLink) on the call's
+//! [`UpstreamConfig::relay`] ([`ClientRelay`]; `toolexec serve` sets
+//! [`ClientRelay::GATEWAY`] unless `[[servers]] relay` says otherwise)
+//! declares sampling (with tools), elicitation (form and URL) and roots to
+//! the server, as far as it names them, and relays the server's
+//! `sampling/createMessage`, `elicitation/create` and `roots/list` to the
+//! client of the `tools/call` they belong to: the
+//! [`ClientLink`](toolexec::ClientLink) on the call's
 //! [`Caller`](toolexec::telemetry::Caller), which the gateway sets for each
 //! MCP request. The client's answer, or its JSON-RPC error, goes back as it
 //! is.
 //!
 //! - **Which call.** Over streamable HTTP a server sends the request on the
-//!   response stream of the `tools/call` it belongs to, which names the
-//!   call. Over stdio (or on the standalone HTTP stream) nothing does: the
-//!   request goes to the client when every call in flight on that server
-//!   was made for one client session, and is refused (`-32601`, saying why)
-//!   when calls of several sessions are in flight, so one client is never
-//!   asked on another's behalf, or when no call is.
+//!   response stream of the call it belongs to, which names the call.
+//!   Otherwise (stdio, the standalone HTTP stream, HTTP+SSE) nothing does:
+//!   the request goes to the calls in flight only when every call in flight
+//!   on that server, and every one that ended there within its
+//!   `call_timeout`, was made for one principal; else it is refused
+//!   (`-32601`, saying why), so that one client is never asked, or shown a
+//!   log line, on another's behalf. This is decided as the transport reads
+//!   the request, while its call is certainly still recorded.
 //! - **What the client declared.** A client that did not declare the
 //!   capability (or URL-mode elicitation, or sampling with tools) is not
 //!   asked: `-32601` naming the method.
-//! - **How long.** A relayed request waits until the client answers, the
-//!   server cancels it, the call it belongs to ends, or the server's
-//!   [`call_timeout`](UpstreamConfig::call_timeout) passes (`-32603`
-//!   saying which); an abandoned request is cancelled at the client.
-//! - **Log messages** (`notifications/message`) go to the client of the
-//!   calls in flight under the same rule, in order, at or above the level
-//!   that client set (`info` until it sets one). Progress is relayed by its
-//!   token, as before.
-//! - Without the setting (the default, as for `toolexec run`, where no
-//!   client could answer) nothing is declared, and a request is refused
-//!   with `-32601`.
-//! - [`UpstreamConfig::call_timeout`] is the backend's own deadline (`timeout`
-//!   error; the pipeline's deadline still applies too), and
-//!   [`UpstreamConfig::max_concurrency`] bounds the calls in flight: calls over
-//!   the limit wait for a slot, within the timeout.
-//!
+//! - **What it is told.** Each relayed request carries `_meta`
+//!   [`SERVER_META_KEY`] naming the server, so a client can tell the servers
+//!   behind the gateway apart. A sampling request's `includeContext` is sent
+//!   as `none`: through the gateway, "this server" would be every server.
+//! - **How long, how many.** A relayed request waits until the client
+//!   answers, the server cancels it, the call it belongs to ends, or the
+//!   server's [`call_timeout`](UpstreamConfig::call_timeout) passes
+//!   (`-32603` saying which); an abandoned request is cancelled at the
+//!   client. At most 8 wait at once per call.
+//! - **Log messages** (`notifications/message`, with
+//!   [`ClientRelay::logging`]) go to the client of the calls in flight
+//!   under the same rule, in order, at or above the level it set (`info`
+//!   until it sets one), and before the call's answer; so does
+//!   `notifications/elicitation/complete`, to a client that declared URL
+//!   mode. Progress is relayed by its token, as before.
+//! - **Roots** are not in [`ClientRelay::GATEWAY`]: they describe a whole
+//!   session, one upstream session serves every client of a gateway, and a
+//!   server that keeps the roots one client answered would apply them to
+//!   everyone's calls. Name them in `relay` for a gateway with one user.
+//! - Without a relay (the default, as for `toolexec run`, where no client
+//!   could answer) nothing is declared, and a request is refused with
+//!   `-32601`.
+
 //! # Resilience
 //!
 //! - A stdio server that exits or crashes is restarted with exponential
@@ -169,6 +180,7 @@ mod convert;
 mod env;
 mod http_client;
 mod import;
+mod links;
 pub mod oauth;
 mod passthrough;
 mod routing;
@@ -185,8 +197,10 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use toolexec::{Catalog, Error};
 
+pub use self::client_requests::SERVER_META_KEY;
 pub use self::config::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONCURRENCY, TlsOptions, UpstreamConfig, UpstreamTransport,
+    ClientRelay, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONCURRENCY, TlsOptions, UpstreamConfig,
+    UpstreamTransport,
 };
 pub use self::env::INHERITED_ENV;
 pub use self::passthrough::{RelayError, UpstreamNotice};
@@ -293,10 +307,10 @@ impl Upstream {
             name: config.name.as_str().into(),
             endpoint,
             call_timeout: config.call_timeout,
-            relay_client_requests: config.relay_client_requests,
+            relay: config.relay,
             max_concurrency: config.max_concurrency,
             catalog,
-            router: Arc::new(Router::default()),
+            router: Arc::new(Router::new(config.relay, config.call_timeout)),
             slots: Semaphore::new(config.max_concurrency),
             conn: watch::Sender::new(Conn {
                 generation: 0,

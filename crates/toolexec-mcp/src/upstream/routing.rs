@@ -13,49 +13,62 @@
 //! request back: a server that reports progress at once could otherwise
 //! be read before the watch, and the call's first progress was lost.
 //!
-//! The same watch records which client a request in flight was made for
-//! ([`Caller::link`]), so that the server's requests to the client during
-//! the call (sampling, elicitation, roots) and its log messages reach that
-//! client ([`Router::link_for`]). Log messages are relayed as they are
-//! read, like progress.
+//! The same watch records which client a `tools/call` in flight was made
+//! for ([`Links`]), so that the server's requests to the client during the
+//! call (sampling, elicitation, roots) and its log messages reach that
+//! client. Which client is decided as each message is read, like progress.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rmcp::RoleClient;
 use rmcp::model::{
-    GetExtensions, GetMeta, JsonRpcMessage, ProgressNotificationParam, ProgressToken, RequestId,
+    GetExtensions, GetMeta, JsonRpcMessage, ProgressNotificationParam, ProgressToken,
     ServerNotification,
 };
 use rmcp::service::{InboundStreamOrigin, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{Notify, broadcast};
-use tokio_util::sync::CancellationToken;
-use toolexec::telemetry::Caller;
-use toolexec::{ClientLink, ToolContext};
+use toolexec::ToolContext;
 
+use super::config::ClientRelay;
+use super::links::{ForClient, Links, Target};
 use super::passthrough::UpstreamNotice;
+
+/// A server's notification that a URL-mode elicitation finished.
+const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
+
+/// Where a server's request to the client goes, decided by [`InOrder`] as
+/// it reads the request (its extensions, never serialized).
+#[derive(Clone, Debug)]
+pub(crate) struct RelayTarget(pub(crate) Target);
 
 /// Routes server notifications of every session of one upstream.
 #[derive(Debug)]
 pub(crate) struct Router {
     /// Progress token of each call in flight → its context.
     progress: Mutex<HashMap<ProgressToken, ToolContext>>,
-    /// Requests in flight made for a client that can be asked back.
-    linked: Mutex<HashMap<RequestId, Linked>>,
+    /// The calls in flight made for a client that can be asked back.
+    pub(crate) links: Links,
+    /// What of the server's is relayed to those clients.
+    relay: ClientRelay,
     /// Signalled on `notifications/tools/list_changed`.
     pub(crate) tools_changed: Notify,
     /// Resource and prompt notifications, for whoever relays them.
     pub(crate) notices: broadcast::Sender<UpstreamNotice>,
 }
 
-impl Default for Router {
-    fn default() -> Self {
+impl Router {
+    /// A router relaying `relay` to the clients of calls, remembering ended
+    /// calls for `recent` ([`Links::new`]).
+    pub(crate) fn new(relay: ClientRelay, recent: Duration) -> Self {
         Router {
             progress: Mutex::default(),
-            linked: Mutex::default(),
+            links: Links::new(recent),
+            relay,
             tools_changed: Notify::new(),
             notices: broadcast::Sender::new(NOTICE_BUFFER),
         }
@@ -64,6 +77,13 @@ impl Default for Router {
 
 /// Notices kept for a slow relay before it skips the oldest.
 const NOTICE_BUFFER: usize = 256;
+
+impl Default for Router {
+    /// Relays nothing to clients.
+    fn default() -> Self {
+        Router::new(ClientRelay::default(), Duration::ZERO)
+    }
+}
 
 impl Router {
     /// Relays the progress notifications carrying `token` to `ctx`, until
@@ -78,73 +98,13 @@ impl Router {
         self.progress.lock().remove(token);
     }
 
-    /// Forgets the request `id`: what was relayed to its client for it is
-    /// abandoned ([`Linked::ended`]).
-    pub(crate) fn end_request(&self, id: &RequestId) {
-        let mut linked = self.linked.lock();
-        if let Some(l) = linked.remove(id) {
-            l.ended.cancel();
-        }
-        // An entry the transport recorded after its request ended.
-        linked.retain(|_, l| !l.ended.is_cancelled());
-    }
-
-    /// The client that a request from the server (arrived on `origin`, the
-    /// stream HTTP carried it on, if known) is meant for.
-    ///
-    /// Over streamable HTTP a server sends it on the response stream of
-    /// the request it belongs to, which names it. Otherwise (stdio, or the
-    /// standalone HTTP stream) nothing does: it goes to the client of the
-    /// requests in flight when they were all made for one client session,
-    /// and is refused when they were made for several, so that one client
-    /// is never asked on another's behalf.
-    pub(crate) fn link_for(
-        &self,
-        origin: Option<&InboundStreamOrigin>,
-    ) -> Result<(ClientLink, CancellationToken), String> {
-        let mut linked = self.linked.lock();
-        linked.retain(|_, l| !l.ended.is_cancelled());
-        match origin {
-            Some(InboundStreamOrigin::OutboundRequest(id)) => linked
-                .get(id)
-                .map(|l| (l.link.clone(), l.ended.clone()))
-                .ok_or_else(|| {
-                    "the request it arrived with is not a call made for a client that \
-                     toolexec can ask"
-                        .to_owned()
-                }),
-            // The standalone stream (a server that does not say which
-            // request it asks for), or a transport without streams.
-            Some(InboundStreamOrigin::Unassociated) | None => {
-                let mut sessions = linked.values().map(|l| &l.session);
-                let Some(first) = sessions.next() else {
-                    return Err("no call made for a client is in flight on this server; \
-                         toolexec relays requests to a client only during one of its calls"
-                        .to_owned());
-                };
-                if sessions.any(|s| s != first) {
-                    return Err(format!(
-                        "calls from {} client sessions are in flight on this server, and \
-                         this transport does not say which one the request belongs to",
-                        linked
-                            .values()
-                            .map(|l| &l.session)
-                            .collect::<std::collections::HashSet<_>>()
-                            .len()
-                    ));
-                }
-                let l = linked.values().next().expect("not empty");
-                Ok((l.link.clone(), l.ended.clone()))
-            }
-        }
-    }
-
-    /// Relays a log message to the client it is meant for: the one client
-    /// session with requests in flight (none, or several: dropped).
-    fn relay_log(&self, params: serde_json::Value) {
-        match self.link_for(None) {
-            Ok((link, _)) => link.notify("notifications/message", params),
-            Err(why) => tracing::debug!(reason = %why, "an upstream log message was not relayed"),
+    /// Relays a log message (or another notification for the client,
+    /// `method`) to the client it is meant for, when the server relays
+    /// them; dropped when nothing says which client that is.
+    fn relay_notification(&self, method: &str, params: serde_json::Value) {
+        match self.links.target(None) {
+            Ok((link, _)) => link.notify(method, params),
+            Err(why) => tracing::debug!(method, reason = %why, "not relayed to a client"),
         }
     }
 
@@ -161,24 +121,6 @@ impl Router {
             ctx.progress(params.progress, params.total, params.message.as_deref());
         }
     }
-}
-
-/// A request in flight made for a client that can be asked back.
-#[derive(Debug)]
-struct Linked {
-    link: ClientLink,
-    /// The client's session: requests of one session may use any link.
-    session: Option<String>,
-    /// Cancelled when the request ends: relayed requests stop waiting.
-    ended: CancellationToken,
-}
-
-/// The client a request is made for, and the token its guard cancels when
-/// the request ends (perhaps before the transport sent it).
-#[derive(Clone, Debug)]
-pub(crate) struct ForClient {
-    pub(crate) caller: Arc<Caller>,
-    pub(crate) ended: CancellationToken,
 }
 
 /// Attached to a request (its extensions, never serialized) whose progress
@@ -219,40 +161,43 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
             if let Some(token) = r.request.get_meta().get_progress_token() {
                 self.router.watch_progress(token, ctx.clone());
             }
-            if let Some(ForClient { caller, ended }) = caller
-                && let Some(link) = &caller.link
-                && !ended.is_cancelled()
-            {
-                self.router.linked.lock().insert(
-                    r.id.clone(),
-                    Linked {
-                        link: link.clone(),
-                        session: caller.session.clone(),
-                        ended: ended.clone(),
-                    },
-                );
+            if let Some(client) = caller {
+                self.router.links.sent(r.id.clone(), client);
             }
         }
         self.inner.send(item)
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await;
+        let mut message = self.inner.receive().await;
         // No await between reading the message and relaying it: a dropped
         // receive future cannot skip a relay.
-        if let Some(JsonRpcMessage::Notification(n)) = &message {
-            match &n.notification {
-                ServerNotification::ProgressNotification(p) => {
-                    self.router.relay_progress(&p.params)
-                }
+        let router = &self.router;
+        match &mut message {
+            Some(JsonRpcMessage::Notification(n)) => match &n.notification {
+                ServerNotification::ProgressNotification(p) => router.relay_progress(&p.params),
                 #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
-                ServerNotification::LoggingMessageNotification(m) => {
+                ServerNotification::LoggingMessageNotification(m) if router.relay.logging => {
                     if let Ok(params) = serde_json::to_value(&m.params) {
-                        self.router.relay_log(params);
+                        router.relay_notification("notifications/message", params);
                     }
                 }
+                ServerNotification::CustomNotification(c)
+                    if router.relay.elicitation && c.method == ELICITATION_COMPLETE =>
+                {
+                    let params = c.params.clone().unwrap_or_default();
+                    router.relay_notification(ELICITATION_COMPLETE, params);
+                }
                 _ => {}
+            },
+            // Which client a request is for is decided as it is read, while
+            // the call it belongs to is certainly still recorded.
+            Some(JsonRpcMessage::Request(r)) => {
+                let origin = r.request.extensions().get::<InboundStreamOrigin>().cloned();
+                let target = router.links.target(origin.as_ref());
+                r.request.extensions_mut().insert(RelayTarget(target));
             }
+            _ => {}
         }
         message
     }
@@ -268,7 +213,6 @@ mod tests {
     use rmcp::transport::IntoTransport;
     use serde_json::{Value, json};
     use tokio::io::AsyncWriteExt;
-    use toolexec::{BoxFuture, ClientError, ClientRequests};
     use toolexec::{
         Catalog, Exec, LocalTool, RunOptions, StreamEvent, StreamRequest, ToolError, ToolOutput,
         raw_handler,
@@ -357,77 +301,5 @@ mod tests {
             ),
             "{events:?}"
         );
-    }
-
-    /// A client link that answers nothing: these tests look at routing only.
-    #[derive(Debug)]
-    struct Named(#[allow(dead_code)] &'static str); // read through `Debug`
-
-    impl ClientRequests for Named {
-        fn supports(&self, _: &str, _: &Value) -> bool {
-            true
-        }
-        fn request(&self, _: &str, _: Value) -> BoxFuture<'static, Result<Value, ClientError>> {
-            Box::pin(async { Err(ClientError::Failed("unused".into())) })
-        }
-        fn notify(&self, _: &str, _: Value) {}
-    }
-
-    fn link_name(link: &ClientLink) -> String {
-        format!("{:?}", link.0)
-    }
-
-    /// Records request `id` as made for `client` of `session`, as the
-    /// transport does when it sends it.
-    fn sent(router: &Router, id: i64, client: &'static str, session: &str) -> CancellationToken {
-        let ended = CancellationToken::new();
-        let caller = Caller {
-            session: Some(session.to_owned()),
-            link: Some(ClientLink(Arc::new(Named(client)))),
-            ..Caller::default()
-        };
-        router.linked.lock().insert(
-            NumberOrString::Number(id),
-            Linked {
-                link: caller.link.clone().unwrap(),
-                session: caller.session.clone(),
-                ended: ended.clone(),
-            },
-        );
-        ended
-    }
-
-    #[test]
-    fn requests_go_to_the_client_of_their_call_and_never_to_a_guess() {
-        let router = Router::default();
-        let no_call = router.link_for(None).unwrap_err();
-        assert!(no_call.contains("no call"), "{no_call}");
-
-        // One session in flight (two of its calls): no association needed.
-        let a1 = sent(&router, 1, "a1", "session-a");
-        let _a2 = sent(&router, 2, "a2", "session-a");
-        let (link, _) = router.link_for(None).unwrap();
-        assert!(link_name(&link).starts_with("Named(\"a"), "{link:?}");
-
-        // Two sessions: without association, refused; with it, exact.
-        let _b = sent(&router, 3, "b", "session-b");
-        let refused = router
-            .link_for(Some(&InboundStreamOrigin::Unassociated))
-            .unwrap_err();
-        assert!(refused.contains("2 client sessions"), "{refused}");
-        let origin = InboundStreamOrigin::OutboundRequest(NumberOrString::Number(3));
-        let (link, ended) = router.link_for(Some(&origin)).unwrap();
-        assert_eq!(link_name(&link), "Named(\"b\")");
-        assert!(!ended.is_cancelled());
-        let unknown = InboundStreamOrigin::OutboundRequest(NumberOrString::Number(9));
-        assert!(router.link_for(Some(&unknown)).is_err());
-
-        // A call that ended is never asked again, even if its entry stayed.
-        router.end_request(&NumberOrString::Number(3));
-        assert!(ended.is_cancelled());
-        a1.cancel();
-        let (link, _) = router.link_for(None).unwrap();
-        assert_eq!(link_name(&link), "Named(\"a2\")");
-        assert!(router.link_for(Some(&origin)).is_err());
     }
 }

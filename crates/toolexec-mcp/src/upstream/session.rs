@@ -8,10 +8,9 @@ use std::sync::Arc;
 
 #[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, current in 2025-11-25.
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams,
-    CreateMessageResult, ElicitRequestParams, ElicitResult, Implementation, ListRootsResult,
-    ListToolsRequest, PaginatedRequestParams, ProtocolVersion, ResourceUpdatedNotificationParam,
-    ServerResult,
+    ClientConfig, ClientRequest, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult, ListToolsRequest,
+    PaginatedRequestParams, ProtocolVersion, ResourceUpdatedNotificationParam, ServerResult,
 };
 use rmcp::service::{ClientInitializeError, NotificationContext, RequestContext, RunningService};
 use rmcp::transport::streamable_http_client::{
@@ -260,9 +259,10 @@ fn check_bearer(token: Option<&Secret>) -> Result<Option<http::HeaderValue>, too
 pub(crate) struct Handler {
     pub(crate) server: Arc<str>,
     pub(crate) router: Arc<Router>,
-    /// Relays the server's requests to the calling client, each waiting at
-    /// most this long; `None`: refuses them.
-    pub(crate) relay: Option<std::time::Duration>,
+    /// What the server may ask the client of a call.
+    pub(crate) relay: super::ClientRelay,
+    /// The longest a relayed request waits.
+    pub(crate) relay_timeout: std::time::Duration,
 }
 
 impl ClientHandler for Handler {
@@ -316,10 +316,7 @@ impl ClientHandler for Handler {
 
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
-            match self.relay {
-                Some(_) => super::client_requests::relayed_capabilities(),
-                None => ClientCapabilities::default(),
-            },
+            super::client_requests::relayed_capabilities(self.relay),
             Implementation::new("toolexec", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)

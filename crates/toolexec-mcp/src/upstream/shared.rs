@@ -44,8 +44,8 @@ pub(crate) struct Shared {
     pub(crate) name: Arc<str>,
     pub(crate) endpoint: Endpoint,
     pub(crate) call_timeout: Duration,
-    /// Relay the server's requests to the calling client.
-    pub(crate) relay_client_requests: bool,
+    /// What is relayed to the client of a call.
+    pub(crate) relay: super::ClientRelay,
     pub(crate) max_concurrency: usize,
     pub(crate) catalog: Arc<Catalog>,
     pub(crate) router: Arc<Router>,

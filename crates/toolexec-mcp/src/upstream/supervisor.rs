@@ -162,7 +162,8 @@ async fn open_and_list(
     let handler = Handler {
         server: shared.name.clone(),
         router: shared.router.clone(),
-        relay: shared.relay_client_requests.then_some(shared.call_timeout),
+        relay: shared.relay,
+        relay_timeout: shared.call_timeout,
     };
     let (mut running, pid) =
         session::open(&shared.endpoint, handler, shared.max_concurrency).await?;

@@ -14,18 +14,19 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rmcp::model::{CallToolRequest, ClientRequest, ServerResult};
 #[allow(deprecated)] // sampling: deprecated by SEP-2577, current in 2025-11-25.
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
     CreateMessageResult, Implementation,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{InboundStreamOrigin, PeerRequestOptions, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolexec::{Catalog, Exec};
 use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth};
-use toolexec_mcp::upstream::{Upstream, UpstreamConfig, UpstreamTransport};
+use toolexec_mcp::upstream::{ClientRelay, Upstream, UpstreamConfig, UpstreamTransport};
 
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -89,7 +90,10 @@ fn upstream(python: &str, link: Link, timeout: Duration) -> (UpstreamConfig, Opt
     };
     let mut config = UpstreamConfig::new("asking", transport);
     config.call_timeout = timeout;
-    config.relay_client_requests = true;
+    config.relay = ClientRelay {
+        roots: true,
+        ..ClientRelay::GATEWAY
+    };
     (config, guard.map(|(child, _)| child))
 }
 
@@ -153,10 +157,10 @@ async fn summary(python: &str, mode: &str, url: &str) -> Value {
     summary
 }
 
-/// A client that declares sampling and never answers it; tells when the
-/// gateway abandons the request.
+/// A client that declares sampling and never answers it; tells on which
+/// HTTP stream the request arrived, and when the gateway abandons it.
 #[derive(Clone)]
-struct Silent(tokio::sync::mpsc::UnboundedSender<()>);
+struct Silent(tokio::sync::mpsc::UnboundedSender<Option<InboundStreamOrigin>>);
 
 impl ClientHandler for Silent {
     #[allow(deprecated)] // sampling: deprecated by SEP-2577, current in 2025-11-25.
@@ -165,8 +169,9 @@ impl ClientHandler for Silent {
         _params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
+        let origin = context.extensions.get::<InboundStreamOrigin>().cloned();
         context.ct.cancelled().await;
-        let _ = self.0.send(());
+        let _ = self.0.send(origin);
         Err(ErrorData::internal_error("abandoned", None))
     }
 
@@ -196,8 +201,17 @@ async fn upstream_requests_reach_the_calling_client() {
             "{link:?}: {s}"
         );
         assert_eq!(
-            s["sampling_params"],
-            json!({"text": "hello", "maxTokens": 64})
+            (
+                &s["sampling_params"]["text"],
+                &s["sampling_params"]["maxTokens"]
+            ),
+            (&json!("hello"), &json!(64)),
+            "{link:?}: {s}"
+        );
+        // Tagged with the server that asks.
+        assert_eq!(
+            s["sampling_params"]["meta"]["io.toolexec/server"], "asking",
+            "{link:?}: {s}"
         );
         assert_eq!(
             s["elicitation"],
@@ -268,18 +282,30 @@ async fn a_client_that_never_answers_or_vanishes_ends_only_its_call() {
         ),
     );
     let silent = Silent(cancelled_tx).serve(transport).await.unwrap();
-    let r = silent
-        .call_tool(
-            CallToolRequestParams::new("asking__ask_llm")
-                .with_arguments(json!({"prompt": "anyone?"}).as_object().unwrap().clone()),
-        )
+    let call = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("asking__ask_llm")
+            .with_arguments(json!({"prompt": "anyone?"}).as_object().unwrap().clone()),
+    ));
+    let handle = silent
+        .peer()
+        .send_request_with_option(call, PeerRequestOptions::no_options())
         .await
         .unwrap();
+    let call_id = handle.id.clone();
+    let r = match handle.await_response().await.unwrap() {
+        ServerResult::CallToolResult(r) => r,
+        other => panic!("{other:?}"),
+    };
     assert_eq!(r.is_error, Some(true), "{r:?}");
     assert!(format!("{r:?}").contains("timeout"), "{r:?}");
-    tokio::time::timeout(Duration::from_secs(10), cancelled.recv())
+    let origin = tokio::time::timeout(Duration::from_secs(10), cancelled.recv())
         .await
         .expect("the client is told the request is abandoned");
+    // It came on the response stream of the call it belongs to.
+    assert_eq!(
+        origin,
+        Some(Some(InboundStreamOrigin::OutboundRequest(call_id)))
+    );
     let r = silent
         .call_tool(CallToolRequestParams::new("asking__outcomes"))
         .await
@@ -382,7 +408,10 @@ async fn server_everything_asks_through_the_gateway() {
         };
         let mut config = UpstreamConfig::new("everything", transport);
         config.call_timeout = Duration::from_secs(20);
-        config.relay_client_requests = true;
+        config.relay = ClientRelay {
+            roots: true,
+            ..ClientRelay::GATEWAY
+        };
         let (url, shutdown, upstream) = gateway_of(config).await;
         let s = summary(python, "everything", &url).await;
         let texts = &s["texts"];
