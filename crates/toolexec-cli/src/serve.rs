@@ -32,6 +32,7 @@ pub(crate) struct Plan {
     servers: Vec<String>,
     code_profile: Profile,
     runs: RunLimits,
+    tasks: toolexec_mcp::gateway::TaskOptions,
     http: Option<HttpOptions>,
     metrics: Option<SocketAddr>,
     /// `[quotas]`, compiled.
@@ -80,6 +81,7 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
             servers: config.servers.iter().map(|s| s.name.clone()).collect(),
             code_profile,
             runs,
+            tasks: config.gateway.tasks.clone(),
             http: None,
             metrics,
             quotas,
@@ -132,6 +134,7 @@ pub(crate) fn plan(config: &Config, args: &ServeArgs) -> Result<Plan, Error> {
         servers: config.servers.iter().map(|s| s.name.clone()).collect(),
         code_profile,
         runs,
+        tasks: config.gateway.tasks.clone(),
         http: Some(http),
         metrics,
         quotas,
@@ -168,6 +171,7 @@ pub(crate) async fn serve(
                     as Arc<dyn toolexec_code::CodeExecutor>
             }),
             runs: plan.runs,
+            tasks: plan.tasks.clone(),
         },
         upstreams.clone(),
     );

@@ -6,7 +6,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 use toolexec::Secret;
-use toolexec_mcp::gateway::{Expose, HttpAuth, HttpLimits, NamedToken, OAuthOptions, RunLimits};
+use toolexec_mcp::gateway::{
+    Expose, HttpAuth, HttpLimits, NamedToken, OAuthOptions, RunLimits, TaskOptions,
+};
 use toolexec_runtime::Profile;
 
 use super::error::Fault;
@@ -35,6 +37,8 @@ pub(crate) struct GatewayConfig {
     pub http_limits: HttpLimits,
     /// Tool runs in flight and waiting.
     pub runs: RunLimits,
+    /// When long calls become tasks (MCP Tasks extension).
+    pub tasks: TaskOptions,
 }
 
 /// The `[gateway]` table as written.
@@ -56,6 +60,12 @@ pub(super) struct GatewayTable {
     session_idle_timeout: Option<DurationText>,
     max_concurrent_runs: Option<usize>,
     max_queued_runs: Option<usize>,
+    /// `false`: never answer a call with a task.
+    tasks: Option<bool>,
+    /// How long a call runs before it becomes a task.
+    task_after: Option<DurationText>,
+    /// How long a task and its result are kept.
+    task_ttl: Option<DurationText>,
 }
 
 /// One of `tokens`.
@@ -218,6 +228,22 @@ impl GatewayTable {
         if let Some(q) = self.max_queued_runs {
             runs.max_queued = q;
         }
+        let mut tasks = TaskOptions::default();
+        if let Some(on) = self.tasks {
+            tasks.enabled = on;
+        }
+        if let Some(d) = self.task_after {
+            tasks.after = d.0;
+        }
+        if let Some(d) = self.task_ttl {
+            if d.0.is_zero() {
+                return Err(Fault::new(
+                    "gateway.task_ttl",
+                    "must be greater than 0".to_owned(),
+                ));
+            }
+            tasks.ttl = d.0;
+        }
         Ok(GatewayConfig {
             expose: self.expose.map(|e| e.0),
             token,
@@ -227,6 +253,7 @@ impl GatewayTable {
             code_profile: self.code_profile.map(|p| p.0),
             http_limits,
             runs,
+            tasks,
         })
     }
 }
@@ -267,6 +294,19 @@ max_queued_runs = 0
         assert_eq!(l.session_idle_timeout, Duration::from_secs(60));
         assert_eq!(c.gateway.runs.max_concurrent, 2);
         assert_eq!(c.gateway.runs.max_queued, 0);
+    }
+
+    #[test]
+    fn tasks_are_on_by_default_and_can_be_tuned() {
+        let c = parse("").unwrap();
+        assert!(c.gateway.tasks.enabled);
+        let c = parse("[gateway]\ntasks = false\ntask_after = \"250ms\"\ntask_ttl = \"10m\"\n")
+            .unwrap();
+        assert!(!c.gateway.tasks.enabled);
+        assert_eq!(c.gateway.tasks.after, Duration::from_millis(250));
+        assert_eq!(c.gateway.tasks.ttl, Duration::from_secs(600));
+        let err = parse("[gateway]\ntask_ttl = \"0s\"\n").unwrap_err();
+        assert!(err.contains("gateway.task_ttl"), "{err}");
     }
 
     #[test]

@@ -6,8 +6,9 @@
 use std::borrow::Cow;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, ToolsCapability,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
+    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, ServerConfig, TASKS_EXTENSION_ID, ToolsCapability, UpdateTaskParams,
 };
 // MCP logging is deprecated by SEP-2577 (2026-07-28) but current in the
 // 2025-11-25 revision the gateway speaks.
@@ -73,6 +74,12 @@ impl ServerHandler for Gateway {
         let mut capabilities = ServerCapabilities::default();
         capabilities.tools = Some(tools);
         capabilities.logging = Some(JsonObject::new());
+        if options.tasks.enabled {
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+        }
         #[cfg(feature = "upstream")]
         self.relayed_capabilities(&mut capabilities);
         let mut config = ServerConfig::new(capabilities)
@@ -116,6 +123,19 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.clone();
+        if self.offers_task(&context) {
+            let failed = |r: &Result<CallToolResponse, McpError>| match r {
+                Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+                    Some("tool_error")
+                }
+                Ok(_) => None,
+                Err(_) => Some("jsonrpc_error"),
+            };
+            let work = self.call_or_task(request, &context);
+            return self
+                .traced("tools/call", Some(&name), &context, failed, work)
+                .await;
+        }
         let failed = |r: &Result<CallToolResult, McpError>| match r {
             Ok(result) if result.is_error == Some(true) => Some("tool_error"),
             Ok(_) => None,
@@ -130,6 +150,39 @@ impl ServerHandler for Gateway {
         )
         .await
         .map(CallToolResponse::from)
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let id = request.task_id;
+        let work = async { self.task_state(&id) };
+        self.traced("tasks/get", Some(&id), &context, rpc_failure, work)
+            .await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let id = request.task_id;
+        let work = async { self.cancel_task_of_caller(&id) };
+        self.traced("tasks/cancel", Some(&id), &context, rpc_failure, work)
+            .await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let id = request.task_id;
+        let work = async { self.update_task_of_caller(&id) };
+        self.traced("tasks/update", Some(&id), &context, rpc_failure, work)
+            .await
     }
 
     async fn set_level(

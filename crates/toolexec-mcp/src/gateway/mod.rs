@@ -133,6 +133,7 @@ mod run;
 mod server;
 mod session;
 mod stdio;
+mod tasks;
 mod trace;
 
 pub use auth::{BEARER_TOKEN_NAME, HttpAuth, NamedToken};
@@ -156,3 +157,4 @@ pub use relay::CHUNK_LOGGER;
 pub use result::RESULT_KEY;
 pub use server::Gateway;
 pub use stdio::serve_stdio;
+pub use tasks::TaskOptions;

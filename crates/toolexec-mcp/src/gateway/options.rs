@@ -10,6 +10,7 @@ use toolexec_runtime::Runtimes;
 #[cfg(feature = "code")]
 use super::code::CodeModeOptions;
 use super::limits::RunLimits;
+use super::tasks::TaskOptions;
 
 /// What the gateway publishes in `tools/list`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -103,6 +104,9 @@ pub struct GatewayOptions {
     /// How many tool runs (`run_tool`, `run_chain`, direct tools) may be in
     /// flight and waiting, over all clients.
     pub runs: RunLimits,
+    /// When long calls become tasks (the MCP Tasks extension), for clients
+    /// that declare it.
+    pub tasks: TaskOptions,
 }
 
 impl Default for GatewayOptions {
@@ -119,6 +123,7 @@ impl Default for GatewayOptions {
             #[cfg(feature = "code")]
             code_executor: None,
             runs: RunLimits::default(),
+            tasks: TaskOptions::default(),
         }
     }
 }

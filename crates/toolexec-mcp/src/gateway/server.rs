@@ -76,6 +76,8 @@ pub(super) struct Shared {
     pub(super) unpublished: Mutex<HashSet<String>>,
     /// Stops the watcher when the last clone of the gateway goes.
     pub(super) stop: CancellationToken,
+    /// Long calls become tasks here.
+    pub(super) tasks: super::tasks::TaskStore,
 }
 
 impl Drop for Shared {
@@ -121,6 +123,7 @@ impl Gateway {
             )),
         };
         let runs = RunSlots::new(options.runs);
+        let tasks = super::tasks::TaskStore::new(options.tasks.clone());
         Gateway {
             shared: Arc::new(Shared {
                 exec,
@@ -135,6 +138,7 @@ impl Gateway {
                 watcher_started: AtomicBool::new(false),
                 unpublished: Mutex::default(),
                 stop: CancellationToken::new(),
+                tasks,
             }),
             session: Session::new(),
         }

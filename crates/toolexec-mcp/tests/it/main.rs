@@ -15,6 +15,7 @@ mod gateway_policy;
 mod gateway_python;
 mod gateway_relay;
 mod gateway_rmcp;
+mod gateway_tasks;
 #[path = "../support/mod.rs"]
 mod support;
 mod upstream_conformance;
