@@ -8,7 +8,9 @@
 #         @modelcontextprotocol/inspector (CLI mode), @modelcontextprotocol/conformance,
 #         node@22 (the inspector and the conformance suite need Node >= 22),
 #         @octokit/openapi (GitHub's REST API description, 1,223 operations:
-#         the OpenAPI importer's large real-world document)
+#         the OpenAPI importer's large real-world document),
+#         @modelcontextprotocol/server and /client 2.x with zod (the
+#         TypeScript SDK v2: a 2026-07-28 server and client)
 #   PyPI: mcp (official Python SDK; 1.x keeps FastMCP at mcp.server.fastmcp),
 #         fastapi, uvicorn, python-multipart (the HTTP provider's test service,
 #         crates/toolexec-http/tests/fixtures/api_server.py), grpcio,
@@ -50,6 +52,12 @@ NPM_PACKAGES=(
   "@modelcontextprotocol/conformance@0.1.16"
   "node@22.23.3"
   "@octokit/openapi@23.0.2"
+  # The TypeScript SDK v2, speaking revision 2026-07-28 (server/discover,
+  # subscriptions/listen): a modern upstream and a modern client of the
+  # gateway (tests/fixtures/ts_modern_*.cjs, through NODE_PATH).
+  "@modelcontextprotocol/server@2.3.1"
+  "@modelcontextprotocol/client@2.3.1"
+  "zod@4.6.7"
 )
 # Resolved together with pip; fastapi, uvicorn and python-multipart also meet
 # mcp's own lower bounds (uvicorn>=0.31.1, python-multipart>=0.0.9).
@@ -144,5 +152,6 @@ export TOOLEXEC_OPENAPI_GITHUB="$DEPS/npm/node_modules/@octokit/openapi/generate
 export TOOLEXEC_EMBED_MODEL="$model_dir"
 export TOOLEXEC_PROMETHEUS="$(command -v prometheus)"
 export TOOLEXEC_NATS_SERVER="$DEPS/venv/bin/nats-server"
+export TOOLEXEC_NODE_MODULES="$DEPS/npm/node_modules"
 ENV
 echo "== test dependencies ready ($DEPS/env.sh)"

@@ -8,13 +8,14 @@ use std::borrow::Cow;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
     Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ServerCapabilities, ServerConfig, TASKS_EXTENSION_ID, ToolsCapability, UpdateTaskParams,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, TASKS_EXTENSION_ID, ToolsCapability,
+    UpdateTaskParams,
 };
 // MCP logging is deprecated by SEP-2577 (2026-07-28) but current in the
 // 2025-11-25 revision the gateway speaks.
 #[allow(deprecated)]
 use rmcp::model::SetLevelRequestParams;
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 
 #[cfg(feature = "upstream")]
@@ -101,10 +102,11 @@ impl ServerHandler for Gateway {
         config
     }
 
+    /// Every revision up to 2026-07-28: `initialize` negotiates up to
+    /// 2025-11-25, `server/discover` and per-request metadata reach
+    /// 2026-07-28.
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(
-            &ProtocolVersion::LATEST_WITH_INITIALIZE,
-        ))
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
     }
 
     async fn list_tools(
@@ -150,6 +152,18 @@ impl ServerHandler for Gateway {
         )
         .await
         .map(CallToolResponse::from)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.listenable(requested)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        self.serve_listen(context).await;
+        Ok(())
     }
 
     async fn get_task(

@@ -1,12 +1,15 @@
 //! `notifications/tools/list_changed`: when the catalog changes, every
-//! initialized client of a gateway that publishes tools directly is told.
-//! The initialized clients also get the upstreams' resource and prompt
-//! notifications ([`super::passthrough`]).
+//! initialized client of a gateway that publishes tools directly is told,
+//! and so is every 2026-07-28 client listening for it
+//! (`subscriptions/listen`). The initialized clients also get the
+//! upstreams' resource and prompt notifications ([`super::passthrough`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use rmcp::model::{ServerNotification, SubscriptionFilter, ToolListChangedNotification};
+use rmcp::service::SubscriptionContext;
 use rmcp::{Peer, RoleServer};
 use tokio::sync::broadcast;
 
@@ -48,13 +51,7 @@ impl Gateway {
                         break;
                     },
                 }
-                // Coalesce a burst (a batch registration sends one event per tool).
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                while !matches!(
-                    rx.try_recv(),
-                    Err(broadcast::error::TryRecvError::Empty
-                        | broadcast::error::TryRecvError::Closed)
-                ) {}
+                coalesce(&mut rx).await;
                 let Some(shared) = weak.upgrade() else { break };
                 let peers: Vec<_> = {
                     let mut peers = shared.peers.lock();
@@ -72,4 +69,141 @@ impl Gateway {
             }
         });
     }
+
+    /// What a 2026-07-28 client may listen for: tool list changes when
+    /// tools are published directly, and the upstreams' prompt and resource
+    /// list changes when some upstream offers prompts or resources.
+    /// Resource subscriptions are not accepted (the acknowledgment says so):
+    /// `resources/subscribe` serves them.
+    pub(super) fn listenable(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        let asked = |flag: Option<bool>| (flag == Some(true)).then_some(true);
+        if self.shared.options.expose.direct() {
+            accepted.tools_list_changed = asked(requested.tools_list_changed);
+        }
+        #[cfg(feature = "upstream")]
+        {
+            let passthrough = &self.shared.passthrough;
+            if !passthrough.is_empty() {
+                if passthrough.offers(|c| c.prompts.is_some()) {
+                    accepted.prompts_list_changed = asked(requested.prompts_list_changed);
+                }
+                if passthrough.offers(|c| c.resources.is_some()) {
+                    accepted.resources_list_changed = asked(requested.resources_list_changed);
+                }
+            }
+        }
+        Some(accepted)
+    }
+
+    /// Serves one `subscriptions/listen` until the client ends it: each
+    /// accepted kind of list change, a tool burst coalesced as for
+    /// initialized clients.
+    pub(super) async fn serve_listen(&self, context: SubscriptionContext) {
+        let accepted = context.accepted().clone();
+        let mut tools =
+            (accepted.tools_list_changed == Some(true)).then(|| self.exec().catalog().subscribe());
+        let mut upstream = self.upstream_list_changes(&accepted);
+        loop {
+            let changed = tokio::select! {
+                _ = context.cancelled() => return,
+                Some(r) = recv(tools.as_mut()) => match r {
+                    Err(broadcast::error::RecvError::Closed) => return,
+                    _ => {
+                        if let Some(rx) = tools.as_mut() {
+                            coalesce(rx).await;
+                        }
+                        ServerNotification::ToolListChangedNotification(
+                            ToolListChangedNotification::default(),
+                        )
+                    }
+                },
+                Some(r) = recv(upstream.as_mut()) => match r {
+                    Err(broadcast::error::RecvError::Closed) => return,
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Ok(notice) => match list_notification(notice, &accepted) {
+                        Some(n) => n,
+                        None => continue,
+                    },
+                },
+            };
+            if let Err(e) = context.sink().send(changed).await {
+                tracing::debug!(error = %e, "could not send a list change to a listener");
+                return;
+            }
+        }
+    }
+
+    /// The upstreams' list changes, when a listener accepted some.
+    #[cfg(feature = "upstream")]
+    fn upstream_list_changes(
+        &self,
+        accepted: &SubscriptionFilter,
+    ) -> Option<broadcast::Receiver<ListNotice>> {
+        if accepted.prompts_list_changed != Some(true)
+            && accepted.resources_list_changed != Some(true)
+        {
+            return None;
+        }
+        self.shared.passthrough.start_notices(&self.shared.peers);
+        Some(self.shared.passthrough.list_changes())
+    }
+
+    /// Without upstreams there are none.
+    #[cfg(not(feature = "upstream"))]
+    fn upstream_list_changes(
+        &self,
+        _: &SubscriptionFilter,
+    ) -> Option<broadcast::Receiver<ListNotice>> {
+        None
+    }
+}
+
+#[cfg(feature = "upstream")]
+type ListNotice = crate::upstream::UpstreamNotice;
+#[cfg(not(feature = "upstream"))]
+type ListNotice = ();
+
+/// The notification a listener gets for an upstream's list change, if it
+/// accepted that kind.
+#[cfg(feature = "upstream")]
+fn list_notification(
+    notice: ListNotice,
+    accepted: &SubscriptionFilter,
+) -> Option<ServerNotification> {
+    use crate::upstream::UpstreamNotice;
+    match notice {
+        UpstreamNotice::PromptsChanged if accepted.prompts_list_changed == Some(true) => Some(
+            ServerNotification::PromptListChangedNotification(Default::default()),
+        ),
+        UpstreamNotice::ResourcesChanged if accepted.resources_list_changed == Some(true) => Some(
+            ServerNotification::ResourceListChangedNotification(Default::default()),
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(not(feature = "upstream"))]
+fn list_notification(_: ListNotice, _: &SubscriptionFilter) -> Option<ServerNotification> {
+    None
+}
+
+/// The next event of `rx`, or never when there is none to watch.
+async fn recv<T: Clone>(
+    rx: Option<&mut broadcast::Receiver<T>>,
+) -> Option<Result<T, broadcast::error::RecvError>> {
+    match rx {
+        Some(rx) => Some(rx.recv().await),
+        None => std::future::pending().await,
+    }
+}
+
+/// Lets a burst of catalog events end (a batch registration sends one per
+/// tool) and drops them, so it makes one notification.
+async fn coalesce<T: Clone>(rx: &mut broadcast::Receiver<T>) {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    while !matches!(
+        rx.try_recv(),
+        Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+    ) {}
 }

@@ -322,6 +322,7 @@ impl Upstream {
             tools: Mutex::new(ToolSet::default()),
             shutdown: CancellationToken::new(),
             reinit: reinit_tx,
+            era: Default::default(),
         });
         let (first_tx, first_rx) = oneshot::channel();
         let first = (!config.lazy).then_some(first_tx);

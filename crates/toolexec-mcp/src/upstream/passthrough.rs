@@ -54,6 +54,15 @@ impl Upstream {
         peer.peer_info().map(|info| info.capabilities.clone())
     }
 
+    /// The protocol revision of the session, while connected: 2026-07-28
+    /// for a server that answered `server/discover`, else what `initialize`
+    /// agreed on.
+    pub fn protocol_version(&self) -> Option<String> {
+        let (peer, _) = self.shared.connected_peer().ok()?;
+        peer.peer_info()
+            .map(|info| info.protocol_version.as_str().to_owned())
+    }
+
     /// Sends one request (`resources/*`, `prompts/*`,
     /// `completion/complete`, ...) as it is and returns the server's
     /// result. Cancelling `cancel` abandons it and tells the server.

@@ -12,13 +12,17 @@ use rmcp::model::{
     ElicitRequestParams, ElicitResult, Implementation, ListRootsResult, ListToolsRequest,
     PaginatedRequestParams, ProtocolVersion, ResourceUpdatedNotificationParam, ServerResult,
 };
-use rmcp::service::{ClientInitializeError, NotificationContext, RequestContext, RunningService};
+use rmcp::model::{ServerNotification, SubscriptionFilter};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
+    RequestContext, RunningService,
+};
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, InsufficientScopeError, StreamableHttpClient,
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ErrorData, Peer, RoleClient};
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::OnceCell;
@@ -265,10 +269,17 @@ pub(crate) struct Handler {
     pub(crate) relay_timeout: std::time::Duration,
 }
 
-impl ClientHandler for Handler {
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+impl Handler {
+    /// `notifications/tools/list_changed`: the tools are listed again.
+    fn tools_changed(&self) {
         tracing::debug!(server = %self.server, "tools/list_changed");
         self.router.tools_changed.notify_one();
+    }
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed();
     }
 
     async fn on_resource_updated(
@@ -369,12 +380,115 @@ fn auth_refusal_in(e: &(dyn std::error::Error + 'static)) -> Option<Option<Strin
     None
 }
 
+/// Which revisions a server was found to speak, remembered across its
+/// sessions.
+#[derive(Debug, Default)]
+pub(crate) struct Era {
+    /// The server ended the session on `server/discover` and then took
+    /// `initialize`: later sessions start with `initialize`.
+    legacy: std::sync::atomic::AtomicBool,
+}
+
+impl Era {
+    /// How a session starts: `server/discover` at 2026-07-28 first, and the
+    /// `initialize` handshake at 2025-11-25 when the server answers it as a
+    /// server of an earlier revision does (an error, or silence for 10 s).
+    /// Each server gets the newest revision it speaks.
+    fn lifecycle(&self) -> ClientLifecycleMode {
+        if self.legacy.load(std::sync::atomic::Ordering::Relaxed) {
+            return ClientLifecycleMode::Initialize;
+        }
+        ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        }
+    }
+}
+
 /// Opens a session: spawns the child (stdio) or opens the HTTP session, and
 /// runs the MCP handshake. Returns the session and the child's pid.
+///
+/// Some servers of earlier revisions exit on any request before
+/// `initialize`, or answer `server/discover` with something other than an
+/// error: a session whose probe failed (not for its credentials) is opened
+/// once more with `initialize`; when that works, the server is remembered
+/// as one of an earlier revision.
 pub(crate) async fn open(
     endpoint: &Endpoint,
     handler: Handler,
     max_concurrency: usize,
+    era: &Era,
+) -> Result<(Running, Option<u32>), ConnectError> {
+    let lifecycle = era.lifecycle();
+    let probed = matches!(lifecycle, ClientLifecycleMode::Auto { .. })
+        && !matches!(endpoint, Endpoint::Sse { .. });
+    let (running, pid) = match open_session(endpoint, handler.clone(), max_concurrency, lifecycle)
+        .await
+    {
+        Err(e) if probed && !e.permanent && e.auth.is_none() => {
+            tracing::info!(server = %handler.server, error = %e.message, "server/discover failed; opening the session again with initialize");
+            let opened = open_session(
+                endpoint,
+                handler.clone(),
+                max_concurrency,
+                ClientLifecycleMode::Initialize,
+            )
+            .await?;
+            era.legacy.store(true, std::sync::atomic::Ordering::Relaxed);
+            opened
+        }
+        other => other?,
+    };
+    listen_for_changes(&running, handler);
+    Ok((running, pid))
+}
+
+/// A 2026-07-28 server sends list changes only to a listener
+/// (`subscriptions/listen`), not to the session as earlier revisions do:
+/// one listener per session passes them to the handler, as the session's
+/// own notifications would be. It ends with the session.
+fn listen_for_changes(running: &Running, handler: Handler) {
+    let peer = running.peer().clone();
+    let modern = peer
+        .peer_info()
+        .is_some_and(|info| !info.protocol_version.has_initialize());
+    if !modern {
+        return;
+    }
+    tokio::spawn(async move {
+        let filter = SubscriptionFilter::builder()
+            .tools_list_changed()
+            .prompts_list_changed()
+            .resources_list_changed()
+            .build();
+        let mut subscription = match peer.listen(filter).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(server = %handler.server, error = %e, "subscriptions/listen refused: list changes of this server are not seen");
+                return;
+            }
+        };
+        while let Ok(Some(notification)) = subscription.next().await {
+            match notification {
+                ServerNotification::ToolListChangedNotification(_) => handler.tools_changed(),
+                ServerNotification::PromptListChangedNotification(_) => {
+                    handler.router.publish(UpstreamNotice::PromptsChanged)
+                }
+                ServerNotification::ResourceListChangedNotification(_) => {
+                    handler.router.publish(UpstreamNotice::ResourcesChanged)
+                }
+                _ => {}
+            }
+        }
+    });
+}
+
+/// [`open`] with one lifecycle, without the listener.
+async fn open_session(
+    endpoint: &Endpoint,
+    handler: Handler,
+    max_concurrency: usize,
+    lifecycle: ClientLifecycleMode,
 ) -> Result<(Running, Option<u32>), ConnectError> {
     match endpoint {
         Endpoint::Stdio {
@@ -407,7 +521,7 @@ pub(crate) async fn open(
             }
             let transport = InOrder::new(child, handler.router.clone());
             let running = handler
-                .serve(transport)
+                .serve_with_lifecycle(transport, lifecycle)
                 .await
                 .map_err(|e| init_error(&e, None))?;
             Ok((running, pid))
@@ -424,8 +538,9 @@ pub(crate) async fn open(
                 .await
                 .map_err(|e| sse_error(&e, tls))?;
             let transport = InOrder::new(transport, handler.router.clone());
+            // The 2024-11-05 transport predates `server/discover`.
             let running = handler
-                .serve(transport)
+                .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
                 .await
                 .map_err(|e| init_error(&e, Some(tls)))?;
             Ok((running, None))
@@ -448,7 +563,7 @@ pub(crate) async fn open(
             let client = super::http_client::SessionAwareClient::new(tls.config.clone())
                 .map_err(ConnectError::transient)?;
             let Some(oauth) = oauth else {
-                return serve_http(client, config, handler, tls).await;
+                return serve_http(client, config, handler, tls, lifecycle).await;
             };
             let (options, cell) = &**oauth;
             let authorizer = cell
@@ -465,18 +580,24 @@ pub(crate) async fn open(
                 .await
                 .map_err(ConnectError::transient)?;
             let refusal = authorizer.clone();
-            serve_http(SignedIn::new(authorizer, client), config, handler, tls)
-                .await
-                .map_err(|mut e| {
-                    if let Some(hint) = e.auth.take() {
-                        e.message = match hint {
-                            Some(challenge) => refusal.refusal(Some(&challenge)),
-                            None => refusal.refusal(None),
-                        };
-                        e.permanent = false;
-                    }
-                    e
-                })
+            serve_http(
+                SignedIn::new(authorizer, client),
+                config,
+                handler,
+                tls,
+                lifecycle,
+            )
+            .await
+            .map_err(|mut e| {
+                if let Some(hint) = e.auth.take() {
+                    e.message = match hint {
+                        Some(challenge) => refusal.refusal(Some(&challenge)),
+                        None => refusal.refusal(None),
+                    };
+                    e.permanent = false;
+                }
+                e
+            })
         }
     }
 }
@@ -515,6 +636,7 @@ async fn serve_http<C>(
     config: StreamableHttpClientTransportConfig,
     handler: Handler,
     tls: &Tls,
+    lifecycle: ClientLifecycleMode,
 ) -> Result<(Running, Option<u32>), ConnectError>
 where
     C: StreamableHttpClient<Error = reqwest::Error> + Send + Sync + 'static,
@@ -522,7 +644,7 @@ where
     let transport = StreamableHttpClientTransport::with_client(client, config);
     let transport = InOrder::new(transport, handler.router.clone());
     let running = handler
-        .serve(transport)
+        .serve_with_lifecycle(transport, lifecycle)
         .await
         .map_err(|e| init_error(&e, Some(tls)))?;
     Ok((running, None))

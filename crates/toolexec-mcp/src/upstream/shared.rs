@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// Generation of a session a call found lost (HTTP), for re-initialization.
     pub(crate) reinit: mpsc::UnboundedSender<u64>,
+    /// The revisions the server was found to speak.
+    pub(crate) era: super::session::Era,
 }
 
 impl Shared {

@@ -165,8 +165,13 @@ async fn open_and_list(
         relay: shared.relay,
         relay_timeout: shared.call_timeout,
     };
-    let (mut running, pid) =
-        session::open(&shared.endpoint, handler, shared.max_concurrency).await?;
+    let (mut running, pid) = session::open(
+        &shared.endpoint,
+        handler,
+        shared.max_concurrency,
+        &shared.era,
+    )
+    .await?;
     match session::list_all_tools(running.peer()).await {
         Ok(listed) => Ok((running, pid, listed)),
         Err(message) => {

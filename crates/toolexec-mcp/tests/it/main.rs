@@ -14,6 +14,7 @@ mod gateway_passthrough;
 mod gateway_policy;
 mod gateway_python;
 mod gateway_relay;
+mod gateway_revisions;
 mod gateway_rmcp;
 mod gateway_tasks;
 #[path = "../support/mod.rs"]

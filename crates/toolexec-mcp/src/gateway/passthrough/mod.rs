@@ -77,6 +77,9 @@ pub(crate) struct Passthrough {
     learned: Mutex<Option<std::time::Instant>>,
     /// Set once the notice relays run.
     started: AtomicBool,
+    /// The upstreams' list changes, for 2026-07-28 listeners
+    /// (`subscriptions/listen`), fed by the notice relays.
+    list_changes: tokio::sync::broadcast::Sender<UpstreamNotice>,
     /// Stops the notice relays when the gateway goes.
     stop: CancellationToken,
 }
@@ -107,8 +110,16 @@ impl Passthrough {
             subscribers: Mutex::default(),
             learned: Mutex::new(None),
             started: AtomicBool::new(false),
+            list_changes: tokio::sync::broadcast::channel(16).0,
             stop: CancellationToken::new(),
         }
+    }
+
+    /// The upstreams' resource and prompt list changes, for a
+    /// `subscriptions/listen` of a 2026-07-28 client (start the relays
+    /// with [`Self::start_notices`]).
+    pub(crate) fn list_changes(&self) -> tokio::sync::broadcast::Receiver<UpstreamNotice> {
+        self.list_changes.subscribe()
     }
 
     /// True when there is no upstream to relay.
@@ -271,6 +282,8 @@ impl Passthrough {
                     peers.clone()
                 };
                 let resources = notice == UpstreamNotice::ResourcesChanged;
+                // No listener is no error.
+                let _ = self.list_changes.send(notice);
                 for peer in peers {
                     tokio::spawn(async move {
                         let sent = if resources {

@@ -1,0 +1,431 @@
+//! The gateway speaks every revision a client may: `initialize` up to
+//! 2025-11-25 (2025-06-18 included), and the 2026-07-28 revision's
+//! stateless requests (`server/discover`, per-request metadata, the
+//! `Mcp-Method`/`Mcp-Name` headers over HTTP, `subscriptions/listen` for
+//! list changes), driven by rmcp's client and by the TypeScript SDK v2's;
+//! and the upstream client reaches a 2026-07-28 server (the TypeScript SDK
+//! v2's) with `server/discover`, a 2025 server with `initialize`.
+
+use crate::support::gateway as support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams,
+    Implementation, ProtocolVersion, ReadResourceRequestParams, ServerNotification,
+    SubscriptionFilter,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::json;
+use toolexec::{Catalog, Exec, LocalTool, Secret, ToolError, ToolOutput, raw_handler};
+use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth};
+use toolexec_mcp::upstream::{Upstream, UpstreamConfig, UpstreamTransport};
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+fn info(version: ProtocolVersion) -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("revisions-test", "1"),
+    )
+    .with_protocol_version(version)
+}
+
+async fn exercise(client: &Client) {
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "math__add"), "{tools:?}");
+    let r = client
+        .call_tool(
+            CallToolRequestParams::new("math__add")
+                .with_arguments(json!({"a": 2, "b": 5}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.structured_content, Some(json!({"result": 7.0})), "{r:?}");
+    let r = client
+        .call_tool(CallToolRequestParams::new("nope__nope"))
+        .await;
+    assert!(r.is_err(), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_revision_over_http_and_stdio() {
+    let exec = support::demo_exec();
+    let catalog = exec.catalog().clone();
+    let gateway = Gateway::new(
+        exec,
+        GatewayOptions {
+            expose: Expose::Both,
+            ..GatewayOptions::default()
+        },
+    );
+    let (addr, shutdown) =
+        support::start_http(gateway, HttpAuth::Bearer(Secret::new("rev-token"))).await;
+    let url = format!("http://{addr}/mcp");
+    let http = || {
+        support::rmcp_http_transport(
+            StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header("rev-token"),
+        )
+    };
+
+    // initialize, at the revision the client asks for.
+    for version in [ProtocolVersion::V_2025_06_18, ProtocolVersion::V_2025_11_25] {
+        let client = info(version.clone()).serve(http()).await.unwrap();
+        let negotiated = client.peer().peer_info().unwrap().protocol_version.clone();
+        assert_eq!(negotiated, version);
+        exercise(&client).await;
+        client.cancel().await.unwrap();
+    }
+
+    // 2026-07-28: discover, then stateless requests.
+    let modern = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let client = info(ProtocolVersion::V_2026_07_28)
+        .serve_with_lifecycle(http(), modern.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        client.peer().peer_info().unwrap().protocol_version,
+        ProtocolVersion::V_2026_07_28
+    );
+    exercise(&client).await;
+    // List changes reach a listener (`subscriptions/listen`).
+    let mut listening = client
+        .peer()
+        .listen(SubscriptionFilter::builder().tools_list_changed().build())
+        .await
+        .unwrap();
+    assert_eq!(listening.acknowledged().tools_list_changed, Some(true));
+    LocalTool::new(
+        "late:tool",
+        raw_handler(|_: serde_json::Value, _| async {
+            Ok::<_, ToolError>(ToolOutput::structured(json!({})))
+        }),
+    )
+    .register(&catalog)
+    .unwrap();
+    let note = tokio::time::timeout(std::time::Duration::from_secs(10), listening.next())
+        .await
+        .expect("a list change in time")
+        .unwrap();
+    assert!(
+        matches!(
+            note,
+            Some(ServerNotification::ToolListChangedNotification(_))
+        ),
+        "{note:?}"
+    );
+    client.cancel().await.unwrap();
+
+    // The same over stdio.
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    let gateway = support::demo_gateway(Expose::Both);
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = info(ProtocolVersion::V_2026_07_28)
+        .serve_with_lifecycle(client_io, modern)
+        .await
+        .unwrap();
+    exercise(&client).await;
+    client.cancel().await.unwrap();
+    shutdown.cancel();
+}
+
+/// The TypeScript SDK v2's server fixture over stdio as upstream `name`.
+fn modern_upstream(name: &str, node: &str, modules: &str) -> UpstreamConfig {
+    let mut env = BTreeMap::new();
+    env.insert("NODE_PATH".to_owned(), Secret::new(modules));
+    let mut config = UpstreamConfig::new(
+        name,
+        UpstreamTransport::Stdio {
+            command: node.to_owned(),
+            args: vec![
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/fixtures/ts_modern_server.cjs"
+                )
+                .into(),
+            ],
+            env,
+            inherit_env: Vec::new(),
+            cwd: None,
+        },
+    );
+    config.call_timeout = Duration::from_secs(20);
+    config
+}
+
+/// A 2026-07-28 upstream (the TypeScript SDK v2) is reached with
+/// `server/discover`, its list changes come through `subscriptions/listen`,
+/// and a 2026-07-28 client of the gateway sees its tools, prompts and
+/// resources, and hears of its new tool; a 2025 server beside it still gets
+/// `initialize`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_upstream_behind_the_gateway() {
+    let test = "a_modern_upstream_behind_the_gateway";
+    let Some(v) = toolexec_testkit::deps(
+        test,
+        &[
+            "TOOLEXEC_NODE22",
+            "TOOLEXEC_NODE_MODULES",
+            "TOOLEXEC_PYTHON",
+        ],
+    ) else {
+        return;
+    };
+    let (node, modules, python) = (&v[0], &v[1], &v[2]);
+    let catalog = Arc::new(Catalog::new());
+    let modern = Arc::new(
+        Upstream::connect(modern_upstream("modern", node, modules), catalog.clone())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(modern.protocol_version().as_deref(), Some("2026-07-28"));
+    let legacy = Arc::new(
+        Upstream::connect(
+            crate::support::upstream::py_stdio_config("legacy", python, BTreeMap::new()),
+            catalog.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(legacy.protocol_version().as_deref(), Some("2025-11-25"));
+
+    let gateway = Gateway::with_upstreams(
+        Exec::new(catalog.clone()),
+        GatewayOptions {
+            expose: Expose::All,
+            ..GatewayOptions::default()
+        },
+        vec![modern.clone(), legacy.clone()],
+    );
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = info(ProtocolVersion::V_2026_07_28)
+        .serve_with_lifecycle(
+            client_io,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+
+    // Tools of both, called through the gateway.
+    let r = client
+        .call_tool(
+            CallToolRequestParams::new("modern__add")
+                .with_arguments(json!({"a": 2, "b": 40}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.content[0].as_text().map(|t| t.text.as_str()),
+        Some("42"),
+        "{r:?}"
+    );
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "legacy__add"), "{tools:?}");
+
+    // The modern server's prompt and resource pass through.
+    let prompt = client
+        .get_prompt(
+            GetPromptRequestParams::new("modern__greet")
+                .with_arguments(json!({"name": "Ada"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&prompt.messages).unwrap();
+    assert!(text.contains("Hello, Ada"), "{text}");
+    let read = client
+        .read_resource(ReadResourceRequestParams::new("fixture://hello"))
+        .await
+        .unwrap();
+    assert!(
+        serde_json::to_string(&read.contents)
+            .unwrap()
+            .contains("hello from a 2026-07-28 server"),
+        "{read:?}"
+    );
+
+    // A tool the modern server adds at run time: its list change reaches
+    // toolexec through its listener, the catalog gains the tool, and the
+    // gateway's listener tells this client.
+    let mut listening = client
+        .peer()
+        .listen(SubscriptionFilter::builder().tools_list_changed().build())
+        .await
+        .unwrap();
+    assert_eq!(listening.acknowledged().tools_list_changed, Some(true));
+    client
+        .call_tool(CallToolRequestParams::new("modern__grow"))
+        .await
+        .unwrap();
+    let note = tokio::time::timeout(Duration::from_secs(10), listening.next())
+        .await
+        .expect("a list change in time")
+        .unwrap();
+    assert!(
+        matches!(
+            note,
+            Some(ServerNotification::ToolListChangedNotification(_))
+        ),
+        "{note:?}"
+    );
+    crate::support::upstream::eventually(
+        Duration::from_secs(10),
+        "modern:grown registered",
+        || catalog.get("modern:grown").is_ok(),
+    )
+    .await;
+    let r = client
+        .call_tool(CallToolRequestParams::new("modern__grown"))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.content[0].as_text().map(|t| t.text.as_str()),
+        Some("grown"),
+        "{r:?}"
+    );
+    client.cancel().await.unwrap();
+}
+
+/// The TypeScript SDK v2's client, pinned to 2026-07-28, against the HTTP
+/// gateway: a real client of that revision sees the tools and calls them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_v2_client_over_http() {
+    let test = "the_typescript_sdk_v2_client_over_http";
+    let Some(v) = toolexec_testkit::deps(test, &["TOOLEXEC_NODE22", "TOOLEXEC_NODE_MODULES"])
+    else {
+        return;
+    };
+    let gateway = support::demo_gateway(Expose::Both);
+    let (addr, shutdown) =
+        support::start_http(gateway, HttpAuth::Bearer(Secret::new("ts-token"))).await;
+    let mut cmd = tokio::process::Command::new(&v[0]);
+    cmd.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/ts_modern_client.cjs"
+    ))
+    .arg(format!("http://{addr}/mcp"))
+    .arg("ts-token")
+    .env("NODE_PATH", &v[1]);
+    let (status, out, err) = support::run_with_timeout(cmd, Duration::from_secs(60)).await;
+    assert!(status.success(), "{out}\n{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(report["version"], "2026-07-28", "{report}");
+    let tools: Vec<&str> = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    assert!(
+        tools.contains(&"math__add") && tools.contains(&"search_tools"),
+        "{tools:?}"
+    );
+    assert_eq!(report["sum"]["result"].as_f64(), Some(7.0), "{report}");
+    assert!(
+        report["unknown"]["isError"] == true || report["unknown"]["error"].is_string(),
+        "{report}"
+    );
+    shutdown.cancel();
+}
+
+/// A 2025 server that exits on any request before `initialize` (as servers
+/// of some SDKs do) is started again and offered `initialize`, and its next
+/// sessions start with `initialize`: the probe never costs it its tools.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_exits_on_discover_gets_initialize() {
+    let test = "a_server_that_exits_on_discover_gets_initialize";
+    let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let dir = toolexec_testkit::TempDir::new("strict-init");
+    let log = dir.path().join("starts");
+    let mut env = BTreeMap::new();
+    env.insert("STRICT_LOG".to_owned(), Secret::new(log.to_str().unwrap()));
+    let mut config = crate::support::upstream::py_stdio_config("strict", &python, env);
+    let starts = || std::fs::read_to_string(&log).unwrap_or_default();
+    if let UpstreamTransport::Stdio { args, .. } = &mut config.transport {
+        args.insert(
+            0,
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/py_strict_init.py"
+            )
+            .to_owned(),
+        );
+        args.remove(1);
+    }
+    let catalog = Arc::new(Catalog::new());
+    let upstream = Upstream::connect(config, catalog.clone()).await.unwrap();
+    assert_eq!(upstream.protocol_version().as_deref(), Some("2025-11-25"));
+    assert_eq!(starts(), "server/discover\ninitialize\n");
+    let exec = Exec::new(catalog);
+    let sum = exec
+        .run_tool("strict:add", json!({"a": 1, "b": 2}))
+        .await
+        .unwrap();
+    assert_eq!(sum.value, json!({"result": 3}), "{sum:?}");
+
+    // A restart goes straight to `initialize` (a probe would end the
+    // server again, and then a retry would start it once more).
+    let first = upstream.pid().unwrap();
+    crate::support::upstream::kill_pid(first);
+    crate::support::upstream::eventually(Duration::from_secs(15), "a new session", || {
+        upstream.pid().is_some_and(|p| p != first)
+    })
+    .await;
+    assert!(upstream.wait_connected(Duration::from_secs(15)).await);
+    let sum = exec
+        .run_tool("strict:add", json!({"a": 2, "b": 2}))
+        .await
+        .unwrap();
+    assert_eq!(sum.value, json!({"result": 4}), "{sum:?}");
+    assert_eq!(starts(), "server/discover\ninitialize\ninitialize\n");
+}
+
+/// Over streamable HTTP too: toolexec's upstream client reaches a
+/// 2026-07-28 server (a toolexec gateway) without a session, and calls it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_upstream_over_http() {
+    let (addr, shutdown) = support::start_http(
+        support::demo_gateway(Expose::All),
+        HttpAuth::Bearer(Secret::new("up-token")),
+    )
+    .await;
+    let config = UpstreamConfig::new(
+        "inner",
+        UpstreamTransport::Http {
+            url: format!("http://{addr}/mcp"),
+            headers: Default::default(),
+            bearer_token: Some(Secret::new("up-token")),
+            tls: Default::default(),
+            oauth: None,
+            token_exchange: None,
+        },
+    );
+    let catalog = Arc::new(Catalog::new());
+    let upstream = Upstream::connect(config, catalog.clone()).await.unwrap();
+    assert_eq!(upstream.protocol_version().as_deref(), Some("2026-07-28"));
+    let sum = Exec::new(catalog)
+        .run_tool("inner:math__add", json!({"a": 20, "b": 22}))
+        .await
+        .unwrap();
+    assert_eq!(sum.value, json!({"result": 42.0}), "{sum:?}");
+    shutdown.cancel();
+}
