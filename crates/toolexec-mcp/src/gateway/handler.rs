@@ -162,8 +162,7 @@ impl ServerHandler for Gateway {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        self.serve_listen(context).await;
-        Ok(())
+        self.serve_listen(context).await
     }
 
     async fn get_task(

@@ -10,10 +10,14 @@ use std::time::Duration;
 
 use rmcp::model::{ServerNotification, SubscriptionFilter, ToolListChangedNotification};
 use rmcp::service::SubscriptionContext;
-use rmcp::{Peer, RoleServer};
+use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use tokio::sync::broadcast;
 
 use super::server::Gateway;
+
+/// Most `subscriptions/listen` streams one gateway holds open at once, over
+/// every connection; one more is ended at once with an error.
+pub(super) const MAX_LISTENERS: usize = 1024;
 
 impl Gateway {
     /// Registers an initialized client for list-changed notifications.
@@ -99,16 +103,22 @@ impl Gateway {
     /// Serves one `subscriptions/listen` until the client ends it: each
     /// accepted kind of list change, a tool burst coalesced as for
     /// initialized clients.
-    pub(super) async fn serve_listen(&self, context: SubscriptionContext) {
+    pub(super) async fn serve_listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let Ok(_slot) = self.shared.listeners.clone().try_acquire_owned() else {
+            return Err(McpError::internal_error(
+                format!("subscription limit reached: {MAX_LISTENERS} listeners are open"),
+                None,
+            ));
+        };
         let accepted = context.accepted().clone();
         let mut tools =
             (accepted.tools_list_changed == Some(true)).then(|| self.exec().catalog().subscribe());
         let mut upstream = self.upstream_list_changes(&accepted);
         loop {
             let changed = tokio::select! {
-                _ = context.cancelled() => return,
+                _ = context.cancelled() => return Ok(()),
                 Some(r) = recv(tools.as_mut()) => match r {
-                    Err(broadcast::error::RecvError::Closed) => return,
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
                     _ => {
                         if let Some(rx) = tools.as_mut() {
                             coalesce(rx).await;
@@ -119,7 +129,7 @@ impl Gateway {
                     }
                 },
                 Some(r) = recv(upstream.as_mut()) => match r {
-                    Err(broadcast::error::RecvError::Closed) => return,
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Ok(notice) => match list_notification(notice, &accepted) {
                         Some(n) => n,
@@ -129,7 +139,7 @@ impl Gateway {
             };
             if let Err(e) = context.sink().send(changed).await {
                 tracing::debug!(error = %e, "could not send a list change to a listener");
-                return;
+                return Ok(());
             }
         }
     }

@@ -78,6 +78,9 @@ pub(super) struct Shared {
     pub(super) stop: CancellationToken,
     /// Long calls become tasks here.
     pub(super) tasks: super::tasks::TaskStore,
+    /// Bounds the `subscriptions/listen` streams held open over every
+    /// connection ([`super::notify::MAX_LISTENERS`]).
+    pub(super) listeners: Arc<tokio::sync::Semaphore>,
 }
 
 impl Drop for Shared {
@@ -139,6 +142,7 @@ impl Gateway {
                 unpublished: Mutex::default(),
                 stop: CancellationToken::new(),
                 tasks,
+                listeners: Arc::new(tokio::sync::Semaphore::new(super::notify::MAX_LISTENERS)),
             }),
             session: Session::new(),
         }

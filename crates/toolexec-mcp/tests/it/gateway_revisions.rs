@@ -260,30 +260,52 @@ async fn a_modern_upstream_behind_the_gateway() {
         "{read:?}"
     );
 
-    // A tool the modern server adds at run time: its list change reaches
-    // toolexec through its listener, the catalog gains the tool, and the
-    // gateway's listener tells this client.
+    // A tool, a prompt and a resource the modern server adds at run time:
+    // its list changes reach toolexec through its listener, the catalog
+    // gains the tool, and the gateway's listener tells this client of all
+    // three.
     let mut listening = client
         .peer()
-        .listen(SubscriptionFilter::builder().tools_list_changed().build())
+        .listen(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .resources_list_changed()
+                .build(),
+        )
         .await
         .unwrap();
-    assert_eq!(listening.acknowledged().tools_list_changed, Some(true));
+    let acked = listening.acknowledged().clone();
+    assert_eq!(
+        (
+            acked.tools_list_changed,
+            acked.prompts_list_changed,
+            acked.resources_list_changed
+        ),
+        (Some(true), Some(true), Some(true)),
+        "{acked:?}"
+    );
     client
         .call_tool(CallToolRequestParams::new("modern__grow"))
         .await
         .unwrap();
-    let note = tokio::time::timeout(Duration::from_secs(10), listening.next())
-        .await
-        .expect("a list change in time")
-        .unwrap();
-    assert!(
-        matches!(
-            note,
-            Some(ServerNotification::ToolListChangedNotification(_))
-        ),
-        "{note:?}"
-    );
+    let (mut tools, mut prompts, mut resources) = (false, false, false);
+    while !(tools && prompts && resources) {
+        let note = tokio::time::timeout(Duration::from_secs(10), listening.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "list changes in time: tools {tools}, prompts {prompts}, resources {resources}"
+                )
+            })
+            .unwrap();
+        match note {
+            Some(ServerNotification::ToolListChangedNotification(_)) => tools = true,
+            Some(ServerNotification::PromptListChangedNotification(_)) => prompts = true,
+            Some(ServerNotification::ResourceListChangedNotification(_)) => resources = true,
+            other => panic!("{other:?}"),
+        }
+    }
     crate::support::upstream::eventually(
         Duration::from_secs(10),
         "modern:grown registered",
@@ -428,4 +450,64 @@ async fn a_modern_upstream_over_http() {
         .unwrap();
     assert_eq!(sum.value, json!({"result": 42.0}), "{sum:?}");
     shutdown.cancel();
+}
+
+/// A gateway holds at most 1024 `subscriptions/listen` streams open; one
+/// more ends at once with an error, and the others keep working.
+#[tokio::test(flavor = "multi_thread")]
+async fn listeners_are_bounded() {
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let gateway = support::demo_gateway(Expose::All);
+    let catalog = gateway.exec().catalog().clone();
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = info(ProtocolVersion::V_2026_07_28)
+        .serve_with_lifecycle(
+            client_io,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    let filter = || SubscriptionFilter::builder().tools_list_changed().build();
+    let mut held = Vec::new();
+    for _ in 0..1024 {
+        held.push(client.peer().listen(filter()).await.unwrap());
+    }
+    let refused = client.peer().listen(filter()).await;
+    let ended = match refused {
+        Err(e) => e.to_string(),
+        Ok(mut one_more) => {
+            let next = tokio::time::timeout(Duration::from_secs(10), one_more.next())
+                .await
+                .expect("the extra listener ends in time");
+            format!("{next:?}")
+        }
+    };
+    assert!(ended.contains("subscription limit reached"), "{ended}");
+    // The held ones still hear of a change.
+    LocalTool::new(
+        "late:tool",
+        raw_handler(|_: serde_json::Value, _| async {
+            Ok::<_, ToolError>(ToolOutput::structured(json!({})))
+        }),
+    )
+    .register(&catalog)
+    .unwrap();
+    let note = tokio::time::timeout(Duration::from_secs(10), held[1023].next())
+        .await
+        .expect("a list change in time")
+        .unwrap();
+    assert!(
+        matches!(
+            note,
+            Some(ServerNotification::ToolListChangedNotification(_))
+        ),
+        "{note:?}"
+    );
+    client.cancel().await.unwrap();
 }
