@@ -77,8 +77,9 @@ impl Gateway {
     /// What a 2026-07-28 client may listen for: tool list changes when
     /// tools are published directly, and the upstreams' prompt and resource
     /// list changes when some upstream offers prompts or resources.
-    /// Resource subscriptions are not accepted (the acknowledgment says so):
-    /// `resources/subscribe` serves them.
+    /// Resource subscriptions are not accepted: the acknowledgment leaves
+    /// them out, and `resources/updated` reaches only the sessions of
+    /// earlier revisions that used `resources/subscribe`.
     pub(super) fn listenable(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         let mut accepted = SubscriptionFilter::new();
         let asked = |flag: Option<bool>| (flag == Some(true)).then_some(true);

@@ -101,28 +101,42 @@ impl Shared {
             }
             params.meta = Some(meta);
         }
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let result = self
-            .request_for(&tool, request, &call.ctx, self.relay.any())
-            .await
-            .map_err(|e| match e {
-                RequestError::Server(data) => Error::ExecutionFailed {
-                    tool: tool.clone(),
-                    message: format!(
-                        "the server answered with JSON-RPC error {}: {}",
-                        data.code.0, data.message
-                    ),
-                    data: Some(json!({"code": data.code.0, "data": data.data})),
-                    panicked: false,
-                },
-                RequestError::Local(e) => e,
-            })?;
+        let mut rounds = super::input::Rounds::default();
+        let result = loop {
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
+            let result = self
+                .request_for(&tool, request, &call.ctx, self.relay.any())
+                .await
+                .map_err(|e| match e {
+                    RequestError::Server(data) => Error::ExecutionFailed {
+                        tool: tool.clone(),
+                        message: format!(
+                            "the server answered with JSON-RPC error {}: {}",
+                            data.code.0, data.message
+                        ),
+                        data: Some(json!({"code": data.code.0, "data": data.data})),
+                        panicked: false,
+                    },
+                    RequestError::Local(e) => e,
+                })?;
+            match result {
+                // A 2026-07-28 server asks the caller's client for input
+                // in its result, then takes the call again with the answers.
+                ServerResult::InputRequiredResult(r) if self.relay.any() => {
+                    let (responses, state) =
+                        self.answer_inputs(&tool, r, &mut rounds, &call.ctx).await?;
+                    params.input_responses = responses;
+                    params.request_state = state;
+                }
+                other => break other,
+            }
+        };
         match result {
             ServerResult::CallToolResult(r) => convert::output_from_mcp(&tool, r),
             ServerResult::InputRequiredResult(r) => Err(Error::ExecutionFailed {
                 tool,
                 message: "the server asked for client input (elicitation or sampling), which \
-                          toolexec cannot provide"
+                          toolexec relays only when it serves clients as a gateway"
                     .to_owned(),
                 data: serde_json::to_value(r).ok(),
                 panicked: false,

@@ -22,7 +22,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use toolexec::ClientError;
 
+use tokio_util::sync::CancellationToken;
+
 use super::ClientRelay;
+use super::links::Target;
 use super::routing::RelayTarget;
 use super::session::Handler;
 
@@ -60,8 +63,51 @@ impl Handler {
         params: P,
         context: RequestContext<RoleClient>,
     ) -> Result<R, ErrorData> {
+        let asker = Asker {
+            server: &self.server,
+            relay: self.relay,
+            timeout: self.relay_timeout,
+        };
+        let target = match context.extensions.get::<RelayTarget>() {
+            Some(RelayTarget(target)) => target.clone(),
+            None => Err("it was not read through toolexec's transport".to_owned()),
+        };
+        let value = asker
+            .ask(method, params, target, context.ct.clone())
+            .await?;
+        serde_json::from_value(value).map_err(|e| {
+            ErrorData::internal_error(
+                format!("the client's answer to {method} is malformed: {e}"),
+                None,
+            )
+        })
+    }
+}
+
+/// Asks the client of a call on behalf of `server`: what both a 2025
+/// server's requests to its client and a 2026-07-28 server's input
+/// requests (`input_required`) go through.
+pub(crate) struct Asker<'a> {
+    pub(crate) server: &'a str,
+    pub(crate) relay: ClientRelay,
+    /// The longest the client is waited for.
+    pub(crate) timeout: Duration,
+}
+
+impl Asker<'_> {
+    /// Relays `method` to the client of `target` and returns its answer; an
+    /// error the client answered comes back as it is. `cancelled` is the
+    /// server withdrawing the request.
+    pub(crate) async fn ask<P: Serialize>(
+        &self,
+        method: &str,
+        params: P,
+        target: Target,
+        cancelled: CancellationToken,
+    ) -> Result<Value, ErrorData> {
+        let server = self.server;
         let refused = |why: String| {
-            tracing::debug!(server = %self.server, method, reason = %why, "not relayed to a client");
+            tracing::debug!(server, method, reason = %why, "not relayed to a client");
             ErrorData::new(
                 ErrorCode::METHOD_NOT_FOUND,
                 format!("{method} cannot be relayed to a client: {why}"),
@@ -83,12 +129,7 @@ impl Handler {
                     .to_owned()
             }));
         }
-        let Some(RelayTarget(target)) = context.extensions.get::<RelayTarget>() else {
-            return Err(refused(
-                "it was not read through toolexec's transport".to_owned(),
-            ));
-        };
-        let (link, ended) = target.clone().map_err(refused)?;
+        let (link, ended) = target.map_err(refused)?;
         let mut params = serde_json::to_value(params)
             .map_err(|e| ErrorData::internal_error(format!("encoding {method}: {e}"), None))?;
         if let Value::Object(map) = &mut params {
@@ -103,7 +144,7 @@ impl Handler {
                 .entry("_meta")
                 .or_insert_with(|| Value::Object(Default::default()));
             if let Value::Object(meta) = meta {
-                meta.insert(SERVER_META_KEY.to_owned(), Value::from(&*self.server));
+                meta.insert(SERVER_META_KEY.to_owned(), Value::from(server));
             }
         }
         if !link.supports(method, &params) {
@@ -113,24 +154,18 @@ impl Handler {
         }
         let answer = tokio::select! {
             answer = link.request(method, params) => answer,
-            _ = context.ct.cancelled() => Err(ClientError::Failed(
+            _ = cancelled.cancelled() => Err(ClientError::Failed(
                 "the server cancelled the request".to_owned(),
             )),
             _ = ended.cancelled() => Err(ClientError::Failed(
                 "the call the request belongs to ended before the client answered".to_owned(),
             )),
-            _ = tokio::time::sleep(self.relay_timeout) => Err(ClientError::Failed(format!(
+            _ = tokio::time::sleep(self.timeout) => Err(ClientError::Failed(format!(
                 "the client did not answer within {}",
-                humanize(self.relay_timeout)
+                humanize(self.timeout)
             ))),
         };
-        let value = answer.map_err(to_error_data)?;
-        serde_json::from_value(value).map_err(|e| {
-            ErrorData::internal_error(
-                format!("the client's answer to {method} is malformed: {e}"),
-                None,
-            )
-        })
+        answer.map_err(to_error_data)
     }
 }
 

@@ -180,6 +180,7 @@ mod convert;
 mod env;
 mod http_client;
 mod import;
+mod input;
 mod links;
 pub mod oauth;
 mod passthrough;

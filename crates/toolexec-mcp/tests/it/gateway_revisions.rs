@@ -511,3 +511,143 @@ async fn listeners_are_bounded() {
     );
     client.cancel().await.unwrap();
 }
+
+/// A client of the gateway that answers elicitation (confirming or not, as
+/// told) and sampling (echoing the question).
+#[derive(Clone)]
+struct Answering {
+    confirm: bool,
+}
+
+impl rmcp::ClientHandler for Answering {
+    async fn create_elicitation(
+        &self,
+        params: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let text = serde_json::to_string(&params).unwrap();
+        assert!(text.contains("Deploy to prod?"), "{text}");
+        Ok(serde_json::from_value(if self.confirm {
+            json!({"action": "accept", "content": {"confirm": true}})
+        } else {
+            json!({"action": "decline"})
+        })
+        .unwrap())
+    }
+
+    #[allow(deprecated)] // sampling: deprecated by SEP-2577, current in 2025-11-25.
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        let question = serde_json::to_value(&params.messages).unwrap()[0]["content"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        Ok(serde_json::from_value(json!({
+            "model": "test-model",
+            "role": "assistant",
+            "content": {"type": "text", "text": format!("echo: {question}")},
+        }))
+        .unwrap())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.sampling = Some(Default::default());
+        caps.elicitation = Some(Default::default());
+        ClientConfig::new(caps, Implementation::new("answering", "1"))
+    }
+}
+
+/// A 2026-07-28 upstream asks for client input in its results
+/// (`input_required`): the gateway asks the client of the call, as it relays
+/// a 2025 server's requests, and calls again with the answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_upstreams_input_requests_reach_the_caller() {
+    let test = "a_modern_upstreams_input_requests_reach_the_caller";
+    let Some(v) = toolexec_testkit::deps(test, &["TOOLEXEC_NODE22", "TOOLEXEC_NODE_MODULES"])
+    else {
+        return;
+    };
+    let catalog = Arc::new(Catalog::new());
+    let mut config = modern_upstream("modern", &v[0], &v[1]);
+    config.relay = toolexec_mcp::upstream::ClientRelay::GATEWAY;
+    let modern = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
+    assert_eq!(modern.protocol_version().as_deref(), Some("2026-07-28"));
+    let gateway = Gateway::with_upstreams(
+        Exec::new(catalog),
+        GatewayOptions {
+            expose: Expose::All,
+            ..GatewayOptions::default()
+        },
+        vec![modern],
+    );
+    for confirm in [true, false] {
+        let (server_io, client_io) = tokio::io::duplex(1 << 16);
+        let serving = gateway.clone();
+        tokio::spawn(async move {
+            if let Ok(running) = serving.serve(server_io).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let client = Answering { confirm }.serve(client_io).await.unwrap();
+        let r = client
+            .call_tool(
+                CallToolRequestParams::new("modern__deploy")
+                    .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone()),
+            )
+            .await
+            .unwrap();
+        let expected = if confirm {
+            "deployed to prod"
+        } else {
+            "not deployed (decline)"
+        };
+        assert_eq!(
+            r.content[0].as_text().map(|t| t.text.as_str()),
+            Some(expected),
+            "{r:?}"
+        );
+        let r = client
+            .call_tool(
+                CallToolRequestParams::new("modern__ask")
+                    .with_arguments(json!({"question": "why?"}).as_object().unwrap().clone()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            r.content[0].as_text().map(|t| t.text.as_str()),
+            Some("model said: echo: why?"),
+            "{r:?}"
+        );
+        client.cancel().await.unwrap();
+    }
+
+    // A client that cannot answer: the call fails with a typed error.
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = ().serve(client_io).await.unwrap();
+    let r = client
+        .call_tool(
+            CallToolRequestParams::new("modern__deploy")
+                .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let text = r.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("execution_failed") && text.contains("client input"),
+        "{text}"
+    );
+    client.cancel().await.unwrap();
+}

@@ -1,0 +1,121 @@
+//! A 2026-07-28 server's requests for client input: instead of asking the
+//! client during a call, the server answers the call with `input_required`
+//! (sampling, elicitation or roots requests, and an opaque state), and the
+//! client calls again with the answers. toolexec asks the client of the
+//! call for each ([`Asker`], as for a 2025 server's requests) and calls
+//! again, at most [`MAX_ROUNDS`] times.
+
+use std::time::Duration;
+
+use rmcp::model::{InputRequest, InputRequiredResult, InputResponses};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolexec::{Error, ToolContext};
+
+use super::client_requests::Asker;
+use super::links::Target;
+use super::shared::Shared;
+
+/// Most `input_required` answers one call takes before it fails.
+pub(crate) const MAX_ROUNDS: usize = 8;
+
+/// The rounds of one call so far.
+#[derive(Debug, Default)]
+pub(crate) struct Rounds {
+    taken: usize,
+    /// Rounds in a row that asked for nothing (state only): each waits a
+    /// little longer before calling again.
+    idle: u32,
+}
+
+impl Shared {
+    /// Answers one `input_required` result of the call of `tool`: each
+    /// input request goes to the client of the call. Returns the answers
+    /// and the state to call again with.
+    pub(crate) async fn answer_inputs(
+        &self,
+        tool: &str,
+        result: InputRequiredResult,
+        rounds: &mut Rounds,
+        ctx: &ToolContext,
+    ) -> Result<(Option<InputResponses>, Option<String>), Error> {
+        let failed = |message: String, data: Option<Value>| Error::ExecutionFailed {
+            tool: tool.to_owned(),
+            message,
+            data,
+            panicked: false,
+        };
+        rounds.taken += 1;
+        if rounds.taken > MAX_ROUNDS {
+            return Err(failed(
+                format!("the server asked for client input more than {MAX_ROUNDS} times"),
+                None,
+            ));
+        }
+        let requests = result.input_requests.unwrap_or_default();
+        if requests.is_empty() {
+            if result.request_state.is_none() {
+                return Err(failed(
+                    "the server answered input_required with neither requests nor state".to_owned(),
+                    None,
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50) * 2u32.pow(rounds.idle.min(4))).await;
+            rounds.idle += 1;
+            return Ok((None, result.request_state));
+        }
+        rounds.idle = 0;
+        let asker = Asker {
+            server: &self.name,
+            relay: self.relay,
+            timeout: self.call_timeout,
+        };
+        let ended = CancellationToken::new();
+        let _ended = ended.clone().drop_guard();
+        let target: Target = toolexec::telemetry::current_caller()
+            .and_then(|c| c.link.clone())
+            .map(|link| (link, ended.clone()))
+            .ok_or_else(|| "the call was not made by a client that can be asked".to_owned());
+        let asks = requests.into_iter().map(|(key, request)| {
+            let asker = &asker;
+            let target = target.clone();
+            let cancelled = ended.clone();
+            async move {
+                let (method, params) = match request {
+                    InputRequest::CreateMessage(r) => {
+                        ("sampling/createMessage", serde_json::to_value(r.params))
+                    }
+                    InputRequest::Elicitation(r) => {
+                        ("elicitation/create", serde_json::to_value(r.params))
+                    }
+                    InputRequest::ListRoots(_) => ("roots/list", Ok(json!({}))),
+                    other => {
+                        return Err(rmcp::ErrorData::invalid_params(
+                            format!("an input request toolexec does not know: {other:?}"),
+                            None,
+                        ));
+                    }
+                };
+                let params = params.map_err(|e| {
+                    rmcp::ErrorData::internal_error(format!("encoding {method}: {e}"), None)
+                })?;
+                let answer = asker.ask(method, params, target, cancelled).await?;
+                Ok::<_, rmcp::ErrorData>((key, answer))
+            }
+        });
+        let answers = tokio::select! {
+            answers = futures::future::try_join_all(asks) => answers,
+            _ = ctx.cancelled() => return Err(Error::Cancelled { tool: tool.to_owned() }),
+        };
+        let answers = answers.map_err(|e| {
+            failed(
+                format!(
+                    "the server asked for client input, and the client did not give it: {}",
+                    e.message
+                ),
+                Some(json!({"code": e.code.0, "data": e.data})),
+            )
+        })?;
+        Ok((Some(answers.into_iter().collect()), result.request_state))
+    }
+}
