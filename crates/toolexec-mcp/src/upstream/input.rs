@@ -18,6 +18,9 @@ use super::shared::Shared;
 
 /// Most `input_required` answers one call takes before it fails.
 pub(crate) const MAX_ROUNDS: usize = 8;
+/// Most input requests of one round (the gateway's client link also holds
+/// at most 8 requests to the client of one call at once).
+const MAX_INPUTS: usize = 8;
 
 /// The rounds of one call so far.
 #[derive(Debug, Default)]
@@ -63,6 +66,15 @@ impl Shared {
             tokio::time::sleep(Duration::from_millis(50) * 2u32.pow(rounds.idle.min(4))).await;
             rounds.idle += 1;
             return Ok((None, result.request_state));
+        }
+        if requests.len() > MAX_INPUTS {
+            return Err(failed(
+                format!(
+                    "the server asked for {} client inputs at once; at most {MAX_INPUTS} are relayed",
+                    requests.len()
+                ),
+                None,
+            ));
         }
         rounds.idle = 0;
         let asker = Asker {
