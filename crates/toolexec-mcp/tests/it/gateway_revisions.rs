@@ -35,6 +35,31 @@ fn info(version: ProtocolVersion) -> ClientConfig {
     .with_protocol_version(version)
 }
 
+/// `gateway` served over an in-memory pipe of `buffer` bytes; the client's
+/// end.
+fn serve_duplex(gateway: Gateway, buffer: usize) -> tokio::io::DuplexStream {
+    let (server_io, client_io) = tokio::io::duplex(buffer);
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    client_io
+}
+
+/// A 2026-07-28 client (`server/discover`, no `initialize`) over `io`.
+async fn modern_client(io: tokio::io::DuplexStream) -> Client {
+    info(ProtocolVersion::V_2026_07_28)
+        .serve_with_lifecycle(
+            io,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap()
+}
+
 async fn exercise(client: &Client) {
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "math__add"), "{tools:?}");
@@ -82,11 +107,13 @@ async fn every_revision_over_http_and_stdio() {
     }
 
     // 2026-07-28: discover, then stateless requests.
-    let modern = ClientLifecycleMode::Discover {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-    };
     let client = info(ProtocolVersion::V_2026_07_28)
-        .serve_with_lifecycle(http(), modern.clone())
+        .serve_with_lifecycle(
+            http(),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -123,17 +150,7 @@ async fn every_revision_over_http_and_stdio() {
     client.cancel().await.unwrap();
 
     // The same over stdio.
-    let (server_io, client_io) = tokio::io::duplex(1 << 16);
-    let gateway = support::demo_gateway(Expose::Both);
-    tokio::spawn(async move {
-        if let Ok(running) = gateway.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = info(ProtocolVersion::V_2026_07_28)
-        .serve_with_lifecycle(client_io, modern)
-        .await
-        .unwrap();
+    let client = modern_client(serve_duplex(support::demo_gateway(Expose::Both), 1 << 16)).await;
     exercise(&client).await;
     client.cancel().await.unwrap();
     shutdown.cancel();
@@ -207,21 +224,7 @@ async fn a_modern_upstream_behind_the_gateway() {
         },
         vec![modern.clone(), legacy.clone()],
     );
-    let (server_io, client_io) = tokio::io::duplex(1 << 16);
-    tokio::spawn(async move {
-        if let Ok(running) = gateway.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = info(ProtocolVersion::V_2026_07_28)
-        .serve_with_lifecycle(
-            client_io,
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .unwrap();
+    let client = modern_client(serve_duplex(gateway, 1 << 16)).await;
 
     // Tools of both, called through the gateway.
     let r = client
@@ -456,23 +459,9 @@ async fn a_modern_upstream_over_http() {
 /// more ends at once with an error, and the others keep working.
 #[tokio::test(flavor = "multi_thread")]
 async fn listeners_are_bounded() {
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
     let gateway = support::demo_gateway(Expose::All);
     let catalog = gateway.exec().catalog().clone();
-    tokio::spawn(async move {
-        if let Ok(running) = gateway.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = info(ProtocolVersion::V_2026_07_28)
-        .serve_with_lifecycle(
-            client_io,
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .unwrap();
+    let client = modern_client(serve_duplex(gateway, 1 << 20)).await;
     let filter = || SubscriptionFilter::builder().tools_list_changed().build();
     let mut held = Vec::new();
     for _ in 0..1024 {
@@ -585,14 +574,10 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         vec![modern],
     );
     for confirm in [true, false] {
-        let (server_io, client_io) = tokio::io::duplex(1 << 16);
-        let serving = gateway.clone();
-        tokio::spawn(async move {
-            if let Ok(running) = serving.serve(server_io).await {
-                let _ = running.waiting().await;
-            }
-        });
-        let client = Answering { confirm }.serve(client_io).await.unwrap();
+        let client = Answering { confirm }
+            .serve(serve_duplex(gateway.clone(), 1 << 16))
+            .await
+            .unwrap();
         let r = client
             .call_tool(
                 CallToolRequestParams::new("modern__deploy")
@@ -626,13 +611,7 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
     }
 
     // A client that cannot answer: the call fails with a typed error.
-    let (server_io, client_io) = tokio::io::duplex(1 << 16);
-    tokio::spawn(async move {
-        if let Ok(running) = gateway.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = ().serve(client_io).await.unwrap();
+    let client = ().serve(serve_duplex(gateway, 1 << 16)).await.unwrap();
     let r = client
         .call_tool(
             CallToolRequestParams::new("modern__deploy")
