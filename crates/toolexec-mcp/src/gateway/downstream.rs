@@ -124,6 +124,12 @@ impl ClientRequests for Downstream {
         let Some(info) = self.peer.peer_info() else {
             return false;
         };
+        // A 2026-07-28 client takes no requests from its server (rmcp
+        // refuses to send them): it would be asked through `input_required`
+        // results, which the gateway does not answer with.
+        if !info.protocol_version.has_initialize() {
+            return false;
+        }
         let caps = &info.capabilities;
         match method {
             "sampling/createMessage" => caps.sampling.as_ref().is_some_and(|s| {

@@ -131,7 +131,15 @@ impl Gateway {
                 },
                 Some(r) = recv(upstream.as_mut()) => match r {
                     Err(broadcast::error::RecvError::Closed) => return Ok(()),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    // Missed changes: each accepted kind may have changed.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        for n in all_list_notifications(&accepted) {
+                            if context.sink().send(n).await.is_err() {
+                                return Ok(());
+                            }
+                        }
+                        continue;
+                    }
                     Ok(notice) => match list_notification(notice, &accepted) {
                         Some(n) => n,
                         None => continue,
@@ -192,6 +200,22 @@ fn list_notification(
         ),
         _ => None,
     }
+}
+
+/// A notification of every upstream list change `accepted` takes.
+fn all_list_notifications(accepted: &SubscriptionFilter) -> Vec<ServerNotification> {
+    let mut all = Vec::new();
+    if accepted.prompts_list_changed == Some(true) {
+        all.push(ServerNotification::PromptListChangedNotification(
+            Default::default(),
+        ));
+    }
+    if accepted.resources_list_changed == Some(true) {
+        all.push(ServerNotification::ResourceListChangedNotification(
+            Default::default(),
+        ));
+    }
+    all
 }
 
 #[cfg(not(feature = "upstream"))]

@@ -101,36 +101,48 @@ impl Shared {
             }
             params.meta = Some(meta);
         }
-        let mut rounds = super::input::Rounds::default();
-        let result = loop {
-            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
-            let result = self
-                .request_for(&tool, request, &call.ctx, self.relay.any())
-                .await
-                .map_err(|e| match e {
-                    RequestError::Server(data) => Error::ExecutionFailed {
-                        tool: tool.clone(),
-                        message: format!(
-                            "the server answered with JSON-RPC error {}: {}",
-                            data.code.0, data.message
-                        ),
-                        data: Some(json!({"code": data.code.0, "data": data.data})),
-                        panicked: false,
-                    },
-                    RequestError::Local(e) => e,
-                })?;
-            match result {
-                // A 2026-07-28 server asks the caller's client for input
-                // in its result, then takes the call again with the answers.
-                ServerResult::InputRequiredResult(r) if self.relay.any() => {
-                    let (responses, state) =
-                        self.answer_inputs(&tool, r, &mut rounds, &call.ctx).await?;
-                    params.input_responses = responses;
-                    params.request_state = state;
+        // One deadline for the whole call, its input rounds included.
+        let deadline = tokio::time::Instant::now() + self.call_timeout;
+        let mut rounds = super::input::Rounds::new(deadline);
+        let rounds_of_call = async {
+            loop {
+                let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
+                let result = self
+                    .request_for(&tool, request, &call.ctx, self.relay.any())
+                    .await
+                    .map_err(|e| match e {
+                        RequestError::Server(data) => Error::ExecutionFailed {
+                            tool: tool.clone(),
+                            message: format!(
+                                "the server answered with JSON-RPC error {}: {}",
+                                data.code.0, data.message
+                            ),
+                            data: Some(json!({"code": data.code.0, "data": data.data})),
+                            panicked: false,
+                        },
+                        RequestError::Local(e) => e,
+                    })?;
+                match result {
+                    // A 2026-07-28 server asks the caller's client for input
+                    // in its result, then takes the call again with the answers.
+                    ServerResult::InputRequiredResult(r) if self.relay.any() => {
+                        let (responses, state) =
+                            self.answer_inputs(&tool, r, &mut rounds, &call.ctx).await?;
+                        params.input_responses = responses;
+                        params.request_state = state;
+                    }
+                    other => return Ok(other),
                 }
-                other => break other,
             }
         };
+        let result = tokio::time::timeout_at(deadline, rounds_of_call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Timeout {
+                    tool: tool.clone(),
+                    after: self.call_timeout,
+                })
+            })?;
         match result {
             ServerResult::CallToolResult(r) => convert::output_from_mcp(&tool, r),
             ServerResult::InputRequiredResult(r) => Err(Error::ExecutionFailed {

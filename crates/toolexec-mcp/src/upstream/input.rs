@@ -23,12 +23,25 @@ pub(crate) const MAX_ROUNDS: usize = 8;
 const MAX_INPUTS: usize = 8;
 
 /// The rounds of one call so far.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Rounds {
     taken: usize,
     /// Rounds in a row that asked for nothing (state only): each waits a
     /// little longer before calling again.
     idle: u32,
+    /// The call's deadline, which bounds the client's answers too.
+    deadline: tokio::time::Instant,
+}
+
+impl Rounds {
+    /// No round yet, for a call that ends by `deadline`.
+    pub(crate) fn new(deadline: tokio::time::Instant) -> Self {
+        Rounds {
+            taken: 0,
+            idle: 0,
+            deadline,
+        }
+    }
 }
 
 impl Shared {
@@ -63,7 +76,11 @@ impl Shared {
                     None,
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(50) * 2u32.pow(rounds.idle.min(4))).await;
+            let pause = Duration::from_millis(50) * 2u32.pow(rounds.idle.min(4));
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = ctx.cancelled() => return Err(Error::Cancelled { tool: tool.to_owned() }),
+            }
             rounds.idle += 1;
             return Ok((None, result.request_state));
         }
@@ -80,7 +97,9 @@ impl Shared {
         let asker = Asker {
             server: &self.name,
             relay: self.relay,
-            timeout: self.call_timeout,
+            timeout: rounds
+                .deadline
+                .saturating_duration_since(tokio::time::Instant::now()),
         };
         let ended = CancellationToken::new();
         let _ended = ended.clone().drop_guard();
@@ -112,7 +131,7 @@ impl Shared {
                     rmcp::ErrorData::internal_error(format!("encoding {method}: {e}"), None)
                 })?;
                 let answer = asker.ask(method, params, target, cancelled).await?;
-                Ok::<_, rmcp::ErrorData>((key, answer))
+                Ok::<_, rmcp::ErrorData>((key, checked(method, answer)?))
             }
         });
         let answers = tokio::select! {
@@ -130,4 +149,27 @@ impl Shared {
         })?;
         Ok((Some(answers.into_iter().collect()), result.request_state))
     }
+}
+
+/// The client's answer to `method`, checked against the result type the
+/// method has (as a 2025 server's requests are), before it reaches the
+/// server.
+fn checked(method: &str, answer: Value) -> Result<Value, rmcp::ErrorData> {
+    #[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, current in 2025-11-25.
+    let parsed = match method {
+        "sampling/createMessage" => {
+            serde_json::from_value::<rmcp::model::CreateMessageResult>(answer)
+                .and_then(serde_json::to_value)
+        }
+        "elicitation/create" => serde_json::from_value::<rmcp::model::ElicitResult>(answer)
+            .and_then(serde_json::to_value),
+        _ => serde_json::from_value::<rmcp::model::ListRootsResult>(answer)
+            .and_then(serde_json::to_value),
+    };
+    parsed.map_err(|e| {
+        rmcp::ErrorData::internal_error(
+            format!("the client's answer to {method} is malformed: {e}"),
+            None,
+        )
+    })
 }

@@ -346,6 +346,10 @@ pub(crate) struct ConnectError {
     /// The server refused the credentials: `Some(None)` after a `401`,
     /// `Some(Some(challenge))` after a `403 insufficient_scope`.
     pub(crate) auth: Option<Option<String>>,
+    /// The `server/discover` probe itself failed: the server ended the
+    /// session on it (stdio), or answered it with something that is neither
+    /// a discover result nor an error. Offering `initialize` may work.
+    pub(crate) probe: bool,
 }
 
 impl ConnectError {
@@ -354,6 +358,7 @@ impl ConnectError {
             message: message.into(),
             permanent: false,
             auth: None,
+            probe: false,
         }
     }
 }
@@ -380,13 +385,18 @@ fn auth_refusal_in(e: &(dyn std::error::Error + 'static)) -> Option<Option<Strin
     None
 }
 
+/// How long a server found to speak only an earlier revision is offered
+/// `initialize` first, before it is probed again (it may have been
+/// upgraded, or the probe's failure may have been a passing one).
+const LEGACY_MEMORY: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Which revisions a server was found to speak, remembered across its
-/// sessions.
+/// sessions for [`LEGACY_MEMORY`].
 #[derive(Debug, Default)]
 pub(crate) struct Era {
-    /// The server ended the session on `server/discover` and then took
-    /// `initialize`: later sessions start with `initialize`.
-    legacy: std::sync::atomic::AtomicBool,
+    /// Until when later sessions start with `initialize`: set when a
+    /// session ended on an `initialize` revision after a probe.
+    legacy_until: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
 impl Era {
@@ -395,12 +405,36 @@ impl Era {
     /// server of an earlier revision does (an error, or silence for 10 s).
     /// Each server gets the newest revision it speaks.
     fn lifecycle(&self) -> ClientLifecycleMode {
-        if self.legacy.load(std::sync::atomic::Ordering::Relaxed) {
+        if self
+            .legacy_until
+            .lock()
+            .is_some_and(|until| std::time::Instant::now() < until)
+        {
             return ClientLifecycleMode::Initialize;
         }
         ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        }
+    }
+
+    /// After a session opened with `lifecycle`: remembers a server that
+    /// ended on an earlier revision; forgets it after any failure, so the
+    /// next session probes again.
+    fn learn(&self, lifecycle_probed: bool, opened: Option<&Running>) {
+        let mut until = self.legacy_until.lock();
+        match opened {
+            Some(running) if lifecycle_probed => {
+                let legacy = running
+                    .peer()
+                    .peer_info()
+                    .is_some_and(|info| info.protocol_version.has_initialize());
+                if legacy {
+                    *until = Some(std::time::Instant::now() + LEGACY_MEMORY);
+                }
+            }
+            Some(_) => {}
+            None => *until = None,
         }
     }
 }
@@ -410,9 +444,10 @@ impl Era {
 ///
 /// Some servers of earlier revisions exit on any request before
 /// `initialize`, or answer `server/discover` with something other than an
-/// error: a session whose probe failed (not for its credentials) is opened
-/// once more with `initialize`; when that works, the server is remembered
-/// as one of an earlier revision.
+/// error: a session whose probe itself failed (see [`ConnectError::probe`];
+/// never for credentials, certificates or an unreachable server) is opened
+/// once more with `initialize`. A server that ends on an earlier revision
+/// either way is offered `initialize` first for [`LEGACY_MEMORY`].
 pub(crate) async fn open(
     endpoint: &Endpoint,
     handler: Handler,
@@ -422,23 +457,21 @@ pub(crate) async fn open(
     let lifecycle = era.lifecycle();
     let probed = matches!(lifecycle, ClientLifecycleMode::Auto { .. })
         && !matches!(endpoint, Endpoint::Sse { .. });
-    let (running, pid) = match open_session(endpoint, handler.clone(), max_concurrency, lifecycle)
-        .await
-    {
-        Err(e) if probed && !e.permanent && e.auth.is_none() => {
+    let opened = match open_session(endpoint, handler.clone(), max_concurrency, lifecycle).await {
+        Err(e) if probed && e.probe && !e.permanent && e.auth.is_none() => {
             tracing::info!(server = %handler.server, error = %e.message, "server/discover failed; opening the session again with initialize");
-            let opened = open_session(
+            open_session(
                 endpoint,
                 handler.clone(),
                 max_concurrency,
                 ClientLifecycleMode::Initialize,
             )
-            .await?;
-            era.legacy.store(true, std::sync::atomic::Ordering::Relaxed);
-            opened
+            .await
         }
-        other => other?,
+        other => other,
     };
+    era.learn(probed, opened.as_ref().ok().map(|(running, _)| running));
+    let (running, pid) = opened?;
     listen_for_changes(&running, handler);
     Ok((running, pid))
 }
@@ -446,7 +479,9 @@ pub(crate) async fn open(
 /// A 2026-07-28 server sends list changes only to a listener
 /// (`subscriptions/listen`), not to the session as earlier revisions do:
 /// one listener per session passes them to the handler, as the session's
-/// own notifications would be. It ends with the session.
+/// own notifications would be. A listener the server refuses or ends is
+/// opened again (after a pause that grows to 30 s), and what may have
+/// changed meanwhile is read again. It ends with the session.
 fn listen_for_changes(running: &Running, handler: Handler) {
     let peer = running.peer().clone();
     let modern = peer
@@ -461,24 +496,52 @@ fn listen_for_changes(running: &Running, handler: Handler) {
             .prompts_list_changed()
             .resources_list_changed()
             .build();
-        let mut subscription = match peer.listen(filter).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(server = %handler.server, error = %e, "subscriptions/listen refused: list changes of this server are not seen");
-                return;
-            }
-        };
-        while let Ok(Some(notification)) = subscription.next().await {
-            match notification {
-                ServerNotification::ToolListChangedNotification(_) => handler.tools_changed(),
-                ServerNotification::PromptListChangedNotification(_) => {
-                    handler.router.publish(UpstreamNotice::PromptsChanged)
+        let mut pause = std::time::Duration::from_secs(1);
+        let mut first = true;
+        while !peer.is_transport_closed() {
+            match peer.listen(filter.clone()).await {
+                Ok(mut subscription) => {
+                    if !first {
+                        // Changes while no listener was open are not lost.
+                        handler.tools_changed();
+                        handler.router.publish(UpstreamNotice::PromptsChanged);
+                        handler.router.publish(UpstreamNotice::ResourcesChanged);
+                    }
+                    let opened = std::time::Instant::now();
+                    loop {
+                        match subscription.next().await {
+                            Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                                handler.tools_changed()
+                            }
+                            Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
+                                handler.router.publish(UpstreamNotice::PromptsChanged)
+                            }
+                            Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
+                                handler.router.publish(UpstreamNotice::ResourcesChanged)
+                            }
+                            Ok(Some(_)) => {}
+                            Ok(None) => {
+                                tracing::debug!(server = %handler.server, "the server ended the list-change listener");
+                                break;
+                            }
+                            Err(e) => {
+                                tracing::debug!(server = %handler.server, error = %e, "the list-change listener failed");
+                                break;
+                            }
+                        }
+                    }
+                    // A listener that lived long was no flapping one.
+                    if opened.elapsed() > std::time::Duration::from_secs(60) {
+                        pause = std::time::Duration::from_secs(1);
+                    }
                 }
-                ServerNotification::ResourceListChangedNotification(_) => {
-                    handler.router.publish(UpstreamNotice::ResourcesChanged)
+                Err(e) => {
+                    tracing::warn!(server = %handler.server, error = %e, "subscriptions/listen refused: list changes of this server are not seen until it is accepted");
                 }
-                _ => {}
             }
+            first = false;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(30));
         }
     });
 }
@@ -614,6 +677,7 @@ fn sse_error(e: &super::sse::SseError, tls: &Tls) -> ConnectError {
             message,
             permanent: failure.permanent,
             auth: None,
+            probe: false,
         };
     }
     let refused = matches!(
@@ -627,6 +691,7 @@ fn sse_error(e: &super::sse::SseError, tls: &Tls) -> ConnectError {
         message: format!("opening the SSE event stream failed: {}", error_chain(e)),
         permanent: refused,
         auth: None,
+        probe: false,
     }
 }
 
@@ -667,6 +732,7 @@ fn init_error(e: &ClientInitializeError, http: Option<&Tls>) -> ConnectError {
             message,
             permanent: failure.permanent,
             auth: None,
+            probe: false,
         };
     }
     let http = http.is_some();
@@ -689,6 +755,25 @@ fn init_error(e: &ClientInitializeError, http: Option<&Tls>) -> ConnectError {
         message,
         permanent,
         auth: auth_refusal_in(cause),
+        probe: probe_failed(e, http),
+    }
+}
+
+/// Whether the handshake failed on the `server/discover` probe itself
+/// ([`ConnectError::probe`]): an answer that is no discover result and no
+/// error, or, over stdio, the server ending the session on it. Not an
+/// unreachable server, a refused credential or a certificate (over HTTP,
+/// transport failures are those).
+fn probe_failed(e: &ClientInitializeError, http: bool) -> bool {
+    match e {
+        ClientInitializeError::ExpectedInitResponse(_)
+        | ClientInitializeError::ExpectedInitResult(_)
+        | ClientInitializeError::ConflictInitResponseId(..)
+        | ClientInitializeError::UncorrelatedErrorResponse { .. }
+        | ClientInitializeError::LegacyFallbackFailed { .. } => true,
+        ClientInitializeError::ConnectionClosed(_)
+        | ClientInitializeError::TransportError { .. } => !http,
+        _ => false,
     }
 }
 

@@ -610,6 +610,26 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         client.cancel().await.unwrap();
     }
 
+    // A 2026-07-28 client takes no requests from the gateway (it would be
+    // asked through input_required): the call fails, saying so.
+    let client = modern_client(serve_duplex(gateway.clone(), 1 << 16)).await;
+    let r = client
+        .call_tool(
+            CallToolRequestParams::new("modern__deploy")
+                .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    let text = r.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    assert!(
+        r.is_error == Some(true) && text.contains("does not support elicitation/create"),
+        "{r:?}"
+    );
+    client.cancel().await.unwrap();
+
     // A client that cannot answer: the call fails with a typed error.
     let client = ().serve(serve_duplex(gateway, 1 << 16)).await.unwrap();
     let r = client
