@@ -18,6 +18,15 @@ use super::server::Gateway;
 /// Most `subscriptions/listen` streams one gateway holds open at once, over
 /// every connection; one more is ended at once with an error.
 pub(super) const MAX_LISTENERS: usize = 1024;
+/// Most watches started for acknowledged listeners not yet served; the
+/// oldest is dropped past that (a listener that finds none starts its own).
+const MAX_PENDING_LISTENS: usize = 64;
+
+/// What one listener watches, started before it is acknowledged.
+pub(super) struct Watch {
+    tools: broadcast::Receiver<toolexec::CatalogEvent>,
+    upstream: Option<broadcast::Receiver<ListNotice>>,
+}
 
 impl Gateway {
     /// Registers an initialized client for list-changed notifications.
@@ -98,6 +107,17 @@ impl Gateway {
                 }
             }
         }
+        // rmcp acknowledges the listener before `listen` runs: what changes
+        // after the acknowledgment must reach it, so it watches from here.
+        let watch = Watch {
+            tools: self.exec().catalog().subscribe(),
+            upstream: self.upstream_watch(),
+        };
+        let mut pending = self.shared.pending_listens.lock();
+        if pending.len() >= MAX_PENDING_LISTENS {
+            pending.pop_front();
+        }
+        pending.push_back(watch);
         Some(accepted)
     }
 
@@ -112,9 +132,19 @@ impl Gateway {
             ));
         };
         let accepted = context.accepted().clone();
-        let mut tools =
-            (accepted.tools_list_changed == Some(true)).then(|| self.exec().catalog().subscribe());
-        let mut upstream = self.upstream_list_changes(&accepted);
+        // The oldest watch waiting was started no later than this
+        // listener's acknowledgment (each `listenable` queues one, and
+        // each listener takes the oldest), so no change after it is missed.
+        let watch = self.shared.pending_listens.lock().pop_front();
+        let Watch { tools, upstream } = watch.unwrap_or_else(|| Watch {
+            tools: self.exec().catalog().subscribe(),
+            upstream: self.upstream_watch(),
+        });
+        let mut tools = (accepted.tools_list_changed == Some(true)).then_some(tools);
+        let mut upstream = upstream.filter(|_| {
+            accepted.prompts_list_changed == Some(true)
+                || accepted.resources_list_changed == Some(true)
+        });
         loop {
             let changed = tokio::select! {
                 _ = context.cancelled() => return Ok(()),
@@ -153,27 +183,20 @@ impl Gateway {
         }
     }
 
-    /// The upstreams' list changes, when a listener accepted some.
+    /// The upstreams' list changes, when there are upstreams.
     #[cfg(feature = "upstream")]
-    fn upstream_list_changes(
-        &self,
-        accepted: &SubscriptionFilter,
-    ) -> Option<broadcast::Receiver<ListNotice>> {
-        if accepted.prompts_list_changed != Some(true)
-            && accepted.resources_list_changed != Some(true)
-        {
+    fn upstream_watch(&self) -> Option<broadcast::Receiver<ListNotice>> {
+        let passthrough = &self.shared.passthrough;
+        if passthrough.is_empty() {
             return None;
         }
-        self.shared.passthrough.start_notices(&self.shared.peers);
-        Some(self.shared.passthrough.list_changes())
+        passthrough.start_notices(&self.shared.peers);
+        Some(passthrough.list_changes())
     }
 
     /// Without upstreams there are none.
     #[cfg(not(feature = "upstream"))]
-    fn upstream_list_changes(
-        &self,
-        _: &SubscriptionFilter,
-    ) -> Option<broadcast::Receiver<ListNotice>> {
+    fn upstream_watch(&self) -> Option<broadcast::Receiver<ListNotice>> {
         None
     }
 }

@@ -81,6 +81,8 @@ pub(super) struct Shared {
     /// Bounds the `subscriptions/listen` streams held open over every
     /// connection ([`super::notify::MAX_LISTENERS`]).
     pub(super) listeners: Arc<tokio::sync::Semaphore>,
+    /// Watches started as listeners were acknowledged, oldest first.
+    pub(super) pending_listens: Mutex<std::collections::VecDeque<super::notify::Watch>>,
 }
 
 impl Drop for Shared {
@@ -143,6 +145,7 @@ impl Gateway {
                 stop: CancellationToken::new(),
                 tasks,
                 listeners: Arc::new(tokio::sync::Semaphore::new(super::notify::MAX_LISTENERS)),
+                pending_listens: Mutex::default(),
             }),
             session: Session::new(),
         }
