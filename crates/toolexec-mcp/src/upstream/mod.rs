@@ -184,6 +184,7 @@ mod input;
 mod links;
 pub mod oauth;
 mod passthrough;
+mod revision;
 mod routing;
 mod session;
 mod shared;

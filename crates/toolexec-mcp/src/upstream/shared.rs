@@ -57,7 +57,7 @@ pub(crate) struct Shared {
     /// Generation of a session a call found lost (HTTP), for re-initialization.
     pub(crate) reinit: mpsc::UnboundedSender<u64>,
     /// The revisions the server was found to speak.
-    pub(crate) era: super::session::Era,
+    pub(crate) era: super::revision::Era,
 }
 
 impl Shared {
