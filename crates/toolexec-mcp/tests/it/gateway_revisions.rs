@@ -17,7 +17,7 @@ use rmcp::model::{
     Implementation, ProtocolVersion, ReadResourceRequestParams, ServerNotification,
     SubscriptionFilter,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService, Subscription};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
@@ -58,6 +58,29 @@ async fn modern_client(io: tokio::io::DuplexStream) -> Client {
         )
         .await
         .unwrap()
+}
+
+/// Registers a tool in `catalog` and waits for `listening` to hear of it.
+async fn add_tool_and_hear_it(catalog: &Catalog, listening: &mut Subscription) {
+    LocalTool::new(
+        "late:tool",
+        raw_handler(|_: serde_json::Value, _| async {
+            Ok::<_, ToolError>(ToolOutput::structured(json!({})))
+        }),
+    )
+    .register(catalog)
+    .unwrap();
+    let note = tokio::time::timeout(Duration::from_secs(10), listening.next())
+        .await
+        .expect("a list change in time")
+        .unwrap();
+    assert!(
+        matches!(
+            note,
+            Some(ServerNotification::ToolListChangedNotification(_))
+        ),
+        "{note:?}"
+    );
 }
 
 async fn exercise(client: &Client) {
@@ -128,25 +151,7 @@ async fn every_revision_over_http_and_stdio() {
         .await
         .unwrap();
     assert_eq!(listening.acknowledged().tools_list_changed, Some(true));
-    LocalTool::new(
-        "late:tool",
-        raw_handler(|_: serde_json::Value, _| async {
-            Ok::<_, ToolError>(ToolOutput::structured(json!({})))
-        }),
-    )
-    .register(&catalog)
-    .unwrap();
-    let note = tokio::time::timeout(std::time::Duration::from_secs(10), listening.next())
-        .await
-        .expect("a list change in time")
-        .unwrap();
-    assert!(
-        matches!(
-            note,
-            Some(ServerNotification::ToolListChangedNotification(_))
-        ),
-        "{note:?}"
-    );
+    add_tool_and_hear_it(&catalog, &mut listening).await;
     client.cancel().await.unwrap();
 
     // The same over stdio.
@@ -479,25 +484,7 @@ async fn listeners_are_bounded() {
     };
     assert!(ended.contains("subscription limit reached"), "{ended}");
     // The held ones still hear of a change.
-    LocalTool::new(
-        "late:tool",
-        raw_handler(|_: serde_json::Value, _| async {
-            Ok::<_, ToolError>(ToolOutput::structured(json!({})))
-        }),
-    )
-    .register(&catalog)
-    .unwrap();
-    let note = tokio::time::timeout(Duration::from_secs(10), held[1023].next())
-        .await
-        .expect("a list change in time")
-        .unwrap();
-    assert!(
-        matches!(
-            note,
-            Some(ServerNotification::ToolListChangedNotification(_))
-        ),
-        "{note:?}"
-    );
+    add_tool_and_hear_it(&catalog, &mut held[1023]).await;
     client.cancel().await.unwrap();
 }
 
