@@ -83,16 +83,30 @@ async fn add_tool_and_hear_it(catalog: &Catalog, listening: &mut Subscription) {
     );
 }
 
+/// `tools/call` of `name` with the object `args`, through `peer`.
+async fn call(
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+    name: &'static str,
+    args: serde_json::Value,
+) -> rmcp::model::CallToolResult {
+    let args = args.as_object().unwrap().clone();
+    peer.call_tool(CallToolRequestParams::new(name).with_arguments(args))
+        .await
+        .unwrap()
+}
+
+/// The text of a result's first content block; empty when it has none.
+fn first_text(r: &rmcp::model::CallToolResult) -> &str {
+    r.content
+        .first()
+        .and_then(|c| c.as_text())
+        .map_or("", |t| t.text.as_str())
+}
+
 async fn exercise(client: &Client) {
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "math__add"), "{tools:?}");
-    let r = client
-        .call_tool(
-            CallToolRequestParams::new("math__add")
-                .with_arguments(json!({"a": 2, "b": 5}).as_object().unwrap().clone()),
-        )
-        .await
-        .unwrap();
+    let r = call(client.peer(), "math__add", json!({"a": 2, "b": 5})).await;
     assert_eq!(r.structured_content, Some(json!({"result": 7.0})), "{r:?}");
     let r = client
         .call_tool(CallToolRequestParams::new("nope__nope"))
@@ -232,18 +246,8 @@ async fn a_modern_upstream_behind_the_gateway() {
     let client = modern_client(serve_duplex(gateway, 1 << 16)).await;
 
     // Tools of both, called through the gateway.
-    let r = client
-        .call_tool(
-            CallToolRequestParams::new("modern__add")
-                .with_arguments(json!({"a": 2, "b": 40}).as_object().unwrap().clone()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        r.content[0].as_text().map(|t| t.text.as_str()),
-        Some("42"),
-        "{r:?}"
-    );
+    let r = call(client.peer(), "modern__add", json!({"a": 2, "b": 40})).await;
+    assert_eq!(first_text(&r), "42", "{r:?}");
     let tools = client.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "legacy__add"), "{tools:?}");
 
@@ -324,11 +328,7 @@ async fn a_modern_upstream_behind_the_gateway() {
         .call_tool(CallToolRequestParams::new("modern__grown"))
         .await
         .unwrap();
-    assert_eq!(
-        r.content[0].as_text().map(|t| t.text.as_str()),
-        Some("grown"),
-        "{r:?}"
-    );
+    assert_eq!(first_text(&r), "grown", "{r:?}");
     client.cancel().await.unwrap();
 }
 
@@ -565,52 +565,23 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
             .serve(serve_duplex(gateway.clone(), 1 << 16))
             .await
             .unwrap();
-        let r = client
-            .call_tool(
-                CallToolRequestParams::new("modern__deploy")
-                    .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone()),
-            )
-            .await
-            .unwrap();
+        let r = call(client.peer(), "modern__deploy", json!({"env": "prod"})).await;
         let expected = if confirm {
             "deployed to prod"
         } else {
             "not deployed (decline)"
         };
-        assert_eq!(
-            r.content[0].as_text().map(|t| t.text.as_str()),
-            Some(expected),
-            "{r:?}"
-        );
-        let r = client
-            .call_tool(
-                CallToolRequestParams::new("modern__ask")
-                    .with_arguments(json!({"question": "why?"}).as_object().unwrap().clone()),
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            r.content[0].as_text().map(|t| t.text.as_str()),
-            Some("model said: echo: why?"),
-            "{r:?}"
-        );
+        assert_eq!(first_text(&r), expected, "{r:?}");
+        let r = call(client.peer(), "modern__ask", json!({"question": "why?"})).await;
+        assert_eq!(first_text(&r), "model said: echo: why?", "{r:?}");
         client.cancel().await.unwrap();
     }
 
     // A 2026-07-28 client takes no requests from the gateway (it would be
     // asked through input_required): the call fails, saying so.
     let client = modern_client(serve_duplex(gateway.clone(), 1 << 16)).await;
-    let r = client
-        .call_tool(
-            CallToolRequestParams::new("modern__deploy")
-                .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone()),
-        )
-        .await
-        .unwrap();
-    let text = r.content[0]
-        .as_text()
-        .map(|t| t.text.clone())
-        .unwrap_or_default();
+    let r = call(client.peer(), "modern__deploy", json!({"env": "prod"})).await;
+    let text = first_text(&r);
     assert!(
         r.is_error == Some(true) && text.contains("does not support elicitation/create"),
         "{r:?}"
@@ -619,18 +590,9 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
 
     // A client that cannot answer: the call fails with a typed error.
     let client = ().serve(serve_duplex(gateway, 1 << 16)).await.unwrap();
-    let r = client
-        .call_tool(
-            CallToolRequestParams::new("modern__deploy")
-                .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone()),
-        )
-        .await
-        .unwrap();
+    let r = call(client.peer(), "modern__deploy", json!({"env": "prod"})).await;
     assert_eq!(r.is_error, Some(true), "{r:?}");
-    let text = r.content[0]
-        .as_text()
-        .map(|t| t.text.clone())
-        .unwrap_or_default();
+    let text = first_text(&r);
     assert!(
         text.starts_with("execution_failed") && text.contains("client input"),
         "{text}"
