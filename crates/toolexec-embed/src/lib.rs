@@ -22,6 +22,7 @@
 //! # Ok::<(), toolexec::Error>(())
 //! ```
 
+mod bert;
 mod cache;
 mod model;
 

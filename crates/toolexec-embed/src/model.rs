@@ -5,12 +5,14 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::Config;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use toolexec::Error;
 use toolexec::search::Embedder;
+
+use crate::bert::Bert;
 
 /// Longest input when the model directory does not say
 /// (`sentence_bert_config.json` `max_seq_length`).
@@ -53,7 +55,7 @@ struct Module {
 /// A loaded model: the encoder, its tokenizer, its pooling and whether it
 /// normalises.
 pub struct SentenceModel {
-    model: BertModel,
+    model: Bert,
     tokenizer: Tokenizer,
     pooling: Pooling,
     normalize: bool,
@@ -151,7 +153,7 @@ impl SentenceModel {
         );
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
             .map_err(|e| bad(format!("{}: {e}", file("model.safetensors").display())))?;
-        let model = BertModel::load(vb, &config).map_err(|e| {
+        let model = Bert::load(vb, &config).map_err(|e| {
             bad(format!(
                 "{}: not a BERT model this build can run: {e}",
                 file("model.safetensors").display()
@@ -192,7 +194,7 @@ impl SentenceModel {
         let types = tensor(flat(&|e| e.get_type_ids()))?;
         let mask = tensor(flat(&|e| e.get_attention_mask()))?;
         let run = || -> candle_core::Result<Tensor> {
-            let hidden = self.model.forward(&ids, &types, Some(&mask))?;
+            let hidden = self.model.forward(&ids, &types, &mask)?;
             let pooled = match self.pooling {
                 Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
                 Pooling::Mean => {
@@ -240,6 +242,17 @@ impl Embedder for SentenceModel {
             for (&i, vector) in chunk.iter().zip(self.embed_batch(&texts)?) {
                 out[i] = vector;
             }
+        }
+        Ok(out)
+    }
+
+    /// Each passage on its own: a query's passages (the whole request and
+    /// its sentences) differ in length, and padding them to the longest
+    /// costs more than batching saves at a few rows each.
+    fn embed_query(&self, passages: &[&str]) -> Result<Vec<Vec<f32>>, Error> {
+        let mut out = Vec::with_capacity(passages.len());
+        for passage in passages {
+            out.extend(self.embed_batch(&[passage])?);
         }
         Ok(out)
     }

@@ -1,0 +1,269 @@
+//! The BERT encoder, with its dense layers as candle quantized matrix
+//! products ([`QMatMul`]).
+//!
+//! candle-transformers' `BertModel` multiplies through candle's general
+//! matrix product, which copies the weights into its own layout for every
+//! product. A query is about ten tokens, for which that copy of 44 MB
+//! costs more than the arithmetic; candle's quantized product reads each
+//! weight row in place, and embeds a query in 6.4 ms where `BertModel`
+//! takes 11.5 (BENCHMARKS.md, issue 17). The layers, names and arithmetic
+//! are those of `BertModel` (and of Hugging Face's), in 32-bit floats
+//! throughout; only the product's kernel differs, and long batches still
+//! take the general product ([`GEMM_ROWS`]).
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{D, DType, Module, Result, Tensor};
+use candle_nn::{Embedding, LayerNorm, VarBuilder};
+use candle_transformers::models::bert::{Config, HiddenAct};
+
+/// Rows (tokens in a batch) from which a dense layer multiplies with
+/// candle's general product after all: its packing pays off over many rows.
+/// Measured on StableToolBench passages (2 cores): for batches of 8
+/// passages (about 700 rows) the general product embeds 1.6 times as many
+/// passages per second; at 11 rows (a query) the quantized one is 1.8
+/// times as fast; between 64 and 128 rows they are within noise.
+const GEMM_ROWS: usize = 64;
+
+/// A dense layer whose product, under [`GEMM_ROWS`] rows, is candle's
+/// quantized one over 32-bit float weights: the same numbers as
+/// `candle_nn::Linear`, without repacking the weights for every product.
+struct Linear {
+    weight: QMatMul,
+    bias: Tensor,
+}
+
+impl Linear {
+    fn load(inputs: usize, outputs: usize, vb: VarBuilder) -> Result<Self> {
+        let weight = vb.get((outputs, inputs), "weight")?;
+        let bias = vb.get(outputs, "bias")?;
+        // The variant directly: `QMatMul::from_arc` turns float formats back
+        // into a plain tensor, which is the packing product again.
+        let weight = QMatMul::QTensor(Arc::new(QTensor::quantize(&weight, GgmlDType::F32)?));
+        Ok(Linear { weight, bias })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
+        if rows >= GEMM_ROWS
+            && let QMatMul::QTensor(weight) = &self.weight
+        {
+            // A copy of the weights as a plain tensor costs a fraction of a
+            // product this size, and saves keeping both forms in memory.
+            let weight = weight.dequantize(xs.device())?;
+            return xs.broadcast_matmul(&weight.t()?)?.broadcast_add(&self.bias);
+        }
+        xs.apply(&self.weight)?.broadcast_add(&self.bias)
+    }
+}
+
+fn layer_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
+    Ok(LayerNorm::new(
+        vb.get(size, "weight")?,
+        vb.get(size, "bias")?,
+        eps,
+    ))
+}
+
+fn embedding(rows: usize, size: usize, vb: VarBuilder) -> Result<Embedding> {
+    Ok(Embedding::new(vb.get((rows, size), "weight")?, size))
+}
+
+struct Layer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attention_out: Linear,
+    attention_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: LayerNorm,
+}
+
+impl Layer {
+    fn load(vb: VarBuilder, c: &Config) -> Result<Self> {
+        let (h, i) = (c.hidden_size, c.intermediate_size);
+        let attention = vb.pp("attention");
+        let this = attention.pp("self");
+        Ok(Layer {
+            query: Linear::load(h, h, this.pp("query"))?,
+            key: Linear::load(h, h, this.pp("key"))?,
+            value: Linear::load(h, h, this.pp("value"))?,
+            attention_out: Linear::load(h, h, attention.pp("output").pp("dense"))?,
+            attention_norm: layer_norm(
+                h,
+                c.layer_norm_eps,
+                attention.pp("output").pp("LayerNorm"),
+            )?,
+            intermediate: Linear::load(h, i, vb.pp("intermediate").pp("dense"))?,
+            output: Linear::load(i, h, vb.pp("output").pp("dense"))?,
+            output_norm: layer_norm(h, c.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
+        })
+    }
+}
+
+/// A BERT encoder: embeddings and the layers, without the pooler (sentence
+/// models pool the token vectors themselves).
+pub(crate) struct Bert {
+    word: Embedding,
+    position: Embedding,
+    token_type: Embedding,
+    embedding_norm: LayerNorm,
+    layers: Vec<Layer>,
+    heads: usize,
+    head_size: usize,
+    act: HiddenAct,
+}
+
+impl Bert {
+    /// Loads the weights under `vb` (or under `bert.` when the file has
+    /// that prefix, as `BertModel` does).
+    pub(crate) fn load(vb: VarBuilder, c: &Config) -> Result<Self> {
+        if c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) {
+            candle_core::bail!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                c.hidden_size,
+                c.num_attention_heads
+            );
+        }
+        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+            vb.pp("bert")
+        } else {
+            vb
+        };
+        let e = vb.pp("embeddings");
+        let h = c.hidden_size;
+        let layers = (0..c.num_hidden_layers)
+            .map(|n| Layer::load(vb.pp("encoder.layer").pp(n.to_string()), c))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Bert {
+            word: embedding(c.vocab_size, h, e.pp("word_embeddings"))?,
+            position: embedding(c.max_position_embeddings, h, e.pp("position_embeddings"))?,
+            token_type: embedding(c.type_vocab_size, h, e.pp("token_type_embeddings"))?,
+            embedding_norm: layer_norm(h, c.layer_norm_eps, e.pp("LayerNorm"))?,
+            layers,
+            heads: c.num_attention_heads,
+            head_size: h / c.num_attention_heads,
+            act: c.hidden_act,
+        })
+    }
+
+    /// Token vectors, `(batch, tokens, hidden)`, for `ids`, `types` and
+    /// `mask` of shape `(batch, tokens)`; a mask of 0 hides a token (padding)
+    /// from every other.
+    pub(crate) fn forward(&self, ids: &Tensor, types: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let (batch, tokens) = ids.dims2()?;
+        let positions = Tensor::arange(0u32, tokens as u32, ids.device())?;
+        let mut xs = self
+            .word
+            .forward(ids)?
+            .add(&self.token_type.forward(types)?)?
+            .broadcast_add(&self.position.forward(&positions)?)?
+            .apply(&self.embedding_norm)?;
+        // 0 where the mask is 1, the lowest float where it is 0, added to
+        // every head's scores: (batch, 1, 1, tokens).
+        let hide = mask
+            .to_dtype(DType::F32)?
+            .affine(-(f32::MIN as f64), f32::MIN as f64)?
+            .reshape((batch, 1, 1, tokens))?;
+        let scale = 1.0 / (self.head_size as f64).sqrt();
+        let heads = |t: Tensor| -> Result<Tensor> {
+            t.reshape((batch, tokens, self.heads, self.head_size))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        for layer in &self.layers {
+            let q = heads(layer.query.forward(&xs)?)?;
+            let k = heads(layer.key.forward(&xs)?)?;
+            let v = heads(layer.value.forward(&xs)?)?;
+            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&hide)?;
+            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+            let context = probs
+                .matmul(&v)?
+                .transpose(1, 2)?
+                .contiguous()?
+                .flatten_from(D::Minus2)?;
+            let attended = layer
+                .attention_out
+                .forward(&context)?
+                .add(&xs)?
+                .apply(&layer.attention_norm)?;
+            let inner = layer.intermediate.forward(&attended)?;
+            let inner = match self.act {
+                HiddenAct::Gelu => inner.gelu_erf()?,
+                HiddenAct::GeluApproximate => inner.gelu()?,
+                HiddenAct::Relu => inner.relu()?,
+            };
+            xs = layer
+                .output
+                .forward(&inner)?
+                .add(&attended)?
+                .apply(&layer.output_norm)?;
+        }
+        Ok(xs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+    use candle_transformers::models::bert::BertModel;
+
+    use super::*;
+
+    /// The same token vectors as candle-transformers' `BertModel`, for
+    /// batches with padding (the mask matters), through both products, with
+    /// the real all-MiniLM-L6-v2.
+    #[test]
+    fn matches_candle_transformers_bert() {
+        let Some(dir) = toolexec_testkit::dep(
+            "bert::tests::matches_candle_transformers_bert",
+            "TOOLEXEC_EMBED_MODEL",
+        ) else {
+            return;
+        };
+        let dir = std::path::Path::new(&dir);
+        let config: Config =
+            serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+        let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
+        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu).unwrap();
+        let ours = Bert::load(vb.clone(), &config).unwrap();
+        let reference = BertModel::load(vb, &config).unwrap();
+        // 7 tokens, and 4 tokens then 3 of padding.
+        let full = [101u32, 2054, 2097, 1996, 4633, 2022, 102];
+        let padded = [101u32, 7592, 2088, 102, 0, 0, 0];
+        // 2 rows (14 tokens, the quantized product) and 10 (70 tokens, past
+        // GEMM_ROWS: the general one).
+        for rows in [2, 10] {
+            let ids: Vec<u32> = (0..rows)
+                .flat_map(|r| if r % 2 == 0 { full } else { padded })
+                .collect();
+            let ids = Tensor::from_vec(ids, (rows, 7), &Device::Cpu).unwrap();
+            let mask = ids.ne(0u32).unwrap().to_dtype(DType::U32).unwrap();
+            let types = ids.zeros_like().unwrap();
+            let a = ours.forward(&ids, &types, &mask).unwrap();
+            let b = reference.forward(&ids, &types, Some(&mask)).unwrap();
+            assert_eq!(a.dims(), b.dims());
+            // Only the unpadded tokens: padding's vectors are never pooled.
+            for row in 0..rows {
+                let len = if row % 2 == 0 { 7 } else { 4 };
+                let diff = (a.get(row).unwrap().narrow(0, 0, len).unwrap()
+                    - b.get(row).unwrap().narrow(0, 0, len).unwrap())
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+                assert!(
+                    diff < 1e-4,
+                    "{rows} rows, row {row}: largest difference {diff}"
+                );
+            }
+        }
+    }
+}
