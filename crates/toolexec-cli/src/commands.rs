@@ -297,14 +297,20 @@ async fn build_exec(
 
 /// `[search] model`: the catalog's tools are embedded in the background
 /// (vectors cached under `cache`, default `$XDG_CACHE_HOME/toolexec/embeddings`
-/// or `~/.cache/toolexec/embeddings`), and `mode` becomes the default.
+/// or `~/.cache/toolexec/embeddings`) at `precision`, and `mode` becomes
+/// the default.
 fn attach_model(
     catalog: &Arc<toolexec::Catalog>,
     search: &crate::config::SearchConfig,
 ) -> Result<(), Error> {
     #[cfg(feature = "embeddings")]
     if let Some(dir) = &search.model {
-        let model = toolexec_embed::SentenceModel::load(dir)?;
+        let precision = if search.exact {
+            toolexec_embed::Precision::F32
+        } else {
+            toolexec_embed::Precision::Int8
+        };
+        let model = toolexec_embed::SentenceModel::load_with(dir, precision)?;
         let cache = search.cache.clone().unwrap_or_else(default_cache);
         let embedder = toolexec_embed::CachedEmbedder::new(model, &cache);
         catalog.set_embedder(Arc::new(embedder))?;

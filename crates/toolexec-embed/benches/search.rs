@@ -11,7 +11,8 @@
 //!   embedding the query).
 //! - `search/hybrid_long`: a StableToolBench-style request of three
 //!   sentences (each embedded too).
-//! - `embed/query`: embedding the one-sentence query alone.
+//! - `embed/query`: embedding the one-sentence query alone, at the default
+//!   precision (int8 where the CPU has VNNI); `embed/query_f32` in f32.
 //!
 //! `cargo bench -p toolexec-embed --bench search` (needs
 //! `$TOOLEXEC_EMBED_MODEL` from `scripts/install-test-deps.sh`).
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use toolexec::search::{Embedder, SearchMode};
 use toolexec::{Backend, BoxFuture, Call, Catalog, Error, ToolOutput};
-use toolexec_embed::{CachedEmbedder, SentenceModel};
+use toolexec_embed::{CachedEmbedder, Precision, SentenceModel};
 
 const QUERY: &str = "what will the weather be like in Paris tomorrow";
 const LONG: &str = "I'm planning a trip to Paris next week. Can you tell me the weather \
@@ -123,6 +124,10 @@ fn benches(c: &mut Criterion) {
     }
     group.finish();
     c.bench_function("embed/query", |b| b.iter(|| model.embed(&[QUERY]).unwrap()));
+    let exact = SentenceModel::load_with(Path::new(&model_dir), Precision::F32).unwrap();
+    c.bench_function("embed/query_f32", |b| {
+        b.iter(|| exact.embed(&[QUERY]).unwrap())
+    });
 }
 
 criterion_group!(search, benches);

@@ -4,15 +4,16 @@
 //! candle-transformers' `BertModel` multiplies through candle's general
 //! matrix product, which copies the weights into its own layout for every
 //! product. A query is about ten tokens, for which that copy of 44 MB
-//! costs more than the arithmetic; candle's quantized product reads each
-//! weight row in place, and embeds a query in 6.4 ms where `BertModel`
-//! takes 11.5 (BENCHMARKS.md, issue 17). The layers, names and arithmetic
-//! are those of `BertModel` (and of Hugging Face's), in 32-bit floats
-//! throughout; only the product's kernel differs, and long batches still
-//! take the general product ([`GEMM_ROWS`]).
+//! costs more than the arithmetic. candle's quantized product reads the
+//! weights in place: over 32-bit floats ([`Kernel::F32`]) it embeds a query
+//! in 6.4 ms where `BertModel` takes 11.5, and over 8-bit integers with
+//! VNNI ([`Kernel::Int8`]) in about half that (BENCHMARKS.md, issue 17).
+//! The layers, names and arithmetic are those of `BertModel` (and of
+//! Hugging Face's); only the products differ.
 
 use std::sync::Arc;
 
+use candle_core::quantized::k_quants::QK_K;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{D, DType, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
@@ -26,29 +27,61 @@ use candle_transformers::models::bert::{Config, HiddenAct};
 /// times as fast; between 64 and 128 rows they are within noise.
 const GEMM_ROWS: usize = 64;
 
-/// A dense layer whose product, under [`GEMM_ROWS`] rows, is candle's
-/// quantized one over 32-bit float weights: the same numbers as
-/// `candle_nn::Linear`, without repacking the weights for every product.
+/// How the dense layers multiply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// 32-bit float weights through candle's quantized product (no
+    /// repacking per product) under [`GEMM_ROWS`] rows, its general product
+    /// from there: the same numbers as `candle_nn::Linear`.
+    F32,
+    /// Weights quantized to 8 bits at load (ggml's `Q8_0`, a scale per 32)
+    /// and activations per product (`Q8K`), multiplied by candle's repacked
+    /// VNNI kernels. Those need the inner dimension in blocks of 256: the
+    /// weights are padded with zero columns and each input with zeros.
+    Int8,
+}
+
+/// A dense layer.
 struct Linear {
     weight: QMatMul,
     bias: Tensor,
+    kernel: Kernel,
+    /// Zero columns after the inputs (int8 only).
+    pad: usize,
 }
 
 impl Linear {
-    fn load(inputs: usize, outputs: usize, vb: VarBuilder) -> Result<Self> {
+    fn load(inputs: usize, outputs: usize, vb: VarBuilder, kernel: Kernel) -> Result<Self> {
         let weight = vb.get((outputs, inputs), "weight")?;
         let bias = vb.get(outputs, "bias")?;
+        let (weight, pad) = match kernel {
+            Kernel::F32 => (QTensor::quantize(&weight, GgmlDType::F32)?, 0),
+            Kernel::Int8 => {
+                let pad = inputs.next_multiple_of(QK_K) - inputs;
+                let weight = weight.pad_with_zeros(1, 0, pad)?;
+                (QTensor::quantize(&weight, GgmlDType::Q8_0)?, pad)
+            }
+        };
         // The variant directly: `QMatMul::from_arc` turns float formats back
         // into a plain tensor, which is the packing product again.
-        let weight = QMatMul::QTensor(Arc::new(QTensor::quantize(&weight, GgmlDType::F32)?));
-        Ok(Linear { weight, bias })
+        Ok(Linear {
+            weight: QMatMul::QTensor(Arc::new(weight)),
+            bias,
+            kernel,
+            pad,
+        })
     }
 }
 
 impl Module for Linear {
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        if self.pad > 0 {
+            let xs = xs.pad_with_zeros(D::Minus1, 0, self.pad)?;
+            return xs.apply(&self.weight)?.broadcast_add(&self.bias);
+        }
         let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
-        if rows >= GEMM_ROWS
+        if self.kernel == Kernel::F32
+            && rows >= GEMM_ROWS
             && let QMatMul::QTensor(weight) = &self.weight
         {
             // A copy of the weights as a plain tensor costs a fraction of a
@@ -57,6 +90,21 @@ impl Module for Linear {
             return xs.broadcast_matmul(&weight.t()?)?.broadcast_add(&self.bias);
         }
         xs.apply(&self.weight)?.broadcast_add(&self.bias)
+    }
+}
+
+/// Whether candle multiplies 8-bit integers natively here (its repacked
+/// `Q8_0` kernels need AVX-512 VNNI or AVX-VNNI; with AVX2 alone they are
+/// no faster than 32-bit floats).
+pub(crate) fn native_int8() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        (has!("avx512f") && has!("avx512vnni")) || (has!("avx2") && has!("avxvnni"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
@@ -84,22 +132,22 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(vb: VarBuilder, c: &Config) -> Result<Self> {
+    fn load(vb: VarBuilder, c: &Config, k: Kernel) -> Result<Self> {
         let (h, i) = (c.hidden_size, c.intermediate_size);
         let attention = vb.pp("attention");
         let this = attention.pp("self");
         Ok(Layer {
-            query: Linear::load(h, h, this.pp("query"))?,
-            key: Linear::load(h, h, this.pp("key"))?,
-            value: Linear::load(h, h, this.pp("value"))?,
-            attention_out: Linear::load(h, h, attention.pp("output").pp("dense"))?,
+            query: Linear::load(h, h, this.pp("query"), k)?,
+            key: Linear::load(h, h, this.pp("key"), k)?,
+            value: Linear::load(h, h, this.pp("value"), k)?,
+            attention_out: Linear::load(h, h, attention.pp("output").pp("dense"), k)?,
             attention_norm: layer_norm(
                 h,
                 c.layer_norm_eps,
                 attention.pp("output").pp("LayerNorm"),
             )?,
-            intermediate: Linear::load(h, i, vb.pp("intermediate").pp("dense"))?,
-            output: Linear::load(i, h, vb.pp("output").pp("dense"))?,
+            intermediate: Linear::load(h, i, vb.pp("intermediate").pp("dense"), k)?,
+            output: Linear::load(i, h, vb.pp("output").pp("dense"), k)?,
             output_norm: layer_norm(h, c.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
         })
     }
@@ -121,7 +169,7 @@ pub(crate) struct Bert {
 impl Bert {
     /// Loads the weights under `vb` (or under `bert.` when the file has
     /// that prefix, as `BertModel` does).
-    pub(crate) fn load(vb: VarBuilder, c: &Config) -> Result<Self> {
+    pub(crate) fn load(vb: VarBuilder, c: &Config, kernel: Kernel) -> Result<Self> {
         if c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) {
             candle_core::bail!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
@@ -137,7 +185,7 @@ impl Bert {
         let e = vb.pp("embeddings");
         let h = c.hidden_size;
         let layers = (0..c.num_hidden_layers)
-            .map(|n| Layer::load(vb.pp("encoder.layer").pp(n.to_string()), c))
+            .map(|n| Layer::load(vb.pp("encoder.layer").pp(n.to_string()), c, kernel))
             .collect::<Result<Vec<_>>>()?;
         Ok(Bert {
             word: embedding(c.vocab_size, h, e.pp("word_embeddings"))?,
@@ -214,9 +262,9 @@ mod tests {
 
     use super::*;
 
-    /// The same token vectors as candle-transformers' `BertModel`, for
-    /// batches with padding (the mask matters), through both products, with
-    /// the real all-MiniLM-L6-v2.
+    /// The same token vectors as candle-transformers' `BertModel` in f32
+    /// (through both of its products) and close ones in int8, for batches
+    /// with padding (the mask matters), with the real all-MiniLM-L6-v2.
     #[test]
     fn matches_candle_transformers_bert() {
         let Some(dir) = toolexec_testkit::dep(
@@ -230,7 +278,8 @@ mod tests {
             serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
         let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu).unwrap();
-        let ours = Bert::load(vb.clone(), &config).unwrap();
+        let ours = Bert::load(vb.clone(), &config, Kernel::F32).unwrap();
+        let int8 = Bert::load(vb.clone(), &config, Kernel::Int8).unwrap();
         let reference = BertModel::load(vb, &config).unwrap();
         // 7 tokens, and 4 tokens then 3 of padding.
         let full = [101u32, 2054, 2097, 1996, 4633, 2022, 102];
@@ -263,6 +312,24 @@ mod tests {
                     diff < 1e-4,
                     "{rows} rows, row {row}: largest difference {diff}"
                 );
+            }
+            // 8-bit products: each unpadded token's vector close in angle.
+            let c = int8.forward(&ids, &types, &mask).unwrap();
+            for row in 0..rows {
+                let len = if row % 2 == 0 { 7 } else { 4 };
+                let x = c.get(row).unwrap().narrow(0, 0, len).unwrap();
+                let y = b.get(row).unwrap().narrow(0, 0, len).unwrap();
+                let dot = (&x * &y).unwrap().sum(1).unwrap();
+                let norms = (x.sqr().unwrap().sum(1).unwrap().sqrt().unwrap()
+                    * y.sqr().unwrap().sum(1).unwrap().sqrt().unwrap())
+                .unwrap();
+                let worst = (dot / norms)
+                    .unwrap()
+                    .min(0)
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
+                assert!(worst > 0.99, "int8, {rows} rows, row {row}: cosine {worst}");
             }
         }
     }

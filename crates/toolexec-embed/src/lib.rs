@@ -27,4 +27,4 @@ mod cache;
 mod model;
 
 pub use cache::CachedEmbedder;
-pub use model::SentenceModel;
+pub use model::{Precision, SentenceModel};

@@ -598,6 +598,39 @@ fn benches(c: &mut Criterion) {
         })
     });
     g.finish();
+
+    bench_vector_scan(c);
+}
+
+/// The exact scan semantic search makes: 10,000 vectors of 384 components
+/// (all-MiniLM-L6-v2's size), the 10 nearest to one query. The vectors are
+/// pseudo-random unit vectors: the scan's cost does not depend on them.
+fn bench_vector_scan(c: &mut Criterion) {
+    const DIM: usize = 384;
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut unit = || {
+        let mut v: Vec<f32> = (0..DIM)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= norm);
+        v
+    };
+    let mut index = toolexec::search::VectorIndex::new();
+    for i in 0..10_000 {
+        index.upsert(&format!("ns:tool{i}"), &unit());
+    }
+    let query = unit();
+    let mut g = c.benchmark_group("vector_scan");
+    g.bench_function("nearest_10_of_10k", |b| {
+        b.iter(|| black_box(index.nearest(black_box(&query), 10, |_| true)))
+    });
+    g.finish();
 }
 
 criterion_group!(search, benches);

@@ -15,6 +15,7 @@ pub(super) struct SearchTable {
     model: Option<PathBuf>,
     mode: Option<String>,
     cache: Option<PathBuf>,
+    precision: Option<String>,
 }
 
 /// `[search]`, resolved.
@@ -26,6 +27,9 @@ pub(crate) struct SearchConfig {
     pub mode: Option<SearchMode>,
     /// Where embeddings are cached (default: the user's cache directory).
     pub cache: Option<PathBuf>,
+    /// Run the model in 32-bit floats (`precision = "f32"`) rather than
+    /// the default 8-bit integers where the CPU has them natively.
+    pub exact: bool,
 }
 
 impl SearchTable {
@@ -45,6 +49,16 @@ impl SearchTable {
                 "semantic and hybrid search need search.model (a sentence-transformers model directory)",
             ));
         }
+        let exact = match self.precision.as_deref() {
+            None | Some("int8") => false,
+            Some("f32") => true,
+            Some(p) => {
+                return Err(Fault::new(
+                    "search.precision",
+                    format!("{p:?} is not int8 or f32"),
+                ));
+            }
+        };
         if self.model.is_some() && !cfg!(feature = "embeddings") {
             return Err(Fault::new(
                 "search.model",
@@ -55,6 +69,7 @@ impl SearchTable {
             model: self.model.map(|p| relative_to(base, &p)),
             mode,
             cache: self.cache.map(|p| relative_to(base, &p)),
+            exact,
         })
     }
 }

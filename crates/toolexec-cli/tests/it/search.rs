@@ -49,6 +49,31 @@ fn semantic_and_hybrid_search_through_the_cli() {
         out.stderr.contains("invalid_request") && out.stderr.contains("mode"),
         "{out}"
     );
+    // In 32-bit floats too (the default is 8-bit where the CPU has VNNI).
+    let exact = dir.write(
+        "exact.toml",
+        &format!(
+            "[search]\nmodel = {}\ncache = \"embeddings\"\nprecision = \"f32\"\n",
+            toml_str(&model)
+        ),
+    );
+    let out = run(&mut toolexec(
+        dir.path(),
+        &[
+            "--config",
+            exact.to_str().unwrap(),
+            "--json",
+            "tools",
+            "search",
+            "sum of two figures",
+            "--mode",
+            "semantic",
+            "--limit",
+            "3",
+        ],
+    ));
+    out.expect_code(0);
+    assert_eq!(first(&out), "math:add", "{out}");
 }
 
 #[test]
@@ -69,6 +94,11 @@ fn search_configuration_errors_name_their_key() {
             "[search]\nmodel = \"no-such-model\"\n",
             "search.model",
             "cannot read",
+        ),
+        (
+            "[search]\nprecision = \"f16\"\n",
+            "search.precision",
+            "int8 or f32",
         ),
     ] {
         let config = dir.write("bad.toml", table);
