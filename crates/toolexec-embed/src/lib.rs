@@ -11,6 +11,8 @@
 //! and runs it on the CPU with candle: tokenization, the encoder, the
 //! pooling the model declares (mean, CLS or max), and normalisation when
 //! it has a `Normalize` module. `all-MiniLM-L6-v2` is the reference model.
+//! The encoder's products run in 8-bit integers where the CPU multiplies
+//! them natively, in 32-bit floats elsewhere or on request ([`Precision`]).
 //! [`CachedEmbedder`] keeps the vectors of passages already embedded on
 //! disk, keyed by a digest of the model and the passage.
 //!
