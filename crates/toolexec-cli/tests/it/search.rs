@@ -16,7 +16,7 @@ fn semantic_and_hybrid_search_through_the_cli() {
             toml_str(&model)
         ),
     );
-    let search = |args: &[&str]| {
+    let search_with = |config: &std::path::Path, args: &[&str]| {
         let mut all = vec![
             "--config",
             config.to_str().unwrap(),
@@ -27,6 +27,7 @@ fn semantic_and_hybrid_search_through_the_cli() {
         all.extend_from_slice(args);
         run(&mut toolexec(dir.path(), &all))
     };
+    let search = |args: &[&str]| search_with(&config, args);
     let first = |out: &crate::support::Out| {
         out.json()["results"][0]["id"]
             .as_str()
@@ -57,21 +58,10 @@ fn semantic_and_hybrid_search_through_the_cli() {
             toml_str(&model)
         ),
     );
-    let out = run(&mut toolexec(
-        dir.path(),
-        &[
-            "--config",
-            exact.to_str().unwrap(),
-            "--json",
-            "tools",
-            "search",
-            "sum of two figures",
-            "--mode",
-            "semantic",
-            "--limit",
-            "3",
-        ],
-    ));
+    let out = search_with(
+        &exact,
+        &["sum of two figures", "--mode", "semantic", "--limit", "3"],
+    );
     out.expect_code(0);
     assert_eq!(first(&out), "math:add", "{out}");
 }
