@@ -5,9 +5,9 @@
 //! matrix product, which copies the weights into its own layout for every
 //! product. A query is about ten tokens, for which that copy of 44 MB
 //! costs more than the arithmetic. candle's quantized product reads the
-//! weights in place: over 32-bit floats ([`Kernel::F32`]) it embeds a query
-//! in 6.4 ms where `BertModel` takes 11.5, and over 8-bit integers with
-//! VNNI ([`Kernel::Int8`]) in about half that (BENCHMARKS.md, issue 17).
+//! weights in place: in 32-bit floats it embeds a query in 6.4 ms where
+//! `BertModel` takes 11.5, and in 8-bit integers with VNNI in about half
+//! that (BENCHMARKS.md, issue 17).
 //! The layers, names and arithmetic are those of `BertModel` (and of
 //! Hugging Face's); only the products differ.
 
@@ -19,6 +19,8 @@ use candle_core::{D, DType, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct};
 
+use crate::Precision;
+
 /// Rows (tokens in a batch) from which a dense layer multiplies with
 /// candle's general product after all: its packing pays off over many rows.
 /// Measured on StableToolBench passages (2 cores): for batches of 8
@@ -27,36 +29,28 @@ use candle_transformers::models::bert::{Config, HiddenAct};
 /// times as fast; between 64 and 128 rows they are within noise.
 const GEMM_ROWS: usize = 64;
 
-/// How the dense layers multiply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kernel {
-    /// 32-bit float weights through candle's quantized product (no
-    /// repacking per product) under [`GEMM_ROWS`] rows, its general product
-    /// from there: the same numbers as `candle_nn::Linear`.
-    F32,
-    /// Weights quantized to 8 bits at load (ggml's `Q8_0`, a scale per 32)
-    /// and activations per product (`Q8K`), multiplied by candle's repacked
-    /// VNNI kernels. Those need the inner dimension in blocks of 256: the
-    /// weights are padded with zero columns and each input with zeros.
-    Int8,
-}
-
-/// A dense layer.
+/// A dense layer. In f32, the weights go through candle's quantized
+/// product (no repacking per product) under [`GEMM_ROWS`] rows and its
+/// general product from there: the same numbers as `candle_nn::Linear`.
+/// In int8, they are quantized at load (ggml's `Q8_0`, a scale per 32) and
+/// the activations per product (`Q8K`), multiplied by candle's repacked
+/// VNNI kernels; those need the inner dimension in blocks of 256, so the
+/// weights are padded with zero columns and each input with zeros.
 struct Linear {
     weight: QMatMul,
     bias: Tensor,
-    kernel: Kernel,
+    precision: Precision,
     /// Zero columns after the inputs (int8 only).
     pad: usize,
 }
 
 impl Linear {
-    fn load(inputs: usize, outputs: usize, vb: VarBuilder, kernel: Kernel) -> Result<Self> {
+    fn load(inputs: usize, outputs: usize, vb: VarBuilder, precision: Precision) -> Result<Self> {
         let weight = vb.get((outputs, inputs), "weight")?;
         let bias = vb.get(outputs, "bias")?;
-        let (weight, pad) = match kernel {
-            Kernel::F32 => (QTensor::quantize(&weight, GgmlDType::F32)?, 0),
-            Kernel::Int8 => {
+        let (weight, pad) = match precision {
+            Precision::F32 => (QTensor::quantize(&weight, GgmlDType::F32)?, 0),
+            Precision::Int8 => {
                 let pad = inputs.next_multiple_of(QK_K) - inputs;
                 let weight = weight.pad_with_zeros(1, 0, pad)?;
                 (QTensor::quantize(&weight, GgmlDType::Q8_0)?, pad)
@@ -67,7 +61,7 @@ impl Linear {
         Ok(Linear {
             weight: QMatMul::QTensor(Arc::new(weight)),
             bias,
-            kernel,
+            precision,
             pad,
         })
     }
@@ -80,7 +74,7 @@ impl Module for Linear {
             return xs.apply(&self.weight)?.broadcast_add(&self.bias);
         }
         let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
-        if self.kernel == Kernel::F32
+        if self.precision == Precision::F32
             && rows >= GEMM_ROWS
             && let QMatMul::QTensor(weight) = &self.weight
         {
@@ -132,22 +126,22 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(vb: VarBuilder, c: &Config, k: Kernel) -> Result<Self> {
+    fn load(vb: VarBuilder, c: &Config, p: Precision) -> Result<Self> {
         let (h, i) = (c.hidden_size, c.intermediate_size);
         let attention = vb.pp("attention");
         let this = attention.pp("self");
         Ok(Layer {
-            query: Linear::load(h, h, this.pp("query"), k)?,
-            key: Linear::load(h, h, this.pp("key"), k)?,
-            value: Linear::load(h, h, this.pp("value"), k)?,
-            attention_out: Linear::load(h, h, attention.pp("output").pp("dense"), k)?,
+            query: Linear::load(h, h, this.pp("query"), p)?,
+            key: Linear::load(h, h, this.pp("key"), p)?,
+            value: Linear::load(h, h, this.pp("value"), p)?,
+            attention_out: Linear::load(h, h, attention.pp("output").pp("dense"), p)?,
             attention_norm: layer_norm(
                 h,
                 c.layer_norm_eps,
                 attention.pp("output").pp("LayerNorm"),
             )?,
-            intermediate: Linear::load(h, i, vb.pp("intermediate").pp("dense"), k)?,
-            output: Linear::load(i, h, vb.pp("output").pp("dense"), k)?,
+            intermediate: Linear::load(h, i, vb.pp("intermediate").pp("dense"), p)?,
+            output: Linear::load(i, h, vb.pp("output").pp("dense"), p)?,
             output_norm: layer_norm(h, c.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
         })
     }
@@ -169,7 +163,7 @@ pub(crate) struct Bert {
 impl Bert {
     /// Loads the weights under `vb` (or under `bert.` when the file has
     /// that prefix, as `BertModel` does).
-    pub(crate) fn load(vb: VarBuilder, c: &Config, kernel: Kernel) -> Result<Self> {
+    pub(crate) fn load(vb: VarBuilder, c: &Config, precision: Precision) -> Result<Self> {
         if c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) {
             candle_core::bail!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
@@ -185,7 +179,7 @@ impl Bert {
         let e = vb.pp("embeddings");
         let h = c.hidden_size;
         let layers = (0..c.num_hidden_layers)
-            .map(|n| Layer::load(vb.pp("encoder.layer").pp(n.to_string()), c, kernel))
+            .map(|n| Layer::load(vb.pp("encoder.layer").pp(n.to_string()), c, precision))
             .collect::<Result<Vec<_>>>()?;
         Ok(Bert {
             word: embedding(c.vocab_size, h, e.pp("word_embeddings"))?,
@@ -278,8 +272,8 @@ mod tests {
             serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
         let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu).unwrap();
-        let ours = Bert::load(vb.clone(), &config, Kernel::F32).unwrap();
-        let int8 = Bert::load(vb.clone(), &config, Kernel::Int8).unwrap();
+        let ours = Bert::load(vb.clone(), &config, Precision::F32).unwrap();
+        let int8 = Bert::load(vb.clone(), &config, Precision::Int8).unwrap();
         let reference = BertModel::load(vb, &config).unwrap();
         // 7 tokens, and 4 tokens then 3 of padding.
         let full = [101u32, 2054, 2097, 1996, 4633, 2022, 102];

@@ -12,7 +12,7 @@ use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use toolexec::Error;
 use toolexec::search::Embedder;
 
-use crate::bert::{Bert, Kernel, native_int8};
+use crate::bert::{Bert, native_int8};
 
 /// Longest input when the model directory does not say
 /// (`sentence_bert_config.json` `max_seq_length`).
@@ -211,11 +211,7 @@ impl SentenceModel {
         );
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
             .map_err(|e| bad(format!("{}: {e}", file("model.safetensors").display())))?;
-        let kernel = match precision {
-            Precision::F32 => Kernel::F32,
-            Precision::Int8 => Kernel::Int8,
-        };
-        let model = Bert::load(vb, &config, kernel).map_err(|e| {
+        let model = Bert::load(vb, &config, precision).map_err(|e| {
             bad(format!(
                 "{}: not a BERT model this build can run: {e}",
                 file("model.safetensors").display()
