@@ -607,15 +607,10 @@ fn benches(c: &mut Criterion) {
 /// pseudo-random unit vectors: the scan's cost does not depend on them.
 fn bench_vector_scan(c: &mut Criterion) {
     const DIM: usize = 384;
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut unit = || {
         let mut v: Vec<f32> = (0..DIM)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            })
+            .map(|_| (rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
             .collect();
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         v.iter_mut().for_each(|x| *x /= norm);
