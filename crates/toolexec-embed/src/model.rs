@@ -74,15 +74,6 @@ impl Precision {
             Precision::F32 => "f32",
         }
     }
-
-    /// Parses [`Precision::as_str`]'s names.
-    pub fn parse(s: &str) -> Option<Precision> {
-        match s {
-            "int8" => Some(Precision::Int8),
-            "f32" => Some(Precision::F32),
-            _ => None,
-        }
-    }
 }
 
 /// A loaded model: the encoder, its tokenizer, its pooling and whether it
