@@ -289,32 +289,28 @@ mod tests {
             let types = ids.zeros_like().unwrap();
             let a = ours.forward(&ids, &types, &mask).unwrap();
             let b = reference.forward(&ids, &types, Some(&mask)).unwrap();
+            let c = int8.forward(&ids, &types, &mask).unwrap();
             assert_eq!(a.dims(), b.dims());
             // Only the unpadded tokens: padding's vectors are never pooled.
             for row in 0..rows {
                 let len = if row % 2 == 0 { 7 } else { 4 };
-                let diff = (a.get(row).unwrap().narrow(0, 0, len).unwrap()
-                    - b.get(row).unwrap().narrow(0, 0, len).unwrap())
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+                let tokens = |t: &Tensor| t.get(row).unwrap().narrow(0, 0, len).unwrap();
+                let (x, y, z) = (tokens(&a), tokens(&b), tokens(&c));
+                let diff = (&x - &y)
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
                 assert!(
                     diff < 1e-4,
                     "{rows} rows, row {row}: largest difference {diff}"
                 );
-            }
-            // 8-bit products: each unpadded token's vector close in angle.
-            let c = int8.forward(&ids, &types, &mask).unwrap();
-            for row in 0..rows {
-                let len = if row % 2 == 0 { 7 } else { 4 };
-                let x = c.get(row).unwrap().narrow(0, 0, len).unwrap();
-                let y = b.get(row).unwrap().narrow(0, 0, len).unwrap();
-                let dot = (&x * &y).unwrap().sum(1).unwrap();
-                let norms = (x.sqr().unwrap().sum(1).unwrap().sqrt().unwrap()
+                // 8-bit products: each token's vector close in angle.
+                let dot = (&z * &y).unwrap().sum(1).unwrap();
+                let norms = (z.sqr().unwrap().sum(1).unwrap().sqrt().unwrap()
                     * y.sqr().unwrap().sum(1).unwrap().sqrt().unwrap())
                 .unwrap();
                 let worst = (dot / norms)
