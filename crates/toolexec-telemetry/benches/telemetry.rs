@@ -1,10 +1,11 @@
 //! What telemetry adds to a validated local call (`math:add`, input and
 //! output validated; the same call as the core `run` bench): off (no
-//! subscriber, no observer), metrics only (the observer), and spans plus
-//! metrics with the OTLP exporter running (its collector address refuses
-//! connections, so spans are dropped and counted after leaving the call;
-//! the call's own cost is the same either way). The groups run in that
-//! order because the subscriber is process-wide and cannot be removed.
+//! subscriber, no observer), metrics only (the observer), then with the
+//! OTLP exporter running, spans alone and spans plus metrics (the
+//! collector address refuses connections, so spans are dropped and
+//! counted after leaving the call; the call's own cost is the same either
+//! way). The groups run in that order because the subscriber is
+//! process-wide and cannot be removed.
 
 use std::future::Future;
 use std::net::TcpListener;
@@ -87,6 +88,7 @@ fn bench(c: &mut Criterion) {
         ..TelemetryOptions::default()
     })
     .unwrap();
+    run("spans", &exec(None));
     run("spans_and_metrics", &exec(telemetry.observer()));
     group.finish();
 }

@@ -1,26 +1,30 @@
 //! OTLP export of finished spans, batched and bounded.
 //!
-//! Spans go from [`BoundedProcessor::on_end`] into a bounded queue with a
-//! non-blocking send; an exporter thread with its own single-threaded Tokio
-//! runtime (which the gRPC transport needs) sends them in batches, each
-//! export bounded by a timeout. A collector that is down, slow or hanging
-//! therefore never blocks or slows a call: the queue fills and further
-//! spans are dropped and counted ([`ExportStats`]), as are spans in a
-//! batch the collector refused or did not answer in time.
+//! Finished spans go into a bounded [`SpanQueue`]: a push takes an
+//! uncontended lock and wakes nobody until a whole batch is waiting. An
+//! exporter thread with its own single-threaded Tokio runtime (which the
+//! gRPC transport needs) takes the queue every interval, or at once when a
+//! batch is full, and sends it in batches, each export bounded by a
+//! timeout. A collector that is down, slow or hanging therefore never
+//! blocks or slows a call: the queue fills and further spans are dropped
+//! and counted ([`ExportStats`]), as are spans in a batch the collector
+//! refused or did not answer in time.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use opentelemetry::Context;
+use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
-use tokio::sync::mpsc;
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc};
 
 use crate::TelemetryError;
+use crate::propagate::CallEnd;
 
 /// The OTLP transport.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
@@ -125,6 +129,68 @@ pub struct ExportStats {
     pub failed_exports: AtomicU64,
 }
 
+/// The instrumentation scope of toolexec's spans.
+pub(crate) const SCOPE: &str = "toolexec";
+
+/// A finished span waiting for export.
+#[derive(Debug)]
+pub(crate) enum Finished {
+    /// A span of the SDK (the `tracing` layer's).
+    Sdk(SpanData),
+    /// A call's own span, made into [`SpanData`] on the exporter thread.
+    Call(CallEnd),
+}
+
+/// The bounded queue between finished spans and the exporter thread.
+#[derive(Debug)]
+pub(crate) struct SpanQueue {
+    spans: Mutex<Vec<Finished>>,
+    capacity: usize,
+    batch: usize,
+    /// Told when a whole batch is waiting.
+    ready: Notify,
+    stats: Arc<ExportStats>,
+}
+
+impl SpanQueue {
+    fn new(options: &OtlpOptions, stats: Arc<ExportStats>) -> Self {
+        SpanQueue {
+            spans: Mutex::new(Vec::with_capacity(options.batch.min(options.queue))),
+            capacity: options.queue,
+            batch: options.batch,
+            ready: Notify::new(),
+            stats,
+        }
+    }
+
+    /// Queues a sampled span for export; drops and counts it when the
+    /// queue is full. Never blocks, and wakes the exporter only when this
+    /// span completes a batch (a wake-up per span would cost a system call
+    /// per call).
+    pub(crate) fn push(&self, span: Finished) {
+        let mut spans = self.spans.lock();
+        if spans.len() >= self.capacity {
+            drop(spans);
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        spans.push(span);
+        let full = spans.len() == self.batch;
+        drop(spans);
+        if full {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Moves everything queued into `into` (emptied first), leaving the
+    /// queue `into`'s buffer: the two buffers keep their capacity, so
+    /// pushing never reallocates once they have grown.
+    pub(crate) fn take(&self, into: &mut Vec<Finished>) {
+        into.clear();
+        std::mem::swap(&mut *self.spans.lock(), into);
+    }
+}
+
 enum Control {
     Flush(std::sync::mpsc::SyncSender<()>),
     Shutdown(std::sync::mpsc::SyncSender<()>),
@@ -133,9 +199,8 @@ enum Control {
 /// The span processor: a bounded queue in front of an exporter thread.
 #[derive(Debug)]
 pub(crate) struct BoundedProcessor {
-    spans: mpsc::Sender<SpanData>,
+    queue: Arc<SpanQueue>,
     control: mpsc::UnboundedSender<Control>,
-    stats: Arc<ExportStats>,
 }
 
 impl std::fmt::Debug for Control {
@@ -152,9 +217,10 @@ impl BoundedProcessor {
     /// exporter cannot be built (a malformed endpoint).
     pub(crate) fn start(options: &OtlpOptions) -> Result<(Self, Arc<ExportStats>), TelemetryError> {
         options.check()?;
-        let (spans, rx) = mpsc::channel(options.queue);
         let (control, control_rx) = mpsc::unbounded_channel();
         let stats = Arc::new(ExportStats::default());
+        let queue = Arc::new(SpanQueue::new(options, stats.clone()));
+        let thread_queue = queue.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread_options = options.clone();
         let thread_stats = stats.clone();
@@ -187,23 +253,22 @@ impl BoundedProcessor {
                 };
                 let worker = ExportWorker {
                     exporter,
+                    scope: InstrumentationScope::builder(SCOPE).build(),
                     options: thread_options,
                     stats: thread_stats,
                 };
-                runtime.block_on(worker.run(rx, control_rx));
+                runtime.block_on(worker.run(&thread_queue, control_rx));
             })
             .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
         ready_rx
             .recv()
             .map_err(|_| TelemetryError::Exporter("the exporter thread stopped".into()))??;
-        Ok((
-            BoundedProcessor {
-                spans,
-                control,
-                stats: stats.clone(),
-            },
-            stats,
-        ))
+        Ok((BoundedProcessor { queue, control }, stats))
+    }
+
+    /// The queue, for spans made without the SDK (calls' own spans).
+    pub(crate) fn queue(&self) -> Arc<SpanQueue> {
+        self.queue.clone()
     }
 
     fn control(
@@ -264,42 +329,22 @@ fn build_exporter(
 
 struct ExportWorker {
     exporter: opentelemetry_otlp::SpanExporter,
+    scope: InstrumentationScope,
     options: OtlpOptions,
     stats: Arc<ExportStats>,
 }
 
 impl ExportWorker {
-    async fn run(
-        mut self,
-        mut spans: mpsc::Receiver<SpanData>,
-        mut control: mpsc::UnboundedReceiver<Control>,
-    ) {
-        let mut batch = Vec::with_capacity(self.options.batch);
+    async fn run(mut self, queue: &SpanQueue, mut control: mpsc::UnboundedReceiver<Control>) {
         let mut tick = tokio::time::interval(self.options.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut taken = Vec::with_capacity(self.options.batch.min(self.options.queue));
         loop {
             tokio::select! {
-                span = spans.recv() => match span {
-                    Some(span) => {
-                        batch.push(span);
-                        if batch.len() >= self.options.batch {
-                            self.export(&mut batch).await;
-                        }
-                    }
-                    None => {
-                        self.export(&mut batch).await;
-                        return;
-                    }
-                },
-                _ = tick.tick() => self.export(&mut batch).await,
+                () = queue.ready.notified() => self.export_all(queue, &mut taken).await,
+                _ = tick.tick() => self.export_all(queue, &mut taken).await,
                 msg = control.recv() => {
-                    while let Ok(span) = spans.try_recv() {
-                        batch.push(span);
-                        if batch.len() >= self.options.batch {
-                            self.export(&mut batch).await;
-                        }
-                    }
-                    self.export(&mut batch).await;
+                    self.export_all(queue, &mut taken).await;
                     match msg {
                         Some(Control::Flush(ack)) => { let _ = ack.send(()); }
                         Some(Control::Shutdown(ack)) => {
@@ -314,11 +359,24 @@ impl ExportWorker {
         }
     }
 
-    async fn export(&mut self, batch: &mut Vec<SpanData>) {
-        if batch.is_empty() {
-            return;
+    /// Sends everything queued, a batch per request.
+    async fn export_all(&mut self, queue: &SpanQueue, taken: &mut Vec<Finished>) {
+        queue.take(taken);
+        let scope = self.scope.clone();
+        let mut spans = taken.drain(..).map(|finished| match finished {
+            Finished::Sdk(span) => span,
+            Finished::Call(call) => call.into_span_data(&scope),
+        });
+        loop {
+            let batch: Vec<SpanData> = spans.by_ref().take(self.options.batch).collect();
+            if batch.is_empty() {
+                return;
+            }
+            self.export(batch).await;
         }
-        let spans = std::mem::take(batch);
+    }
+
+    async fn export(&mut self, spans: Vec<SpanData>) {
         let n = spans.len() as u64;
         // The exporter's own timeout bounds the request; this bounds
         // everything else (connecting, a hung TLS handshake).
@@ -352,11 +410,8 @@ impl SpanProcessor for BoundedProcessor {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
-        if !span.span_context.is_sampled() {
-            return;
-        }
-        if self.spans.try_send(span).is_err() {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        if span.span_context.is_sampled() {
+            self.queue.push(Finished::Sdk(span));
         }
     }
 

@@ -79,9 +79,12 @@ pub(crate) struct SandboxLabels {
     pub(crate) ended_by: String,
 }
 
+/// A map keyed by tool id: foldhash, as ids are the catalog's.
+type ToolMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 struct SeriesIndex {
-    by_tool: HashMap<String, Arc<ToolSeries>>,
+    by_tool: ToolMap<Arc<ToolSeries>>,
     /// Tools with a label of their own.
     labelled: usize,
     /// The `other` series by (namespace label, backend).
@@ -250,11 +253,8 @@ impl Metrics {
         out
     }
 
-    /// The series for `tool` (or `other` past the cap).
-    fn series(&self, call: &CallRecord<'_>) -> Arc<ToolSeries> {
-        if let Some(s) = self.tools.read().by_tool.get(call.tool) {
-            return s.clone();
-        }
+    /// The series for `tool` (or `other` past the cap), made on first use.
+    fn new_tool_series(&self, call: &CallRecord<'_>) -> Arc<ToolSeries> {
         let mut index = self.tools.write();
         if let Some(s) = index.by_tool.get(call.tool) {
             return s.clone();
@@ -315,7 +315,17 @@ impl Metrics {
 
 impl CallObserver for Metrics {
     fn call_finished(&self, call: &CallRecord<'_>) {
-        let series = self.series(call);
+        // The common case under the read lock, without touching the Arc.
+        if let Some(series) = self.tools.read().by_tool.get(call.tool) {
+            return self.count(series, call);
+        }
+        let series = self.new_tool_series(call);
+        self.count(&series, call);
+    }
+}
+
+impl Metrics {
+    fn count(&self, series: &ToolSeries, call: &CallRecord<'_>) {
         series.latency.observe(call.duration.as_secs_f64());
         match call.error {
             None => {

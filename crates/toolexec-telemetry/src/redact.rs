@@ -69,8 +69,8 @@ pub fn digest(args: &Value, key: Option<&toolexec::Secret>) -> String {
 }
 
 /// The arguments with secret-named values replaced by [`REDACTED`], as JSON
-/// text of at most `max_bytes` (cut at a character boundary, marked with
-/// `…` when cut).
+/// text cut to `max_bytes` at a character boundary (and then marked with a
+/// trailing `…`).
 pub fn redacted_text(args: &Value, max_bytes: usize) -> String {
     let mut v = args.clone();
     redact(&mut v);

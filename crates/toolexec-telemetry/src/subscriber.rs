@@ -15,9 +15,9 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, Registry};
 
 use crate::audit::{AuditLog, AuditOptions, AuditStats};
-use crate::export::{BoundedProcessor, ExportStats, OtlpOptions};
+use crate::export::{BoundedProcessor, ExportStats, OtlpOptions, SCOPE};
 use crate::metrics::{Metrics, MetricsOptions};
-use crate::propagate::W3cPropagation;
+use crate::propagate::{CallContext, CallSpans, W3cPropagation};
 use crate::span_metrics::{SpanMetrics, measured};
 use crate::{Observers, TelemetryError, redact};
 
@@ -110,23 +110,29 @@ impl Telemetry {
                 .with_filter(filter_fn(measured))
                 .boxed()
         });
-        let (provider, export) = match &options.otlp {
+        let (provider, export, calls) = match &options.otlp {
             Some(otlp) => {
                 let (processor, stats) = BoundedProcessor::start(otlp)?;
+                let sampler =
+                    Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(otlp.sampling_ratio)));
+                let calls = CallSpans {
+                    queue: processor.queue(),
+                    sampler: sampler.clone(),
+                    names: Default::default(),
+                    arguments: options.span_arguments,
+                };
                 let provider = SdkTracerProvider::builder()
                     .with_span_processor(processor)
-                    .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                        otlp.sampling_ratio,
-                    ))))
+                    .with_sampler(sampler)
                     .with_resource(otlp.resource())
                     .build();
-                (Some(provider), Some(stats))
+                (Some(provider), Some(stats), Some(calls))
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         let otel = provider.as_ref().map(|p| {
             tracing_opentelemetry::layer()
-                .with_tracer(p.tracer("toolexec"))
+                .with_tracer(p.tracer(SCOPE))
                 .with_location(false)
                 .with_threads(false)
                 .with_level(false)
@@ -135,20 +141,34 @@ impl Telemetry {
                 .with_filter(filter_fn(toolexec_span))
                 .boxed()
         });
+        // Before the OpenTelemetry layer: its new spans take the current
+        // context as their parent, which an entered call's must be then.
+        let call_context = provider
+            .as_ref()
+            .map(|_| CallContext.with_filter(filter_fn(toolexec_span)).boxed());
         Registry::default()
             .with(logs)
             .with(span_metrics)
+            .with(call_context)
             .with(otel)
             .try_init()
             .map_err(|_| TelemetryError::AlreadyInstalled)?;
-        if provider.is_some() {
-            toolexec::telemetry::install_propagation(Box::new(W3cPropagation::default()));
-        }
+        // Calls' own spans record their arguments themselves; without
+        // export the observer records them on the `tracing` span.
+        let span_arguments = match calls {
+            Some(calls) => {
+                toolexec::telemetry::install_propagation(Box::new(W3cPropagation::with_calls(
+                    calls,
+                )));
+                None
+            }
+            None => options.span_arguments,
+        };
         let mut observers = Observers::default();
         if let Some(m) = &metrics {
             observers.push(m.clone());
         }
-        if let Some(cap) = options.span_arguments {
+        if let Some(cap) = span_arguments {
             observers.push(Arc::new(SpanArguments { max_bytes: cap }));
         }
         let audit_log = match options.audit {

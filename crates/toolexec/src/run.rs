@@ -24,7 +24,7 @@ use crate::id::ToolIdRef;
 use crate::limits::{Limits, Side, check_json};
 use crate::output::ToolOutput;
 use crate::schema::{CompiledSchema, Violation, json_kind};
-use crate::telemetry::{CallObserver, CallRecord, current_caller};
+use crate::telemetry::{self, CallObserver, CallRecord, CallSpan, Propagation, current_caller};
 use crate::tool::Tool;
 
 /// Per-call options.
@@ -56,7 +56,22 @@ struct Observed<'a> {
     namespace: &'a str,
     backend: &'a str,
     start: Instant,
-    span: &'a tracing::Span,
+    span: CallTrace,
+}
+
+/// A call's span: the installed propagation's own, or a `tracing` span
+/// (disabled when no subscriber wants it).
+enum CallTrace {
+    Own(CallSpan, &'static dyn Propagation),
+    Tracing(tracing::Span),
+}
+
+impl CallTrace {
+    fn record(&self, field: &str, value: impl tracing::Value) {
+        if let CallTrace::Tracing(span) = self {
+            span.record(field, value);
+        }
+    }
 }
 
 /// The `execute_tool` span of one call. Fields follow OpenTelemetry's GenAI
@@ -99,7 +114,9 @@ impl Pipeline {
         opts: &RunOptions,
         events: Option<EventTx>,
     ) -> Result<ToolOutput, Error> {
+        let own = telemetry::start_call();
         if self.observer.is_none()
+            && own.is_none()
             && !tracing::span_enabled!(target: "toolexec::call", tracing::Level::INFO)
         {
             let entry = self.catalog.resolve(&ToolIdRef::parse(id)?)?;
@@ -108,35 +125,46 @@ impl Pipeline {
             return self.run_checked(&entry, args, opts, events).await;
         }
         let start = Instant::now();
+        let trace = |id, namespace, backend| match &own {
+            Some((span, propagation)) => CallTrace::Own(*span, *propagation),
+            None => CallTrace::Tracing(call_span(id, namespace, backend)),
+        };
         let entry = match ToolIdRef::parse(id).and_then(|r| self.catalog.resolve(&r)) {
             Ok(entry) => entry,
             Err(e) => {
                 // An unresolved id is whatever the caller sent: it never
                 // becomes a label or a span name of its own.
-                let span = call_span(UNKNOWN_TOOL, "", "none");
                 let call = Observed {
                     id: UNKNOWN_TOOL,
                     namespace: "",
                     backend: "none",
                     start,
-                    span: &span,
+                    span: trace(UNKNOWN_TOOL, "", "none"),
                 };
                 self.finish(&call, None, Duration::ZERO, Some(&e));
                 return Err(e);
             }
         };
         let (namespace, backend) = (entry.tool().id.namespace(), entry.backend().kind());
-        let span = call_span(id, namespace, backend);
         let call = Observed {
             id,
             namespace,
             backend,
             start,
-            span: &span,
+            span: trace(id, namespace, backend),
         };
-        self.run_observed(call, &entry, args, opts, events)
-            .instrument(span.clone())
-            .await
+        match &call.span {
+            CallTrace::Own(span, _) => {
+                let span = *span;
+                telemetry::in_call(span, self.run_observed(call, &entry, args, opts, events)).await
+            }
+            CallTrace::Tracing(span) => {
+                let span = span.clone();
+                self.run_observed(call, &entry, args, opts, events)
+                    .instrument(span)
+                    .await
+            }
+        }
     }
 
     /// [`Self::run`] with a span that is wanted or an observer to tell.
@@ -166,11 +194,9 @@ impl Pipeline {
                 return Err(e);
             }
         };
-        let kept = self
-            .observer
-            .as_ref()
-            .is_some_and(|o| o.wants_arguments())
-            .then(|| args.clone());
+        let wanted = self.observer.as_ref().is_some_and(|o| o.wants_arguments())
+            || matches!(call.span, CallTrace::Own(_, p) if p.wants_arguments());
+        let kept = wanted.then(|| args.clone());
         let result = self.run_checked(entry, args, opts, events).await;
         self.finish(&call, kept.as_ref(), validation, result.as_ref().err());
         result
@@ -188,18 +214,29 @@ impl Pipeline {
             call.span.record("error.type", e.code().as_str());
             call.span.record("otel.status_code", "ERROR");
         }
+        let own = match &call.span {
+            CallTrace::Own(span, propagation) => Some((span, *propagation)),
+            CallTrace::Tracing(_) => None,
+        };
+        if self.observer.is_none() && own.is_none() {
+            return;
+        }
+        let caller = current_caller();
+        let record = CallRecord {
+            tool: call.id,
+            namespace: call.namespace,
+            backend: call.backend,
+            arguments,
+            error,
+            validation,
+            duration: call.start.elapsed(),
+            caller: caller.as_deref(),
+        };
         if let Some(observer) = &self.observer {
-            let caller = current_caller();
-            observer.call_finished(&CallRecord {
-                tool: call.id,
-                namespace: call.namespace,
-                backend: call.backend,
-                arguments,
-                error,
-                validation,
-                duration: call.start.elapsed(),
-                caller: caller.as_deref(),
-            });
+            observer.call_finished(&record);
+        }
+        if let Some((span, propagation)) = own {
+            propagation.end_call(span, &record);
         }
     }
 

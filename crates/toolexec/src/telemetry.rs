@@ -3,14 +3,20 @@
 //! context ([`TraceContext`]) propagated through a [`Propagation`] the
 //! process installs once. With nothing installed each hook costs a branch.
 //!
-//! The pipeline also opens a `tracing` span per call (`execute_tool`, with
-//! OpenTelemetry GenAI attribute names) and per chain step; a subscriber
-//! that does not want them pays nothing for them.
+//! Each call gets a span (`execute_tool`, with OpenTelemetry GenAI
+//! attribute names): a [`CallSpan`] the installed [`Propagation`] records
+//! itself when it [offers one](Propagation::start_call) (a `tracing` span
+//! costs microseconds per call through a full subscriber), otherwise a
+//! `tracing` span, which a subscriber that does not want it pays nothing
+//! for. Chain steps get `tracing` spans.
 
+use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -205,6 +211,7 @@ pub fn current_caller() -> Option<Arc<Caller>> {
 #[derive(Debug, Clone)]
 pub struct CallScope {
     span: tracing::Span,
+    call: Option<CallSpan>,
     caller: Option<Arc<Caller>>,
 }
 
@@ -213,20 +220,26 @@ impl CallScope {
     pub fn capture() -> Self {
         CallScope {
             span: tracing::Span::current(),
+            call: current_call(),
             caller: current_caller(),
         }
     }
 
-    /// `fut` run in this scope (its span entered on every poll, its caller
+    /// `fut` run in this scope (its spans entered on every poll, its caller
     /// current).
     pub fn bind<'a, F>(&self, fut: F) -> BoxFuture<'a, F::Output>
     where
         F: Future + Send + 'a,
     {
-        let fut = fut.instrument(self.span.clone());
-        match self.caller.clone() {
-            Some(caller) => Box::pin(with_caller(caller, fut)),
-            None => Box::pin(fut),
+        // The call was entered inside the span: so it is again.
+        let span = self.span.clone();
+        match (self.call, self.caller.clone()) {
+            (None, None) => Box::pin(fut.instrument(span)),
+            (None, Some(caller)) => Box::pin(with_caller(caller, fut.instrument(span))),
+            (Some(call), None) => Box::pin(in_call(call, fut).instrument(span)),
+            (Some(call), Some(caller)) => {
+                Box::pin(with_caller(caller, in_call(call, fut).instrument(span)))
+            }
         }
     }
 }
@@ -328,13 +341,131 @@ fn parse_traceparent(s: &str) -> Option<(&str, &str)> {
     .then_some((trace, span))
 }
 
-/// Connects `tracing` spans to a trace system: what the process's telemetry
-/// installs with [`install_propagation`].
+/// Connects spans to a trace system: what the process's telemetry installs
+/// with [`install_propagation`]. It carries trace context across process
+/// boundaries and may record each call's span itself
+/// ([`start_call`](Self::start_call)), which costs a fraction of a
+/// `tracing` span.
 pub trait Propagation: Send + Sync {
     /// The current span's context, to send with an outgoing request.
     fn current(&self) -> Option<TraceContext>;
     /// Makes `span` a child of the remote `parent` (an incoming request's).
     fn set_parent(&self, span: &tracing::Span, parent: &TraceContext);
+
+    /// Starts the span of one call, a child of the current span; `None`
+    /// (the default) to have the pipeline open a `tracing` span instead.
+    fn start_call(&self) -> Option<CallSpan> {
+        None
+    }
+
+    /// Makes `call` the current span (the parent of spans opened and the
+    /// context [`current`](Self::current) returns) until the matching
+    /// [`exit_call`](Self::exit_call). Called around every poll of the
+    /// call's future, nested like `tracing`'s enter and exit.
+    fn enter_call(&self, call: &CallSpan) {
+        let _ = call;
+    }
+
+    /// Undoes the innermost [`enter_call`](Self::enter_call).
+    fn exit_call(&self, call: &CallSpan) {
+        let _ = call;
+    }
+
+    /// True when [`end_call`](Self::end_call) wants
+    /// [`CallRecord::arguments`] (recorded on the span, opt-in).
+    fn wants_arguments(&self) -> bool {
+        false
+    }
+
+    /// Ends the span of `call`, described by `record` (the same record the
+    /// observer gets).
+    fn end_call(&self, call: &CallSpan, record: &CallRecord<'_>) {
+        let _ = (call, record);
+    }
+}
+
+/// The span of one call, recorded by the installed [`Propagation`] rather
+/// than as a `tracing` span: its W3C ids and start, made by
+/// [`start_call`](Propagation::start_call) and carried by the pipeline to
+/// [`end_call`](Propagation::end_call). Plain data, so a call's span costs
+/// no allocation in the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallSpan {
+    /// The trace's id.
+    pub trace_id: u128,
+    /// This span's id.
+    pub span_id: u64,
+    /// The parent span's id; 0 for the root of a trace.
+    pub parent_span_id: u64,
+    /// True when the parent span is in another process.
+    pub parent_remote: bool,
+    /// True when the trace is sampled (the span is exported).
+    pub sampled: bool,
+    /// When the call started.
+    pub start: SystemTime,
+}
+
+thread_local! {
+    /// The call span entered on this thread, for [`CallScope::capture`].
+    static CURRENT_CALL: Cell<Option<CallSpan>> = const { Cell::new(None) };
+}
+
+fn current_call() -> Option<CallSpan> {
+    CURRENT_CALL.get()
+}
+
+/// Starts a call's own span through the installed propagation, if it
+/// offers one.
+pub(crate) fn start_call() -> Option<(CallSpan, &'static dyn Propagation)> {
+    let propagation = PROPAGATION.get()?.as_ref();
+    Some((propagation.start_call()?, propagation))
+}
+
+/// `fut` with `call` entered around every poll.
+pub(crate) fn in_call<F: Future>(call: CallSpan, fut: F) -> InCall<F> {
+    InCall { call, fut }
+}
+
+/// Leaves an entered call span, even when the inner future panics (the
+/// pipeline catches a tool's panic further out).
+struct Exit<'a> {
+    propagation: &'a dyn Propagation,
+    call: &'a CallSpan,
+    outer: Option<CallSpan>,
+}
+
+impl Drop for Exit<'_> {
+    fn drop(&mut self) {
+        CURRENT_CALL.set(self.outer);
+        self.propagation.exit_call(self.call);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future run inside a [`CallSpan`]: see [`in_call`].
+    pub(crate) struct InCall<F> {
+        call: CallSpan,
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F: Future> Future for InCall<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let Some(propagation) = PROPAGATION.get() else {
+            return this.fut.poll(cx);
+        };
+        propagation.enter_call(this.call);
+        let _exit = Exit {
+            propagation: propagation.as_ref(),
+            call: this.call,
+            outer: CURRENT_CALL.replace(Some(*this.call)),
+        };
+        this.fut.poll(cx)
+    }
 }
 
 static PROPAGATION: OnceLock<Box<dyn Propagation>> = OnceLock::new();
