@@ -9,8 +9,8 @@
 #   RUNS=20 bash scripts/bench-telemetry.sh
 #
 # The variants run in one order in each run (the subscriber is
-# process-wide and cannot be removed): off, metrics, spans,
-# spans_and_metrics. See benches/telemetry.rs in toolexec-telemetry.
+# process-wide and cannot be removed): off, observer (a no-op observer),
+# metrics, spans, spans_and_metrics. See benches/telemetry.rs in toolexec-telemetry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${RUNS:-10}"
@@ -32,7 +32,7 @@ done
 python3 - "$out" <<'PY'
 import statistics, sys
 rows = [dict(kv.split("=") for kv in line.split()) for line in open(sys.argv[1]) if line.strip()]
-names = ["off", "metrics", "spans", "spans_and_metrics"]
+names = ["off", "observer", "metrics", "spans", "spans_and_metrics"]
 print("| variant | median time | median above `off` (same run) |")
 print("|---|---|---|")
 for n in names:

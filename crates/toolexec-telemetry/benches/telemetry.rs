@@ -1,6 +1,7 @@
 //! What telemetry adds to a validated local call (`math:add`, input and
 //! output validated; the same call as the core `run` bench): off (no
-//! subscriber, no observer), metrics only (the observer), then with the
+//! subscriber, no observer), an observer that does nothing (the pipeline's
+//! own cost of observing), metrics only (the observer), then with the
 //! OTLP exporter running, spans alone and spans plus metrics (the
 //! collector address refuses connections, so spans are dropped and
 //! counted after leaving the call; the call's own cost is the same either
@@ -30,6 +31,14 @@ struct AddArgs {
 #[derive(Serialize, JsonSchema)]
 struct Sum {
     sum: f64,
+}
+
+/// An observer that does nothing: what observing a call costs the pipeline.
+#[derive(Debug)]
+struct Noop;
+
+impl CallObserver for Noop {
+    fn call_finished(&self, _call: &toolexec::telemetry::CallRecord<'_>) {}
 }
 
 fn exec(observer: Option<Arc<dyn CallObserver>>) -> Exec {
@@ -74,6 +83,7 @@ fn bench(c: &mut Criterion) {
         });
     };
     run("off", &exec(None));
+    run("observer", &exec(Some(Arc::new(Noop))));
     let metrics: Arc<dyn CallObserver> = Arc::new(Metrics::new(MetricsOptions::default()));
     run("metrics", &exec(Some(metrics)));
     // A port nothing listens on: the exporter runs and fails fast.

@@ -135,8 +135,9 @@ pub(crate) const SCOPE: &str = "toolexec";
 /// A finished span waiting for export.
 #[derive(Debug)]
 pub(crate) enum Finished {
-    /// A span of the SDK (the `tracing` layer's).
-    Sdk(SpanData),
+    /// A span of the SDK (the `tracing` layer's), boxed to keep the queue's
+    /// slots the size of a call's.
+    Sdk(Box<SpanData>),
     /// A call's own span, made into [`SpanData`] on the exporter thread.
     Call(CallEnd),
 }
@@ -364,7 +365,7 @@ impl ExportWorker {
         queue.take(taken);
         let scope = self.scope.clone();
         let mut spans = taken.drain(..).map(|finished| match finished {
-            Finished::Sdk(span) => span,
+            Finished::Sdk(span) => *span,
             Finished::Call(call) => call.into_span_data(&scope),
         });
         loop {
@@ -411,7 +412,7 @@ impl SpanProcessor for BoundedProcessor {
 
     fn on_end(&self, span: SpanData) {
         if span.span_context.is_sampled() {
-            self.queue.push(Finished::Sdk(span));
+            self.queue.push(Finished::Sdk(Box::new(span)));
         }
     }
 

@@ -12,10 +12,10 @@
 //! entered inside it stack on top the same way.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{
@@ -28,7 +28,7 @@ use opentelemetry_sdk::trace::{
     SpanLinks,
 };
 use parking_lot::RwLock;
-use toolexec::telemetry::{CallRecord, CallSpan, Propagation, TraceContext};
+use toolexec::telemetry::{CallRecord, CallSpan, CallTracer, Propagation, TraceContext};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::export::{Finished, SpanQueue};
@@ -59,6 +59,35 @@ impl W3cPropagation {
             propagator: TraceContextPropagator::new(),
             calls: Some(calls),
         }
+    }
+}
+
+/// How long a thread's pairing of the monotonic clock with the wall clock
+/// is used before it is read again.
+const ANCHOR_AGE: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// A monotonic instant and the wall-clock time read with it.
+    static ANCHOR: Cell<Option<(Instant, SystemTime)>> = const { Cell::new(None) };
+}
+
+/// The wall-clock time of `at`, a recent instant, without reading the wall
+/// clock for every call: from this thread's anchor, read again once a
+/// second, so a change of the system clock shows within a second and the
+/// monotonic clock's drift in between is at most its NTP slew.
+fn wall_clock(at: Instant) -> SystemTime {
+    let (instant, wall) = match ANCHOR.get() {
+        Some((instant, wall)) if at >= instant && at - instant < ANCHOR_AGE => (instant, wall),
+        _ => {
+            let anchor = (Instant::now(), SystemTime::now());
+            ANCHOR.set(Some(anchor));
+            anchor
+        }
+    };
+    // `at` may precede a fresh anchor by the time of one read.
+    match at.checked_duration_since(instant) {
+        Some(after) => wall + after,
+        None => wall - instant.duration_since(at),
     }
 }
 
@@ -151,22 +180,27 @@ impl Propagation for W3cPropagation {
         let _ = span.set_parent(cx);
     }
 
-    fn start_call(&self) -> Option<CallSpan> {
-        let calls = self.calls.as_ref()?;
+    fn call_tracer(&self) -> Option<&dyn CallTracer> {
+        self.calls.as_ref().map(|c| c as &dyn CallTracer)
+    }
+}
+
+impl CallTracer for CallSpans {
+    fn start_call(&self, start: Instant) -> CallSpan {
         let ids = RandomIdGenerator::default();
         let span_id = u64::from_be_bytes(ids.new_span_id().to_bytes());
-        let start = SystemTime::now();
+        let start = wall_clock(start);
         // A call inside a call, with no span between them: its parent is
         // the outer call, whose sampling it follows.
         if let Some(outer) = pending_call() {
-            return Some(CallSpan {
+            return CallSpan {
                 trace_id: outer.trace_id,
                 span_id,
                 parent_span_id: outer.span_id,
                 parent_remote: false,
                 sampled: outer.sampled,
                 start,
-            });
+            };
         }
         Context::map_current(|parent| {
             let span = parent.span();
@@ -180,7 +214,7 @@ impl Propagation for W3cPropagation {
             } else {
                 (ids.new_trace_id(), SpanId::INVALID, false)
             };
-            let sampling = calls.sampler.should_sample(
+            let sampling = self.sampler.should_sample(
                 Some(parent),
                 trace_id,
                 "execute_tool",
@@ -188,14 +222,14 @@ impl Propagation for W3cPropagation {
                 &[],
                 &[],
             );
-            Some(CallSpan {
+            CallSpan {
                 trace_id: u128::from_be_bytes(trace_id.to_bytes()),
                 span_id,
                 parent_span_id: u64::from_be_bytes(parent_id.to_bytes()),
                 parent_remote,
                 sampled: sampling.decision == SamplingDecision::RecordAndSample,
                 start,
-            })
+            }
         })
     }
 
@@ -218,21 +252,20 @@ impl Propagation for W3cPropagation {
     }
 
     fn wants_arguments(&self) -> bool {
-        self.calls.as_ref().is_some_and(|c| c.arguments.is_some())
+        self.arguments.is_some()
     }
 
     fn end_call(&self, call: &CallSpan, record: &CallRecord<'_>) {
-        let Some(calls) = &self.calls else { return };
         if !call.sampled {
             return;
         }
-        calls.queue.push(Finished::Call(CallEnd {
+        self.queue.push(Finished::Call(CallEnd {
             call: *call,
             duration: record.duration,
             validation: record.validation,
-            names: calls.names.get(record),
+            names: self.names.get(record),
             error: record.error.map(|e| e.code().as_str()),
-            arguments: calls
+            arguments: self
                 .arguments
                 .zip(record.arguments)
                 .map(|(cap, args)| redact::redacted_text(args, cap)),
@@ -590,7 +623,7 @@ mod tests {
         let spans: Vec<SpanData> = finished
             .into_iter()
             .map(|f| match f {
-                Finished::Sdk(span) => span,
+                Finished::Sdk(span) => *span,
                 Finished::Call(call) => call.into_span_data(&scope),
             })
             .collect();

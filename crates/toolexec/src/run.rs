@@ -23,8 +23,9 @@ use crate::gate::Gate;
 use crate::id::ToolIdRef;
 use crate::limits::{Limits, Side, check_json};
 use crate::output::ToolOutput;
+use crate::quota::Admission;
 use crate::schema::{CompiledSchema, Violation, json_kind};
-use crate::telemetry::{self, CallObserver, CallRecord, CallSpan, Propagation, current_caller};
+use crate::telemetry::{self, CallObserver, CallRecord, CallSpan, CallTracer, current_caller};
 use crate::tool::Tool;
 
 /// Per-call options.
@@ -59,10 +60,10 @@ struct Observed<'a> {
     span: CallTrace,
 }
 
-/// A call's span: the installed propagation's own, or a `tracing` span
-/// (disabled when no subscriber wants it).
+/// A call's span: recorded by the installed call tracer, or a `tracing`
+/// span (disabled when no subscriber wants it).
 enum CallTrace {
-    Own(CallSpan, &'static dyn Propagation),
+    Own(CallSpan, &'static dyn CallTracer),
     Tracing(tracing::Span),
 }
 
@@ -114,9 +115,9 @@ impl Pipeline {
         opts: &RunOptions,
         events: Option<EventTx>,
     ) -> Result<ToolOutput, Error> {
-        let own = telemetry::start_call();
+        let tracer = telemetry::call_tracer();
         if self.observer.is_none()
-            && own.is_none()
+            && tracer.is_none()
             && !tracing::span_enabled!(target: "toolexec::call", tracing::Level::INFO)
         {
             let entry = self.catalog.resolve(&ToolIdRef::parse(id)?)?;
@@ -125,8 +126,9 @@ impl Pipeline {
             return self.run_checked(&entry, args, opts, events).await;
         }
         let start = Instant::now();
+        let own = tracer.map(|p| (p.start_call(start), p));
         let trace = |id, namespace, backend| match &own {
-            Some((span, propagation)) => CallTrace::Own(*span, *propagation),
+            Some((span, tracer)) => CallTrace::Own(*span, *tracer),
             None => CallTrace::Tracing(call_span(id, namespace, backend)),
         };
         let entry = match ToolIdRef::parse(id).and_then(|r| self.catalog.resolve(&r)) {
@@ -153,33 +155,50 @@ impl Pipeline {
             start,
             span: trace(id, namespace, backend),
         };
-        match &call.span {
+        // Admission and input checks open no span: the call's is entered
+        // only around the execution (the `tracing` one around both, for
+        // what they log).
+        let checked = match &call.span {
+            CallTrace::Tracing(span) if !span.is_disabled() => {
+                span.in_scope(|| self.check_observed(&call, &entry, args))
+            }
+            _ => self.check_observed(&call, &entry, args),
+        };
+        let (_admission, args, validation, kept) = checked?;
+        // Each arm awaits its own future, so none is moved into a wrapper
+        // after it is made.
+        let result = match &call.span {
             CallTrace::Own(span, _) => {
-                let span = *span;
-                telemetry::in_call(span, self.run_observed(call, &entry, args, opts, events)).await
+                telemetry::in_call(*span, self.run_checked(&entry, args, opts, events)).await
+            }
+            // A span no subscriber wants is not entered on every poll.
+            CallTrace::Tracing(span) if span.is_disabled() => {
+                self.run_checked(&entry, args, opts, events).await
             }
             CallTrace::Tracing(span) => {
-                let span = span.clone();
-                self.run_observed(call, &entry, args, opts, events)
-                    .instrument(span)
+                self.run_checked(&entry, args, opts, events)
+                    .instrument(span.clone())
                     .await
             }
-        }
+        };
+        self.finish(&call, kept.as_ref(), validation, result.as_ref().err());
+        result
     }
 
-    /// [`Self::run`] with a span that is wanted or an observer to tell.
-    async fn run_observed(
+    /// Admission and input checks of an observed call: the admission, the
+    /// checked arguments, the time they took, and a copy of the arguments
+    /// when an observer or the call tracer wants one. A failure is
+    /// reported ([`Self::finish`]) before it is returned.
+    fn check_observed(
         &self,
-        call: Observed<'_>,
+        call: &Observed<'_>,
         entry: &RegisteredTool,
         args: Value,
-        opts: &RunOptions,
-        events: Option<EventTx>,
-    ) -> Result<ToolOutput, Error> {
-        let _admission = match self.gate.admit(entry.tool()) {
+    ) -> Result<(Option<Admission>, Value, Duration, Option<Value>), Error> {
+        let admission = match self.gate.admit(entry.tool()) {
             Ok(admission) => admission,
             Err(e) => {
-                self.finish(&call, None, Duration::ZERO, Some(&e));
+                self.finish(call, None, Duration::ZERO, Some(&e));
                 return Err(e);
             }
         };
@@ -190,16 +209,14 @@ impl Pipeline {
         let args = match checked {
             Ok(args) => args,
             Err(e) => {
-                self.finish(&call, None, validation, Some(&e));
+                self.finish(call, None, validation, Some(&e));
                 return Err(e);
             }
         };
         let wanted = self.observer.as_ref().is_some_and(|o| o.wants_arguments())
-            || matches!(call.span, CallTrace::Own(_, p) if p.wants_arguments());
+            || matches!(call.span, CallTrace::Own(_, t) if t.wants_arguments());
         let kept = wanted.then(|| args.clone());
-        let result = self.run_checked(entry, args, opts, events).await;
-        self.finish(&call, kept.as_ref(), validation, result.as_ref().err());
-        result
+        Ok((admission, args, validation, kept))
     }
 
     /// Records the outcome on the span and tells the observer.
@@ -215,7 +232,7 @@ impl Pipeline {
             call.span.record("otel.status_code", "ERROR");
         }
         let own = match &call.span {
-            CallTrace::Own(span, propagation) => Some((span, *propagation)),
+            CallTrace::Own(span, tracer) => Some((span, *tracer)),
             CallTrace::Tracing(_) => None,
         };
         if self.observer.is_none() && own.is_none() {
@@ -235,8 +252,8 @@ impl Pipeline {
         if let Some(observer) = &self.observer {
             observer.call_finished(&record);
         }
-        if let Some((span, propagation)) = own {
-            propagation.end_call(span, &record);
+        if let Some((span, tracer)) = own {
+            tracer.end_call(span, &record);
         }
     }
 

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -343,33 +343,36 @@ fn parse_traceparent(s: &str) -> Option<(&str, &str)> {
 
 /// Connects spans to a trace system: what the process's telemetry installs
 /// with [`install_propagation`]. It carries trace context across process
-/// boundaries and may record each call's span itself
-/// ([`start_call`](Self::start_call)), which costs a fraction of a
-/// `tracing` span.
+/// boundaries, and may record each call's span itself through a
+/// [`CallTracer`], at a fraction of a `tracing` span's cost.
 pub trait Propagation: Send + Sync {
     /// The current span's context, to send with an outgoing request.
     fn current(&self) -> Option<TraceContext>;
     /// Makes `span` a child of the remote `parent` (an incoming request's).
     fn set_parent(&self, span: &tracing::Span, parent: &TraceContext);
 
-    /// Starts the span of one call, a child of the current span; `None`
-    /// (the default) to have the pipeline open a `tracing` span instead.
-    fn start_call(&self) -> Option<CallSpan> {
+    /// What records calls' spans; `None` (the default) to have the pipeline
+    /// open a `tracing` span per call instead.
+    fn call_tracer(&self) -> Option<&dyn CallTracer> {
         None
     }
+}
 
-    /// Makes `call` the current span (the parent of spans opened and the
-    /// context [`current`](Self::current) returns) until the matching
-    /// [`exit_call`](Self::exit_call). Called around every poll of the
-    /// call's future, nested like `tracing`'s enter and exit.
-    fn enter_call(&self, call: &CallSpan) {
-        let _ = call;
-    }
+/// Records the pipeline's call spans directly: start, entry and exit
+/// around every poll of the call's future, end.
+pub trait CallTracer: Send + Sync {
+    /// Starts the span of a call that started at `start`, a child of the
+    /// current span.
+    fn start_call(&self, start: Instant) -> CallSpan;
+
+    /// Makes `call` the current span (the parent of spans opened, and the
+    /// context [`Propagation::current`] returns) until the matching
+    /// [`exit_call`](Self::exit_call). Nested like `tracing`'s enter and
+    /// exit.
+    fn enter_call(&self, call: &CallSpan);
 
     /// Undoes the innermost [`enter_call`](Self::enter_call).
-    fn exit_call(&self, call: &CallSpan) {
-        let _ = call;
-    }
+    fn exit_call(&self, call: &CallSpan);
 
     /// True when [`end_call`](Self::end_call) wants
     /// [`CallRecord::arguments`] (recorded on the span, opt-in).
@@ -377,17 +380,15 @@ pub trait Propagation: Send + Sync {
         false
     }
 
-    /// Ends the span of `call`, described by `record` (the same record the
+    /// Ends the span of `call`, described by `record` (the record the
     /// observer gets).
-    fn end_call(&self, call: &CallSpan, record: &CallRecord<'_>) {
-        let _ = (call, record);
-    }
+    fn end_call(&self, call: &CallSpan, record: &CallRecord<'_>);
 }
 
-/// The span of one call, recorded by the installed [`Propagation`] rather
-/// than as a `tracing` span: its W3C ids and start, made by
-/// [`start_call`](Propagation::start_call) and carried by the pipeline to
-/// [`end_call`](Propagation::end_call). Plain data, so a call's span costs
+/// The span of one call, recorded by a [`CallTracer`] rather than as a
+/// `tracing` span: its W3C ids and start, made by
+/// [`start_call`](CallTracer::start_call) and carried by the pipeline to
+/// [`end_call`](CallTracer::end_call). Plain data, so a call's span costs
 /// no allocation in the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallSpan {
@@ -414,11 +415,9 @@ fn current_call() -> Option<CallSpan> {
     CURRENT_CALL.get()
 }
 
-/// Starts a call's own span through the installed propagation, if it
-/// offers one.
-pub(crate) fn start_call() -> Option<(CallSpan, &'static dyn Propagation)> {
-    let propagation = PROPAGATION.get()?.as_ref();
-    Some((propagation.start_call()?, propagation))
+/// The installed propagation's call tracer.
+pub(crate) fn call_tracer() -> Option<&'static dyn CallTracer> {
+    PROPAGATION.get()?.call_tracer()
 }
 
 /// `fut` with `call` entered around every poll.
@@ -429,7 +428,7 @@ pub(crate) fn in_call<F: Future>(call: CallSpan, fut: F) -> InCall<F> {
 /// Leaves an entered call span, even when the inner future panics (the
 /// pipeline catches a tool's panic further out).
 struct Exit<'a> {
-    propagation: &'a dyn Propagation,
+    tracer: &'a dyn CallTracer,
     call: &'a CallSpan,
     outer: Option<CallSpan>,
 }
@@ -437,7 +436,7 @@ struct Exit<'a> {
 impl Drop for Exit<'_> {
     fn drop(&mut self) {
         CURRENT_CALL.set(self.outer);
-        self.propagation.exit_call(self.call);
+        self.tracer.exit_call(self.call);
     }
 }
 
@@ -455,12 +454,12 @@ impl<F: Future> Future for InCall<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let Some(propagation) = PROPAGATION.get() else {
+        let Some(tracer) = call_tracer() else {
             return this.fut.poll(cx);
         };
-        propagation.enter_call(this.call);
+        tracer.enter_call(this.call);
         let _exit = Exit {
-            propagation: propagation.as_ref(),
+            tracer,
             call: this.call,
             outer: CURRENT_CALL.replace(Some(*this.call)),
         };
