@@ -46,7 +46,9 @@ pub struct W3cPropagation {
 #[derive(Debug)]
 pub(crate) struct CallSpans {
     pub(crate) queue: Arc<SpanQueue>,
-    pub(crate) sampler: Sampler,
+    /// Decides for a call that starts a trace (the parent-based part of
+    /// the process's sampler is applied here: a child follows its parent).
+    pub(crate) root_sampler: Sampler,
     pub(crate) names: Interned,
     /// Record each call's arguments, capped at this many bytes.
     pub(crate) arguments: Option<usize>,
@@ -111,13 +113,14 @@ fn current_span_id() -> SpanId {
     Context::map_current(|cx| cx.span().span_context().span_id())
 }
 
-/// The innermost entered call, when it is the current span but its
-/// context is not the current OpenTelemetry context yet.
-fn pending_call() -> Option<CallSpan> {
+/// The innermost entered call, when it is the current span (the current
+/// OpenTelemetry span, `current`, is the one it was entered under) and its
+/// context is not the current context yet.
+fn pending_call_under(current: SpanId) -> Option<CallSpan> {
     ENTERED.with(|e| {
         let e = e.borrow();
         let top = e.last()?;
-        (top.guard.is_none() && current_span_id() == top.under).then_some(top.call)
+        (top.guard.is_none() && current == top.under).then_some(top.call)
     })
 }
 
@@ -190,9 +193,10 @@ impl CallTracer for CallSpans {
         let ids = RandomIdGenerator::default();
         let span_id = u64::from_be_bytes(ids.new_span_id().to_bytes());
         let start = wall_clock(start);
+        let parent = Context::map_current(|cx| cx.span().span_context().clone());
         // A call inside a call, with no span between them: its parent is
-        // the outer call, whose sampling it follows.
-        if let Some(outer) = pending_call() {
+        // the outer call.
+        if let Some(outer) = pending_call_under(parent.span_id()) {
             return CallSpan {
                 trace_id: outer.trace_id,
                 span_id,
@@ -202,35 +206,34 @@ impl CallTracer for CallSpans {
                 start,
             };
         }
-        Context::map_current(|parent| {
-            let span = parent.span();
-            let of_parent = span.span_context();
-            let (trace_id, parent_id, parent_remote) = if of_parent.is_valid() {
-                (
-                    of_parent.trace_id(),
-                    of_parent.span_id(),
-                    of_parent.is_remote(),
-                )
-            } else {
-                (ids.new_trace_id(), SpanId::INVALID, false)
-            };
-            let sampling = self.sampler.should_sample(
-                Some(parent),
-                trace_id,
-                "execute_tool",
-                &SpanKind::Internal,
-                &[],
-                &[],
-            );
-            CallSpan {
-                trace_id: u128::from_be_bytes(trace_id.to_bytes()),
+        if parent.is_valid() {
+            // Parent-based sampling: a child follows its parent.
+            return CallSpan {
+                trace_id: u128::from_be_bytes(parent.trace_id().to_bytes()),
                 span_id,
-                parent_span_id: u64::from_be_bytes(parent_id.to_bytes()),
-                parent_remote,
-                sampled: sampling.decision == SamplingDecision::RecordAndSample,
+                parent_span_id: u64::from_be_bytes(parent.span_id().to_bytes()),
+                parent_remote: parent.is_remote(),
+                sampled: parent.is_sampled(),
                 start,
-            }
-        })
+            };
+        }
+        let trace_id = ids.new_trace_id();
+        let sampling = self.root_sampler.should_sample(
+            None,
+            trace_id,
+            "execute_tool",
+            &SpanKind::Internal,
+            &[],
+            &[],
+        );
+        CallSpan {
+            trace_id: u128::from_be_bytes(trace_id.to_bytes()),
+            span_id,
+            parent_span_id: 0,
+            parent_remote: false,
+            sampled: sampling.decision == SamplingDecision::RecordAndSample,
+            start,
+        }
     }
 
     fn enter_call(&self, call: &CallSpan) {
@@ -479,7 +482,7 @@ mod tests {
         assert!(toolexec::telemetry::install_propagation(Box::new(
             W3cPropagation::with_calls(CallSpans {
                 queue: queue.clone(),
-                sampler: sampler.clone(),
+                root_sampler: Sampler::TraceIdRatioBased(1.0),
                 names: Interned::default(),
                 arguments: Some(64),
             })

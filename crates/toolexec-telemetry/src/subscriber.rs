@@ -113,17 +113,16 @@ impl Telemetry {
         let (provider, export, calls) = match &options.otlp {
             Some(otlp) => {
                 let (processor, stats) = BoundedProcessor::start(otlp)?;
-                let sampler =
-                    Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(otlp.sampling_ratio)));
+                let root = Sampler::TraceIdRatioBased(otlp.sampling_ratio);
                 let calls = CallSpans {
                     queue: processor.queue(),
-                    sampler: sampler.clone(),
+                    root_sampler: root.clone(),
                     names: Default::default(),
                     arguments: options.span_arguments,
                 };
                 let provider = SdkTracerProvider::builder()
                     .with_span_processor(processor)
-                    .with_sampler(sampler)
+                    .with_sampler(Sampler::ParentBased(Box::new(root)))
                     .with_resource(otlp.resource())
                     .build();
                 (Some(provider), Some(stats), Some(calls))
