@@ -116,7 +116,7 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
     let fleet = !matches!(cli.command, Command::Worker(_));
     // Only a gateway has clients to relay upstream servers' requests to.
     let relay = serve_plan.is_some();
-    let built = build_exec(&config, &runtimes, telemetry.observer(), gate, fleet, relay).await;
+    let built = build_exec(&config, &runtimes, telemetry, gate, fleet, relay).await;
     let (exec, upstreams, fleet) = match built {
         Ok(x) => x,
         Err(e) => {
@@ -227,7 +227,7 @@ impl From<io::Error> for Failure {
 async fn build_exec(
     config: &Config,
     runtimes: &Arc<toolexec_runtime::Runtimes>,
-    observer: Option<Arc<dyn toolexec::telemetry::CallObserver>>,
+    telemetry: &Telemetry,
     gate: Option<(
         Option<toolexec::policy::Policy>,
         Option<toolexec::quota::Quotas>,
@@ -280,8 +280,11 @@ async fn build_exec(
     let mut exec = Exec::builder()
         .catalog(catalog)
         .limits(config.limits.clone());
-    if let Some(observer) = observer {
+    if let Some(observer) = telemetry.observer() {
         exec = exec.observer(observer);
+    }
+    if let Some(tracer) = telemetry.call_tracer() {
+        exec = exec.call_tracer(tracer);
     }
     if let Some((policy, quotas)) = gate {
         if let Some(policy) = policy {

@@ -1,26 +1,39 @@
 //! What telemetry adds to a validated local call (`math:add`, input and
-//! output validated; the same call as the core `run` bench): off (no
-//! subscriber, no observer), an observer that does nothing (the pipeline's
-//! own cost of observing), metrics only (the observer), then with the
-//! OTLP exporter running, spans alone and spans plus metrics (the
-//! collector address refuses connections, so spans are dropped and
+//! output validated; the same call as the core `run` bench), with the
+//! process's telemetry installed (OTLP exporter running, metrics kept) and
+//! each executor wired as its variant says:
+//!
+//! - `off`: nothing wired (a call takes the pipeline's fast path);
+//! - `observer`: an observer that does nothing (the pipeline's own cost of
+//!   observing a call);
+//! - `metrics`: the Prometheus observer;
+//! - `spans`: the call tracer (each call's span queued for export);
+//! - `spans_and_metrics`: both, as `toolexec serve` wires them.
+//!
+//! The collector address refuses connections, so spans are dropped and
 //! counted after leaving the call; the call's own cost is the same either
-//! way). The groups run in that order because the subscriber is
-//! process-wide and cannot be removed.
+//! way.
+//!
+//! `TELEMETRY_PAIRED=N` also runs N rounds, each timing a slice of calls of
+//! every variant in turn, and prints the median per variant and the median
+//! of each variant's difference to `off` within a round: on a machine whose
+//! speed drifts, criterion's per-variant blocks see different speeds, while
+//! a round sees one.
 
 use std::future::Future;
 use std::net::TcpListener;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
-use toolexec::telemetry::CallObserver;
+use serde_json::{Value, json};
+use toolexec::telemetry::{CallObserver, CallRecord, CallTracer};
 use toolexec::{Exec, ToolError};
-use toolexec_telemetry::{Metrics, MetricsOptions, OtlpOptions, Telemetry, TelemetryOptions};
+use toolexec_telemetry::{MetricsOptions, OtlpOptions, Telemetry, TelemetryOptions};
 
 #[derive(Deserialize, JsonSchema)]
 struct AddArgs {
@@ -33,18 +46,21 @@ struct Sum {
     sum: f64,
 }
 
-/// An observer that does nothing: what observing a call costs the pipeline.
+/// An observer that does nothing.
 #[derive(Debug)]
 struct Noop;
 
 impl CallObserver for Noop {
-    fn call_finished(&self, _call: &toolexec::telemetry::CallRecord<'_>) {}
+    fn call_finished(&self, _call: &CallRecord<'_>) {}
 }
 
-fn exec(observer: Option<Arc<dyn CallObserver>>) -> Exec {
+fn exec(observer: Option<Arc<dyn CallObserver>>, tracer: Option<&'static dyn CallTracer>) -> Exec {
     let mut builder = Exec::builder();
     if let Some(o) = observer {
         builder = builder.observer(o);
+    }
+    if let Some(t) = tracer {
+        builder = builder.call_tracer(t);
     }
     let exec = builder.build();
     exec.catalog()
@@ -63,29 +79,24 @@ fn poll_ready<F: Future>(fut: F) -> F::Output {
     }
 }
 
+fn variants(telemetry: &Telemetry) -> Vec<(&'static str, Exec)> {
+    let tracer = telemetry.call_tracer();
+    let metrics = telemetry.observer();
+    vec![
+        ("off", exec(None, None)),
+        ("observer", exec(Some(Arc::new(Noop)), None)),
+        ("metrics", exec(metrics.clone(), None)),
+        ("spans", exec(None, tracer)),
+        ("spans_and_metrics", exec(metrics, tracer)),
+    ]
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let _guard = rt.enter();
-    let args = json!({"a": 1.5, "b": 2.5});
-    let mut group = c.benchmark_group("telemetry");
-    let mut run = |name: &str, exec: &Exec| {
-        let out = poll_ready(exec.run_tool("math:add", args.clone())).unwrap();
-        assert_eq!(out.value, json!({"sum": 4.0}));
-        group.bench_function(name, |b| {
-            b.iter_batched(
-                || args.clone(),
-                |a| poll_ready(exec.run_tool("math:add", a)),
-                BatchSize::SmallInput,
-            )
-        });
-    };
-    run("off", &exec(None));
-    run("observer", &exec(Some(Arc::new(Noop))));
-    let metrics: Arc<dyn CallObserver> = Arc::new(Metrics::new(MetricsOptions::default()));
-    run("metrics", &exec(Some(metrics)));
     // A port nothing listens on: the exporter runs and fails fast.
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -98,9 +109,68 @@ fn bench(c: &mut Criterion) {
         ..TelemetryOptions::default()
     })
     .unwrap();
-    run("spans", &exec(None));
-    run("spans_and_metrics", &exec(telemetry.observer()));
+    assert!(telemetry.call_tracer().is_some() && telemetry.observer().is_some());
+    let variants = variants(&telemetry);
+    let args = json!({"a": 1.5, "b": 2.5});
+    let mut group = c.benchmark_group("telemetry");
+    for (name, exec) in &variants {
+        let out = poll_ready(exec.run_tool("math:add", args.clone())).unwrap();
+        assert_eq!(out.value, json!({"sum": 4.0}));
+        group.bench_function(*name, |b| {
+            b.iter_batched(
+                || args.clone(),
+                |a| poll_ready(exec.run_tool("math:add", a)),
+                BatchSize::SmallInput,
+            )
+        });
+    }
     group.finish();
+    if let Some(rounds) = std::env::var("TELEMETRY_PAIRED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        paired(rounds, &variants, &args);
+    }
+}
+
+/// `TELEMETRY_PAIRED=N`: see the file's comment.
+fn paired(rounds: usize, variants: &[(&'static str, Exec)], args: &Value) {
+    const SLICE: u32 = 4000;
+    let time = |exec: &Exec| {
+        let t = Instant::now();
+        for _ in 0..SLICE {
+            std::hint::black_box(poll_ready(exec.run_tool("math:add", args.clone())).unwrap());
+        }
+        t.elapsed().as_nanos() as f64 / f64::from(SLICE)
+    };
+    // A few rounds to warm caches and the exporter up.
+    for _ in 0..10 {
+        variants.iter().for_each(|(_, e)| {
+            time(e);
+        });
+    }
+    let mut per: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); variants.len()];
+    for _ in 0..rounds {
+        for (i, (_, exec)) in variants.iter().enumerate() {
+            per[i].push(time(exec));
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("\n{rounds} rounds of {SLICE} calls per variant");
+    println!("| variant | median | min | median above `off` in a round |");
+    println!("|---|---|---|---|");
+    for (i, (name, _)) in variants.iter().enumerate() {
+        let above: Vec<f64> = per[i].iter().zip(&per[0]).map(|(v, o)| v - o).collect();
+        let min = per[i].iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "| `{name}` | {:.0} ns | {min:.0} ns | {:+.0} ns |",
+            median(per[i].clone()),
+            median(above)
+        );
+    }
 }
 
 criterion_group!(benches, bench);

@@ -1,6 +1,6 @@
 //! OTLP export of finished spans, batched and bounded.
 //!
-//! Finished spans go into a bounded [`SpanQueue`]: a push takes an
+//! Finished spans go into a bounded queue: a push takes an
 //! uncontended lock and wakes nobody until a whole batch is waiting. An
 //! exporter thread with its own single-threaded Tokio runtime (which the
 //! gRPC transport needs) takes the queue every interval, or at once when a

@@ -2,11 +2,13 @@
 //!
 //! Traces, metrics and an audit trail for toolexec, built on `tracing`:
 //!
-//! - **Traces**: the pipeline's `execute_tool` and `chain` spans, the
-//!   gateway's MCP request spans, code executions, sandbox runs, upstream
-//!   requests and searches, exported over OTLP (HTTP/protobuf or gRPC) by a
-//!   bounded exporter that never blocks a call and counts what it drops
-//!   ([`export`]). W3C `traceparent` crosses process boundaries through
+//! - **Traces**: each call's `execute_tool` span (recorded by the call
+//!   tracer, [`Telemetry::call_tracer`], at a fraction of a `tracing`
+//!   span's cost), the pipeline's `chain` spans, the gateway's MCP request
+//!   spans, code executions, sandbox runs, upstream requests and searches,
+//!   exported over OTLP (HTTP/protobuf or gRPC) by a bounded exporter that
+//!   never blocks a call and counts what it drops ([`export`]). W3C
+//!   `traceparent` crosses process boundaries through
 //!   [`toolexec::telemetry`]'s hooks, installed by [`propagate`].
 //! - **Metrics** in Prometheus text ([`Metrics`]): calls by tool,
 //!   namespace, outcome and backend with latency histograms (the tool label
@@ -17,8 +19,8 @@
 //!
 //! Place in the workspace: wired in by the `toolexec` command (and any
 //! embedding) around an [`Exec`](toolexec::Exec); the core only sees its
-//! small [`CallObserver`](toolexec::telemetry::CallObserver) and
-//! propagation hooks.
+//! small [`CallObserver`],
+//! [`CallTracer`](toolexec::telemetry::CallTracer) and propagation hooks.
 //!
 //! ```
 //! use std::sync::Arc;

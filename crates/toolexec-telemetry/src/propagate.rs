@@ -34,15 +34,15 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::export::{Finished, SpanQueue};
 use crate::redact;
 
-/// W3C trace context over OpenTelemetry contexts, with calls' own spans
-/// when exporting.
+/// W3C trace context over OpenTelemetry contexts, including those of the
+/// calls the call tracer records.
 #[derive(Debug, Default)]
 pub struct W3cPropagation {
     propagator: TraceContextPropagator,
-    calls: Option<CallSpans>,
 }
 
-/// What makes and exports calls' own spans.
+/// The [`CallTracer`] of calls' own spans: makes them and queues them for
+/// export.
 #[derive(Debug)]
 pub(crate) struct CallSpans {
     pub(crate) queue: Arc<SpanQueue>,
@@ -52,16 +52,6 @@ pub(crate) struct CallSpans {
     pub(crate) names: Interned,
     /// Record each call's arguments, capped at this many bytes.
     pub(crate) arguments: Option<usize>,
-}
-
-impl W3cPropagation {
-    /// Propagation that also makes each call's span and queues it.
-    pub(crate) fn with_calls(calls: CallSpans) -> Self {
-        W3cPropagation {
-            propagator: TraceContextPropagator::new(),
-            calls: Some(calls),
-        }
-    }
 }
 
 /// How long a thread's pairing of the monotonic clock with the wall clock
@@ -181,10 +171,6 @@ impl Propagation for W3cPropagation {
         let cx = self.propagator.extract(&headers);
         // Fails only for a span already started, which callers do not pass.
         let _ = span.set_parent(cx);
-    }
-
-    fn call_tracer(&self) -> Option<&dyn CallTracer> {
-        self.calls.as_ref().map(|c| c as &dyn CallTracer)
     }
 }
 
@@ -480,13 +466,14 @@ mod tests {
         let queue = processor.queue();
         let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(1.0)));
         assert!(toolexec::telemetry::install_propagation(Box::new(
-            W3cPropagation::with_calls(CallSpans {
-                queue: queue.clone(),
-                root_sampler: Sampler::TraceIdRatioBased(1.0),
-                names: Interned::default(),
-                arguments: Some(64),
-            })
+            W3cPropagation::default()
         )));
+        let tracer: &'static CallSpans = Box::leak(Box::new(CallSpans {
+            queue: queue.clone(),
+            root_sampler: Sampler::TraceIdRatioBased(1.0),
+            names: Interned::default(),
+            arguments: Some(64),
+        }));
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
             .with_sampler(sampler)
@@ -513,7 +500,7 @@ mod tests {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .build()
                 .unwrap();
-            let exec = Exec::builder().build();
+            let exec = Exec::builder().call_tracer(tracer).build();
             let catalog = exec.catalog();
             catalog
                 .tool("t:leaf", "Leaf", |_: Value| async move {

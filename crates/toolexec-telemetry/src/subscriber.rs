@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
-use toolexec::telemetry::{CallObserver, CallRecord};
+use toolexec::telemetry::{CallObserver, CallRecord, CallTracer};
 use tracing_subscriber::filter::{EnvFilter, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -56,15 +56,19 @@ pub struct TelemetryOptions {
 pub struct Telemetry {
     metrics: Option<Arc<Metrics>>,
     observers: Observers,
+    call_tracer: Option<&'static CallSpans>,
     provider: Option<SdkTracerProvider>,
     export: Option<Arc<ExportStats>>,
     audit: Option<Arc<AuditStats>>,
     audit_log: Option<Arc<AuditLog>>,
 }
 
-/// Every span toolexec opens has a target under `toolexec::`.
+/// Every span toolexec opens has a target under `toolexec::`; a call's
+/// is made by the call tracer instead of its `tracing` span.
 fn toolexec_span(meta: &tracing::Metadata<'_>) -> bool {
-    meta.is_span() && meta.target().starts_with("toolexec::")
+    meta.is_span()
+        && meta.target().starts_with("toolexec::")
+        && meta.target() != toolexec::telemetry::CALL_SPAN_TARGET
 }
 
 impl Telemetry {
@@ -153,15 +157,15 @@ impl Telemetry {
             .try_init()
             .map_err(|_| TelemetryError::AlreadyInstalled)?;
         // Calls' own spans record their arguments themselves; without
-        // export the observer records them on the `tracing` span.
-        let span_arguments = match calls {
+        // export the observer records them on the `tracing` span. The
+        // tracer lives as long as the process, as the subscriber does.
+        let (call_tracer, span_arguments) = match calls {
             Some(calls) => {
-                toolexec::telemetry::install_propagation(Box::new(W3cPropagation::with_calls(
-                    calls,
-                )));
-                None
+                toolexec::telemetry::install_propagation(Box::new(W3cPropagation::default()));
+                let tracer: &'static CallSpans = Box::leak(Box::new(calls));
+                (Some(tracer), None)
             }
-            None => options.span_arguments,
+            None => (None, options.span_arguments),
         };
         let mut observers = Observers::default();
         if let Some(m) = &metrics {
@@ -182,6 +186,7 @@ impl Telemetry {
         let telemetry = Telemetry {
             metrics,
             observers,
+            call_tracer,
             provider,
             export,
             audit,
@@ -234,6 +239,15 @@ impl Telemetry {
     pub fn observer(&self) -> Option<Arc<dyn CallObserver>> {
         (!self.observers.is_empty())
             .then(|| Arc::new(self.observers.clone()) as Arc<dyn CallObserver>)
+    }
+
+    /// The tracer to give [`ExecBuilder::call_tracer`] when spans are
+    /// exported: each call's span, without a `tracing` span. An executor
+    /// built without it records no call spans.
+    ///
+    /// [`ExecBuilder::call_tracer`]: toolexec::ExecBuilder::call_tracer
+    pub fn call_tracer(&self) -> Option<&'static dyn CallTracer> {
+        self.call_tracer.map(|t| t as &'static dyn CallTracer)
     }
 
     /// The exporter's counters, when exporting.

@@ -52,6 +52,7 @@ fn a_hung_collector_and_a_full_disk_cost_calls_nothing() {
         .unwrap();
     let exec = Exec::builder()
         .observer(telemetry.observer().unwrap())
+        .call_tracer(telemetry.call_tracer().unwrap())
         .build();
     exec.catalog()
         .tool("demo:echo", "Echoes", |v: serde_json::Value| async move {

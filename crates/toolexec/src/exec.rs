@@ -20,7 +20,7 @@ use crate::quota::Quotas;
 use crate::run::{Pipeline, RunOptions};
 use crate::search::SearchMode;
 use crate::stream::{EventStream, RunResult, STREAM_BUFFER, StreamEvent};
-use crate::telemetry::{CallObserver, CallScope};
+use crate::telemetry::{CallObserver, CallScope, CallTracer};
 
 /// Runs tools from a catalog. Cheap to clone; share one per process.
 ///
@@ -51,6 +51,7 @@ pub struct ExecBuilder {
     skip_input_validation: bool,
     skip_output_validation: bool,
     observer: Option<Arc<dyn CallObserver>>,
+    call_tracer: Option<&'static dyn CallTracer>,
     gate: Gate,
 }
 
@@ -86,6 +87,14 @@ impl ExecBuilder {
         self
     }
 
+    /// Records every call's span with `tracer` (the process's telemetry,
+    /// which lives as long as the process). Without one, a call gets a
+    /// `tracing` span, which costs nothing when no subscriber wants it.
+    pub fn call_tracer(mut self, tracer: &'static dyn CallTracer) -> Self {
+        self.call_tracer = Some(tracer);
+        self
+    }
+
     /// Decides every call, search hit and description by `policy` for the
     /// caller current when it is made
     /// ([`with_caller`](crate::telemetry::with_caller); anonymous when
@@ -111,6 +120,7 @@ impl ExecBuilder {
                 validate_input: !self.skip_input_validation,
                 validate_output: !self.skip_output_validation,
                 observer: self.observer,
+                call_tracer: self.call_tracer,
                 gate: self.gate,
             }),
         }

@@ -81,7 +81,7 @@ impl CallTrace {
 /// visit).
 fn call_span(id: &str, namespace: &str, backend: &str) -> tracing::Span {
     tracing::info_span!(
-        target: "toolexec::call",
+        target: telemetry::CALL_SPAN_TARGET,
         "execute_tool",
         otel.name = %format_args!("execute_tool {id}"),
         gen_ai.operation.name = "execute_tool",
@@ -103,6 +103,8 @@ pub(crate) struct Pipeline {
     pub(crate) validate_input: bool,
     pub(crate) validate_output: bool,
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
+    /// Records call spans in place of `tracing` spans.
+    pub(crate) call_tracer: Option<&'static dyn CallTracer>,
     /// Policy and quotas, checked before a call's input is looked at.
     pub(crate) gate: Gate,
 }
@@ -115,10 +117,10 @@ impl Pipeline {
         opts: &RunOptions,
         events: Option<EventTx>,
     ) -> Result<ToolOutput, Error> {
-        let tracer = telemetry::call_tracer();
+        let tracer = self.call_tracer;
         if self.observer.is_none()
             && tracer.is_none()
-            && !tracing::span_enabled!(target: "toolexec::call", tracing::Level::INFO)
+            && !tracing::span_enabled!(target: telemetry::CALL_SPAN_TARGET, tracing::Level::INFO)
         {
             let entry = self.catalog.resolve(&ToolIdRef::parse(id)?)?;
             let _admission = self.gate.admit(entry.tool())?;
@@ -168,8 +170,9 @@ impl Pipeline {
         // Each arm awaits its own future, so none is moved into a wrapper
         // after it is made.
         let result = match &call.span {
-            CallTrace::Own(span, _) => {
-                telemetry::in_call(*span, self.run_checked(&entry, args, opts, events)).await
+            CallTrace::Own(span, tracer) => {
+                let run = self.run_checked(&entry, args, opts, events);
+                telemetry::in_call(*span, *tracer, run).await
             }
             // A span no subscriber wants is not entered on every poll.
             CallTrace::Tracing(span) if span.is_disabled() => {

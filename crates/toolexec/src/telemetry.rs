@@ -1,14 +1,15 @@
 //! Observability hooks: a [`CallObserver`] told of every finished call
-//! (metrics, audit), the [`Caller`] a call is made for, and W3C trace
-//! context ([`TraceContext`]) propagated through a [`Propagation`] the
-//! process installs once. With nothing installed each hook costs a branch.
+//! (metrics, audit), a [`CallTracer`] that records each call's span, the
+//! [`Caller`] a call is made for, and W3C trace context ([`TraceContext`])
+//! propagated through a [`Propagation`] the process installs once. With
+//! nothing installed each hook costs a branch.
 //!
 //! Each call gets a span (`execute_tool`, with OpenTelemetry GenAI
-//! attribute names): a [`CallSpan`] the installed [`Propagation`] records
-//! itself when it [offers one](Propagation::start_call) (a `tracing` span
-//! costs microseconds per call through a full subscriber), otherwise a
-//! `tracing` span, which a subscriber that does not want it pays nothing
-//! for. Chain steps get `tracing` spans.
+//! attribute names): a [`CallSpan`] when the executor has a [`CallTracer`]
+//! (a `tracing` span costs microseconds per call through a full
+//! subscriber), otherwise a `tracing` span (target [`CALL_SPAN_TARGET`]),
+//! which a subscriber that does not want it pays nothing for. Chain steps
+//! get `tracing` spans.
 
 use std::cell::Cell;
 use std::fmt;
@@ -65,6 +66,12 @@ pub trait CallObserver: Send + Sync + fmt::Debug {
     /// One finished call.
     fn call_finished(&self, call: &CallRecord<'_>);
 }
+
+/// The target of the `execute_tool` span the pipeline opens for a call
+/// when its executor has no [`CallTracer`]; a subscriber that records call
+/// spans through a tracer leaves it out, so an executor without one pays
+/// nothing.
+pub const CALL_SPAN_TARGET: &str = "toolexec::call::tool";
 
 /// Longest client-supplied text (a client's name, a URI) put in a span or
 /// a [`Caller`]: longer text is cut, so a client cannot make telemetry
@@ -211,7 +218,7 @@ pub fn current_caller() -> Option<Arc<Caller>> {
 #[derive(Debug, Clone)]
 pub struct CallScope {
     span: tracing::Span,
-    call: Option<CallSpan>,
+    call: Option<Traced>,
     caller: Option<Arc<Caller>>,
 }
 
@@ -236,10 +243,11 @@ impl CallScope {
         match (self.call, self.caller.clone()) {
             (None, None) => Box::pin(fut.instrument(span)),
             (None, Some(caller)) => Box::pin(with_caller(caller, fut.instrument(span))),
-            (Some(call), None) => Box::pin(in_call(call, fut).instrument(span)),
-            (Some(call), Some(caller)) => {
-                Box::pin(with_caller(caller, in_call(call, fut).instrument(span)))
-            }
+            (Some((call, tracer)), None) => Box::pin(in_call(call, tracer, fut).instrument(span)),
+            (Some((call, tracer)), Some(caller)) => Box::pin(with_caller(
+                caller,
+                in_call(call, tracer, fut).instrument(span),
+            )),
         }
     }
 }
@@ -342,25 +350,20 @@ fn parse_traceparent(s: &str) -> Option<(&str, &str)> {
 }
 
 /// Connects spans to a trace system: what the process's telemetry installs
-/// with [`install_propagation`]. It carries trace context across process
-/// boundaries, and may record each call's span itself through a
-/// [`CallTracer`], at a fraction of a `tracing` span's cost.
+/// with [`install_propagation`], so trace context crosses process
+/// boundaries.
 pub trait Propagation: Send + Sync {
     /// The current span's context, to send with an outgoing request.
     fn current(&self) -> Option<TraceContext>;
     /// Makes `span` a child of the remote `parent` (an incoming request's).
     fn set_parent(&self, span: &tracing::Span, parent: &TraceContext);
-
-    /// What records calls' spans; `None` (the default) to have the pipeline
-    /// open a `tracing` span per call instead.
-    fn call_tracer(&self) -> Option<&dyn CallTracer> {
-        None
-    }
 }
 
-/// Records the pipeline's call spans directly: start, entry and exit
-/// around every poll of the call's future, end.
-pub trait CallTracer: Send + Sync {
+/// Records the pipeline's call spans directly, at a fraction of a `tracing`
+/// span's cost: start, entry and exit around every poll of the call's
+/// future, end. Given to an executor with
+/// [`ExecBuilder::call_tracer`](crate::ExecBuilder::call_tracer).
+pub trait CallTracer: Send + Sync + fmt::Debug {
     /// Starts the span of a call that started at `start`, a child of the
     /// current span.
     fn start_call(&self, start: Instant) -> CallSpan;
@@ -406,23 +409,25 @@ pub struct CallSpan {
     pub start: SystemTime,
 }
 
+/// A call span and what records it.
+type Traced = (CallSpan, &'static dyn CallTracer);
+
 thread_local! {
     /// The call span entered on this thread, for [`CallScope::capture`].
-    static CURRENT_CALL: Cell<Option<CallSpan>> = const { Cell::new(None) };
+    static CURRENT_CALL: Cell<Option<Traced>> = const { Cell::new(None) };
 }
 
-fn current_call() -> Option<CallSpan> {
+fn current_call() -> Option<Traced> {
     CURRENT_CALL.get()
 }
 
-/// The installed propagation's call tracer.
-pub(crate) fn call_tracer() -> Option<&'static dyn CallTracer> {
-    PROPAGATION.get()?.call_tracer()
-}
-
 /// `fut` with `call` entered around every poll.
-pub(crate) fn in_call<F: Future>(call: CallSpan, fut: F) -> InCall<F> {
-    InCall { call, fut }
+pub(crate) fn in_call<F: Future>(
+    call: CallSpan,
+    tracer: &'static dyn CallTracer,
+    fut: F,
+) -> InCall<F> {
+    InCall { call, tracer, fut }
 }
 
 /// Leaves an entered call span, even when the inner future panics (the
@@ -430,7 +435,7 @@ pub(crate) fn in_call<F: Future>(call: CallSpan, fut: F) -> InCall<F> {
 struct Exit<'a> {
     tracer: &'a dyn CallTracer,
     call: &'a CallSpan,
-    outer: Option<CallSpan>,
+    outer: Option<Traced>,
 }
 
 impl Drop for Exit<'_> {
@@ -444,6 +449,7 @@ pin_project_lite::pin_project! {
     /// A future run inside a [`CallSpan`]: see [`in_call`].
     pub(crate) struct InCall<F> {
         call: CallSpan,
+        tracer: &'static dyn CallTracer,
         #[pin]
         fut: F,
     }
@@ -454,14 +460,12 @@ impl<F: Future> Future for InCall<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let Some(tracer) = call_tracer() else {
-            return this.fut.poll(cx);
-        };
+        let tracer = *this.tracer;
         tracer.enter_call(this.call);
         let _exit = Exit {
             tracer,
             call: this.call,
-            outer: CURRENT_CALL.replace(Some(*this.call)),
+            outer: CURRENT_CALL.replace(Some((*this.call, tracer))),
         };
         this.fut.poll(cx)
     }
