@@ -328,6 +328,65 @@ fn spans_export_over_grpc() {
     assert_eq!(span["service"], "toolexec");
 }
 
+/// `[telemetry] headers` reach the collector on every export (the key from
+/// a secret source), and `sampling_ratio` decides for new traces only: at
+/// 0, a request without `traceparent` and one whose client did not sample
+/// export nothing, while a client's sampled trace is exported whole (its
+/// request span and the call's own span).
+#[test]
+fn otlp_headers_and_sampling_ratio_apply() {
+    let test = "otlp_headers_and_sampling_ratio_apply";
+    let Some(python) = dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let dir = TempDir::new("otlp-sampling");
+    let spans = dir.path().join("spans.jsonl");
+    let mut receiver = Background::spawn(
+        std::process::Command::new(&python)
+            .args([RECEIVER, spans.to_str().unwrap()])
+            .env("HEADER", "x-api-key"),
+    );
+    let port = receiver.wait_stdout_line("listening ");
+    std::fs::write(
+        dir.path().join("toolexec.toml"),
+        format!(
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\nsampling_ratio = 0.0\n\
+             headers = {{ \"x-api-key\" = {{ env = \"OTLP_KEY\" }} }}\n"
+        ),
+    )
+    .unwrap();
+    let mut session = StdioSession::start(
+        toolexec(dir.path(), &["serve", "--expose", "both"]).env("OTLP_KEY", "k3y-from-env"),
+    );
+    let unsampled = "11111111111111111111111111111111";
+    for (id, traceparent) in [
+        (1, None),
+        (2, Some(format!("00-{unsampled}-{CLIENT_SPAN}-00"))),
+        (3, Some(format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"))),
+    ] {
+        let mut params = json!({"name": "math__add", "arguments": {"a": 1, "b": 2}});
+        if let Some(t) = traceparent {
+            params["_meta"] = json!({ "traceparent": t });
+        }
+        let r = session.request(id, "tools/call", params);
+        assert_eq!(r["result"]["isError"], false, "{r}\n{}", session.stderr());
+    }
+    assert!(session.finish().success(), "{}", session.stderr());
+    let all = lines(&spans);
+    assert!(
+        all.iter().any(|s| s["name"] == "execute_tool math:add"),
+        "the sampled trace's call span is missing: {all:#?}\n{}",
+        receiver.output()
+    );
+    for span in &all {
+        assert_eq!(
+            span["trace_id"], CLIENT_TRACE,
+            "only the sampled trace: {all:#?}"
+        );
+        assert_eq!(span["header"], "k3y-from-env", "{span}");
+    }
+}
+
 /// A collector that is down (nothing listens) costs a call nothing: `run`
 /// answers and exits 0; the lost spans are reported on stderr, as JSON
 /// lines with `--log-format json`.
