@@ -47,9 +47,14 @@ pub struct OtlpOptions {
     pub protocol: OtlpProtocol,
     /// Extra request headers (or gRPC metadata), such as an API key.
     pub headers: BTreeMap<String, String>,
-    /// Fraction of new traces sampled (0 to 1); a sampled parent's
-    /// decision is followed.
+    /// Fraction of new traces sampled (0 to 1); a parent's decision is
+    /// followed (a remote parent's only when `trust_remote_sampling`).
     pub sampling_ratio: f64,
+    /// Follow the sampled flag of an incoming `traceparent` (a client's,
+    /// or a caller process's). When false, a continued trace is sampled
+    /// by `sampling_ratio` like a new one (its trace id kept), so a client
+    /// cannot make every one of its requests exported.
+    pub trust_remote_sampling: bool,
     /// `service.name` of the resource.
     pub service_name: String,
     /// Spans waiting for export before new ones are dropped.
@@ -63,7 +68,8 @@ pub struct OtlpOptions {
 }
 
 impl OtlpOptions {
-    /// Defaults for `endpoint`: HTTP/protobuf, every trace sampled, queue
+    /// Defaults for `endpoint`: HTTP/protobuf, every trace sampled (remote
+    /// decisions followed), queue
     /// 4,096, batches of 512 every second, 5 s per export.
     pub fn new(endpoint: impl Into<String>) -> Self {
         OtlpOptions {
@@ -71,6 +77,7 @@ impl OtlpOptions {
             protocol: OtlpProtocol::HttpProtobuf,
             headers: BTreeMap::new(),
             sampling_ratio: 1.0,
+            trust_remote_sampling: true,
             service_name: "toolexec".into(),
             queue: 4096,
             batch: 512,

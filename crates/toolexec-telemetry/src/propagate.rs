@@ -49,6 +49,8 @@ pub(crate) struct CallSpans {
     /// Decides for a call that starts a trace (the parent-based part of
     /// the process's sampler is applied here: a child follows its parent).
     pub(crate) root_sampler: Sampler,
+    /// Follow a remote parent's decision (else decide as for a root).
+    pub(crate) trust_remote: bool,
     pub(crate) names: Interned,
     /// Record each call's arguments, capped at this many bytes.
     pub(crate) arguments: Option<usize>,
@@ -192,32 +194,41 @@ impl CallTracer for CallSpans {
                 start,
             };
         }
+        let root = |trace_id| {
+            let sampling = self.root_sampler.should_sample(
+                None,
+                trace_id,
+                "execute_tool",
+                &SpanKind::Internal,
+                &[],
+                &[],
+            );
+            sampling.decision == SamplingDecision::RecordAndSample
+        };
         if parent.is_valid() {
-            // Parent-based sampling: a child follows its parent.
+            // Parent-based sampling: a child follows its parent (a remote
+            // one only when trusted).
+            let sampled = if parent.is_remote() && !self.trust_remote {
+                root(parent.trace_id())
+            } else {
+                parent.is_sampled()
+            };
             return CallSpan {
                 trace_id: u128::from_be_bytes(parent.trace_id().to_bytes()),
                 span_id,
                 parent_span_id: u64::from_be_bytes(parent.span_id().to_bytes()),
                 parent_remote: parent.is_remote(),
-                sampled: parent.is_sampled(),
+                sampled,
                 start,
             };
         }
         let trace_id = ids.new_trace_id();
-        let sampling = self.root_sampler.should_sample(
-            None,
-            trace_id,
-            "execute_tool",
-            &SpanKind::Internal,
-            &[],
-            &[],
-        );
         CallSpan {
             trace_id: u128::from_be_bytes(trace_id.to_bytes()),
             span_id,
             parent_span_id: 0,
             parent_remote: false,
-            sampled: sampling.decision == SamplingDecision::RecordAndSample,
+            sampled: root(trace_id),
             start,
         }
     }
@@ -471,6 +482,7 @@ mod tests {
         let tracer: &'static CallSpans = Box::leak(Box::new(CallSpans {
             queue: queue.clone(),
             root_sampler: Sampler::TraceIdRatioBased(1.0),
+            trust_remote: true,
             names: Interned::default(),
             arguments: Some(64),
         }));

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::{ParentBasedSampler, Sampler, SdkTracerProvider};
 use toolexec::telemetry::{CallObserver, CallRecord, CallTracer};
 use tracing_subscriber::filter::{EnvFilter, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
@@ -118,15 +118,22 @@ impl Telemetry {
             Some(otlp) => {
                 let (processor, stats) = BoundedProcessor::start(otlp)?;
                 let root = Sampler::TraceIdRatioBased(otlp.sampling_ratio);
+                let mut sampler = ParentBasedSampler::new(root.clone());
+                if !otlp.trust_remote_sampling {
+                    sampler = sampler
+                        .with_remote_parent_sampled(root.clone())
+                        .with_remote_parent_not_sampled(root.clone());
+                }
                 let calls = CallSpans {
                     queue: processor.queue(),
-                    root_sampler: root.clone(),
+                    root_sampler: root,
+                    trust_remote: otlp.trust_remote_sampling,
                     names: Default::default(),
                     arguments: options.span_arguments,
                 };
                 let provider = SdkTracerProvider::builder()
                     .with_span_processor(processor)
-                    .with_sampler(Sampler::ParentBased(Box::new(root)))
+                    .with_sampler(sampler)
                     .with_resource(otlp.resource())
                     .build();
                 (Some(provider), Some(stats), Some(calls))

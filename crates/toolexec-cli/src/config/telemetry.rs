@@ -20,6 +20,7 @@ pub(super) struct TelemetryTable {
     #[serde(default)]
     headers: BTreeMap<String, SecretSource>,
     sampling_ratio: Option<f64>,
+    trust_remote_sampling: Option<bool>,
     service_name: Option<String>,
     export_timeout_ms: Option<u64>,
     queue: Option<usize>,
@@ -73,10 +74,11 @@ impl TelemetryTable {
                 if self.protocol.is_some()
                     || !self.headers.is_empty()
                     || self.sampling_ratio.is_some()
+                    || self.trust_remote_sampling.is_some()
                 {
                     return Err(Fault::new(
                         "telemetry.otlp_endpoint",
-                        "protocol, headers and sampling_ratio need otlp_endpoint",
+                        "protocol, headers, sampling_ratio and trust_remote_sampling need otlp_endpoint",
                     ));
                 }
                 None
@@ -90,6 +92,9 @@ impl TelemetryTable {
                 }
                 if let Some(r) = self.sampling_ratio {
                     o.sampling_ratio = r;
+                }
+                if let Some(trust) = self.trust_remote_sampling {
+                    o.trust_remote_sampling = trust;
                 }
                 if let Some(s) = self.service_name {
                     o.service_name = s;

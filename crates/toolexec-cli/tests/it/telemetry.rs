@@ -328,17 +328,16 @@ fn spans_export_over_grpc() {
     assert_eq!(span["service"], "toolexec");
 }
 
-/// `[telemetry] headers` reach the collector on every export (the key from
-/// a secret source), and `sampling_ratio` decides for new traces only: at
-/// 0, a request without `traceparent` and one whose client did not sample
-/// export nothing, while a client's sampled trace is exported whole (its
-/// request span and the call's own span).
-#[test]
-fn otlp_headers_and_sampling_ratio_apply() {
-    let test = "otlp_headers_and_sampling_ratio_apply";
-    let Some(python) = dep(test, "TOOLEXEC_PYTHON") else {
-        return;
-    };
+/// A client's trace that it did not sample.
+const UNSAMPLED_TRACE: &str = "11111111111111111111111111111111";
+
+/// `serve` with `telemetry` (TOML under `[telemetry]`, the endpoint added)
+/// answers three `tools/call`: one without `traceparent`, one in
+/// [`UNSAMPLED_TRACE`] (flag 00), one in [`CLIENT_TRACE`] (flag 01). The
+/// spans the collector got, each with its `x-api-key` header; `None` when
+/// Python is missing (the test is skipped).
+fn three_traces(test: &str, telemetry: &str) -> Option<Vec<Value>> {
+    let python = dep(test, "TOOLEXEC_PYTHON")?;
     let dir = TempDir::new("otlp-sampling");
     let spans = dir.path().join("spans.jsonl");
     let mut receiver = Background::spawn(
@@ -349,19 +348,15 @@ fn otlp_headers_and_sampling_ratio_apply() {
     let port = receiver.wait_stdout_line("listening ");
     std::fs::write(
         dir.path().join("toolexec.toml"),
-        format!(
-            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\nsampling_ratio = 0.0\n\
-             headers = {{ \"x-api-key\" = {{ env = \"OTLP_KEY\" }} }}\n"
-        ),
+        format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n{telemetry}"),
     )
     .unwrap();
     let mut session = StdioSession::start(
         toolexec(dir.path(), &["serve", "--expose", "both"]).env("OTLP_KEY", "k3y-from-env"),
     );
-    let unsampled = "11111111111111111111111111111111";
     for (id, traceparent) in [
         (1, None),
-        (2, Some(format!("00-{unsampled}-{CLIENT_SPAN}-00"))),
+        (2, Some(format!("00-{UNSAMPLED_TRACE}-{CLIENT_SPAN}-00"))),
         (3, Some(format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"))),
     ] {
         let mut params = json!({"name": "math__add", "arguments": {"a": 1, "b": 2}});
@@ -373,11 +368,34 @@ fn otlp_headers_and_sampling_ratio_apply() {
     }
     assert!(session.finish().success(), "{}", session.stderr());
     let all = lines(&spans);
-    assert!(
-        all.iter().any(|s| s["name"] == "execute_tool math:add"),
-        "the sampled trace's call span is missing: {all:#?}\n{}",
-        receiver.output()
-    );
+    assert!(!all.is_empty(), "nothing exported: {}", receiver.output());
+    Some(all)
+}
+
+/// The trace ids of `spans` that have a call span, each once.
+fn traces_with_calls(spans: &[Value]) -> Vec<&str> {
+    let mut ids: Vec<&str> = spans
+        .iter()
+        .filter(|s| s["name"] == "execute_tool math:add")
+        .map(|s| s["trace_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// `[telemetry] headers` reach the collector on every export (the key from
+/// a secret source), and `sampling_ratio` decides for new traces only: at
+/// 0, a request without `traceparent` and one whose client did not sample
+/// export nothing, while a client's sampled trace is exported whole (its
+/// request span and the call's own span).
+#[test]
+fn otlp_headers_and_sampling_ratio_apply() {
+    let config = "sampling_ratio = 0.0\nheaders = { \"x-api-key\" = { env = \"OTLP_KEY\" } }\n";
+    let Some(all) = three_traces("otlp_headers_and_sampling_ratio_apply", config) else {
+        return;
+    };
+    assert_eq!(traces_with_calls(&all), [CLIENT_TRACE], "{all:#?}");
     for span in &all {
         assert_eq!(
             span["trace_id"], CLIENT_TRACE,
@@ -385,6 +403,23 @@ fn otlp_headers_and_sampling_ratio_apply() {
         );
         assert_eq!(span["header"], "k3y-from-env", "{span}");
     }
+}
+
+/// `trust_remote_sampling = false`: a client's sampled flag decides
+/// nothing. At ratio 1 every trace is exported, the one its client did not
+/// sample too, each keeping its trace id.
+#[test]
+fn remote_sampling_flags_can_be_ignored() {
+    let config = "sampling_ratio = 1.0\ntrust_remote_sampling = false\n";
+    let Some(all) = three_traces("remote_sampling_flags_can_be_ignored", config) else {
+        return;
+    };
+    let traces = traces_with_calls(&all);
+    assert_eq!(traces.len(), 3, "{all:#?}");
+    assert!(
+        traces.contains(&UNSAMPLED_TRACE) && traces.contains(&CLIENT_TRACE),
+        "{traces:?}"
+    );
 }
 
 /// A collector that is down (nothing listens) costs a call nothing: `run`
