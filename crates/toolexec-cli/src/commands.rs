@@ -277,15 +277,11 @@ async fn build_exec(
         None
     };
     attach_model(&catalog, &config.search)?;
-    let mut exec = Exec::builder()
-        .catalog(catalog)
-        .limits(config.limits.clone());
-    if let Some(observer) = telemetry.observer() {
-        exec = exec.observer(observer);
-    }
-    if let Some(tracer) = telemetry.call_tracer() {
-        exec = exec.call_tracer(tracer);
-    }
+    let mut exec = telemetry.instrument(
+        Exec::builder()
+            .catalog(catalog)
+            .limits(config.limits.clone()),
+    );
     if let Some((policy, quotas)) = gate {
         if let Some(policy) = policy {
             exec = exec.policy(policy);

@@ -215,7 +215,10 @@ impl CallObserver for AuditLog {
             outcome: call.error.map_or("ok", |e| e.code().as_str()),
             limit,
             duration_ms: call.duration.as_secs_f64() * 1e3,
-            trace_id: current_trace().map(|t| t.trace_id().to_owned()),
+            trace_id: match call.trace_id {
+                Some(id) => Some(format!("{id:032x}")),
+                None => current_trace().map(|t| t.trace_id().to_owned()),
+            },
         };
         let Ok(mut line) = serde_json::to_vec(&entry) else {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
@@ -436,6 +439,7 @@ mod tests {
                 validation: Duration::ZERO,
                 duration: Duration::from_millis(1),
                 caller: None,
+                trace_id: None,
             });
         }
         log.flush(Duration::from_secs(10));

@@ -46,6 +46,7 @@ mod listener;
 pub mod metrics;
 pub mod propagate;
 pub mod redact;
+mod sampling;
 mod span_metrics;
 mod subscriber;
 

@@ -315,11 +315,19 @@ impl Metrics {
 
 impl CallObserver for Metrics {
     fn call_finished(&self, call: &CallRecord<'_>) {
-        // The common case under the read lock, without touching the Arc.
-        if let Some(series) = self.tools.read().by_tool.get(call.tool) {
-            return self.count(series, call);
-        }
-        let series = self.new_tool_series(call);
+        let found = {
+            let tools = self.tools.read();
+            match tools.by_tool.get(call.tool) {
+                // The common case, under the read lock without touching
+                // the Arc: two atomics.
+                Some(series) if call.error.is_none() => return self.count(series, call),
+                // A failure takes the family's lock and allocates labels:
+                // not while holding this one.
+                Some(series) => Some(series.clone()),
+                None => None,
+            }
+        };
+        let series = found.unwrap_or_else(|| self.new_tool_series(call));
         self.count(&series, call);
     }
 }
@@ -436,6 +444,7 @@ mod tests {
             validation: Duration::ZERO,
             duration: Duration::from_micros(5),
             caller: None,
+            trace_id: None,
         }
     }
 

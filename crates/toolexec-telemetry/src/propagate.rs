@@ -1,15 +1,19 @@
 //! W3C trace context between spans and the wire, and each call's own span:
 //! the [`Propagation`] that [`Telemetry`](crate::Telemetry) installs, so
-//! the gateway can continue an incoming trace, backends can pass it on, and
-//! the pipeline's `execute_tool` spans cost a fraction of a `tracing` span.
+//! the gateway can continue an incoming trace and backends can pass it on,
+//! and the call tracer ([`Telemetry::call_tracer`](crate::Telemetry::call_tracer)),
+//! whose `execute_tool` spans cost a fraction of a `tracing` span.
 //!
-//! A call's span is made here directly as OpenTelemetry [`SpanData`]: ids
-//! from the SDK's generator, the sampler's decision, a start time, and at
-//! the end one `SpanData` pushed onto the export queue. While the call's
-//! future is polled its context is the current OpenTelemetry context, which
-//! the `tracing-opentelemetry` layer (with context activation, its default)
-//! takes as the parent of every span the call opens; `tracing` spans
-//! entered inside it stack on top the same way.
+//! A call's span is made here directly: ids from the SDK's random id
+//! generator, the sampling decision (a child follows its parent; a new
+//! trace is sampled by the ratio), a start time, and at the end one small
+//! record pushed onto the export queue, which the exporter thread turns
+//! into [`SpanData`]. While the call is entered, its context becomes the
+//! current OpenTelemetry context only when something needs it
+//! (`materialize`): a span opened under it (through a `CallContext` layer
+//! placed before the `tracing-opentelemetry` layer, which takes the
+//! current context as a new span's parent) or an outgoing request. Spans
+//! entered inside the call stack on top of it as usual.
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
@@ -33,6 +37,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::export::{Finished, SpanQueue};
 use crate::redact;
+use crate::sampling::KeyedRatio;
 
 /// W3C trace context over OpenTelemetry contexts, including those of the
 /// calls the call tracer records.
@@ -49,8 +54,9 @@ pub(crate) struct CallSpans {
     /// Decides for a call that starts a trace (the parent-based part of
     /// the process's sampler is applied here: a child follows its parent).
     pub(crate) root_sampler: Sampler,
-    /// Follow a remote parent's decision (else decide as for a root).
-    pub(crate) trust_remote: bool,
+    /// Decides for a call whose parent is in another process when that
+    /// process's decision is not trusted; `None` to follow it.
+    pub(crate) remote_sampler: Option<KeyedRatio>,
     pub(crate) names: Interned,
     /// Record each call's arguments, capped at this many bytes.
     pub(crate) arguments: Option<usize>,
@@ -109,18 +115,23 @@ fn current_span_id() -> SpanId {
 /// OpenTelemetry span, `current`, is the one it was entered under) and its
 /// context is not the current context yet.
 fn pending_call_under(current: SpanId) -> Option<CallSpan> {
-    ENTERED.with(|e| {
-        let e = e.borrow();
-        let top = e.last()?;
-        (top.guard.is_none() && current == top.under).then_some(top.call)
-    })
+    // `try_with`: a thread's locals may be gone while its other
+    // destructors still open spans.
+    ENTERED
+        .try_with(|e| {
+            let e = e.borrow();
+            let top = e.last()?;
+            (top.guard.is_none() && current == top.under).then_some(top.call)
+        })
+        .ok()
+        .flatten()
 }
 
 /// Makes the innermost entered call's context the current OpenTelemetry
 /// context if it is the current span: what a child span or an outgoing
 /// request needs. Until then a call costs no context of its own.
 pub(crate) fn materialize() {
-    ENTERED.with(|e| {
+    let _ = ENTERED.try_with(|e| {
         let mut e = e.borrow_mut();
         let Some(top) = e.last_mut() else { return };
         if top.guard.is_none() && current_span_id() == top.under {
@@ -208,10 +219,9 @@ impl CallTracer for CallSpans {
         if parent.is_valid() {
             // Parent-based sampling: a child follows its parent (a remote
             // one only when trusted).
-            let sampled = if parent.is_remote() && !self.trust_remote {
-                root(parent.trace_id())
-            } else {
-                parent.is_sampled()
+            let sampled = match &self.remote_sampler {
+                Some(remote) if parent.is_remote() => remote.sampled(parent.trace_id()),
+                _ => parent.is_sampled(),
             };
             return CallSpan {
                 trace_id: u128::from_be_bytes(parent.trace_id().to_bytes()),
@@ -241,14 +251,35 @@ impl CallTracer for CallSpans {
             under: current_span_id(),
             guard: None,
         };
-        ENTERED.with(|e| e.borrow_mut().push(entered));
+        let _ = ENTERED.try_with(|e| e.borrow_mut().push(entered));
     }
 
-    fn exit_call(&self, _call: &CallSpan) {
+    fn exit_call(&self, call: &CallSpan) {
         // Dropped outside the borrow: dropping a guard touches only
         // OpenTelemetry's own context stack.
-        let entered = ENTERED.with(|e| e.borrow_mut().pop());
+        let entered = ENTERED.try_with(|e| e.borrow_mut().pop()).ok().flatten();
+        debug_assert!(
+            entered
+                .as_ref()
+                .is_none_or(|e| e.call.span_id == call.span_id),
+            "exit_call out of order"
+        );
         drop(entered);
+    }
+
+    fn is_current(&self, call: &CallSpan) -> bool {
+        let current = current_span_id();
+        ENTERED
+            .try_with(|e| {
+                e.borrow().last().is_some_and(|top| {
+                    top.call.span_id == call.span_id
+                        && match top.guard {
+                            None => current == top.under,
+                            Some(_) => current == SpanId::from(call.span_id),
+                        }
+                })
+            })
+            .unwrap_or(false)
     }
 
     fn wants_arguments(&self) -> bool {
@@ -323,31 +354,43 @@ impl ToolNames {
     }
 }
 
-/// [`ToolNames`] by tool id, so ending a call's span allocates nothing for
-/// a tool seen before. Keys are catalog ids (an id that did not resolve
-/// arrives as `unknown`); the first [`Interned::MAX`] tools' names are
-/// kept for the life of the process (a few hundred kilobytes at most),
-/// later ones are made per span.
+/// [`ToolNames`] by tool id and backend, so ending a call's span
+/// allocates nothing for a tool seen before. Keys are catalog ids (an id
+/// that did not resolve arrives as `unknown`); the first [`Interned::MAX`]
+/// (id, backend) pairs are kept for the life of the process (ids are at
+/// most a few hundred bytes: about 2 MB at most), later ones are made per
+/// span.
 #[derive(Debug, Default)]
 pub(crate) struct Interned {
-    names: RwLock<HashMap<&'static str, &'static KeptNames, foldhash::fast::RandomState>>,
+    names: RwLock<InternedMap>,
+}
+
+#[derive(Debug, Default)]
+struct InternedMap {
+    /// The backends a tool id was seen with (nearly always one).
+    by_tool: HashMap<&'static str, Vec<&'static KeptNames>, foldhash::fast::RandomState>,
+    kept: usize,
+}
+
+impl InternedMap {
+    fn get(&self, tool: &str, backend: &str) -> Option<&'static KeptNames> {
+        let kept = self.by_tool.get(tool)?;
+        kept.iter().copied().find(|k| k.backend == backend)
+    }
 }
 
 impl Interned {
     const MAX: usize = 4096;
 
     fn get(&self, record: &CallRecord<'_>) -> ToolNames {
-        let kept = |k: &&&'static KeptNames| k.backend == record.backend;
-        if let Some(&k) = self.names.read().get(record.tool).filter(kept) {
+        if let Some(k) = self.names.read().get(record.tool, record.backend) {
             return ToolNames::Kept(k);
         }
         let mut map = self.names.write();
-        if let Some(&k) = map.get(record.tool).filter(kept) {
+        if let Some(k) = map.get(record.tool, record.backend) {
             return ToolNames::Kept(k);
         }
-        // A tool id seen with another backend (re-registered) is made per
-        // span rather than kept again.
-        if map.len() >= Self::MAX || map.contains_key(record.tool) {
+        if map.kept >= Self::MAX {
             return ToolNames::Owned(Box::new((
                 record.tool.to_owned(),
                 record.namespace.to_owned(),
@@ -360,7 +403,8 @@ impl Interned {
             namespace: leak(record.namespace),
             backend: leak(record.backend),
         }));
-        map.insert(k.tool, k);
+        map.by_tool.entry(k.tool).or_default().push(k);
+        map.kept += 1;
         ToolNames::Kept(k)
     }
 }
@@ -482,7 +526,7 @@ mod tests {
         let tracer: &'static CallSpans = Box::leak(Box::new(CallSpans {
             queue: queue.clone(),
             root_sampler: Sampler::TraceIdRatioBased(1.0),
-            trust_remote: true,
+            remote_sampler: None,
             names: Interned::default(),
             arguments: Some(64),
         }));
@@ -510,6 +554,7 @@ mod tests {
         };
         tracing::subscriber::with_default(subscriber, || {
             let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
                 .build()
                 .unwrap();
             let exec = Exec::builder().call_tracer(tracer).build();
@@ -555,6 +600,37 @@ mod tests {
                     },
                 )
                 .unwrap();
+            let n = note.clone();
+            catalog
+                .tool(
+                    "t:span_scope",
+                    "Runs work elsewhere in a span's scope",
+                    move |_: Value| {
+                        let n = n.clone();
+                        async move {
+                            // Captured inside a span opened in the call:
+                            // the work belongs to that span.
+                            let span = tracing::info_span!(target: "toolexec::test", "inner");
+                            let scope = span.in_scope(toolexec::telemetry::CallScope::capture);
+                            std::thread::spawn(move || {
+                                let runtime = tokio::runtime::Builder::new_current_thread()
+                                    .build()
+                                    .unwrap();
+                                runtime.block_on(scope.bind(async move { n("in span scope") }));
+                            })
+                            .join()
+                            .unwrap();
+                            Ok::<_, ToolError>(json!({}))
+                        }
+                    },
+                )
+                .unwrap();
+            catalog
+                .tool("t:hang", "Never answers", |_: Value| async move {
+                    std::future::pending::<()>().await;
+                    Ok::<_, ToolError>(json!({}))
+                })
+                .unwrap();
             let inner = exec.clone();
             catalog
                 .tool("t:outer", "Calls t:leaf", move |_: Value| {
@@ -598,9 +674,13 @@ mod tests {
             );
             runtime.block_on(async {
                 let _in_root = root.enter();
-                for tool in ["t:spans", "t:outer", "t:scoped"] {
+                for tool in ["t:spans", "t:outer", "t:scoped", "t:span_scope"] {
                     exec.run_tool(tool, json!({})).await.unwrap();
                 }
+                // Dropped by its caller before it ends.
+                let hang = exec.run_tool("t:hang", json!({}));
+                let gone = tokio::time::timeout(Duration::from_millis(20), hang).await;
+                assert!(gone.is_err());
                 let args = json!({"api_token": "s3cret", "text": "x".repeat(100)});
                 exec.run_tool("t:enters", args).await.unwrap();
             });
@@ -641,6 +721,9 @@ mod tests {
         let leaf = find("execute_tool t:leaf");
         let enters = find("execute_tool t:enters");
         let scoped = find("execute_tool t:scoped");
+        let span_scope = find("execute_tool t:span_scope");
+        let inner = find("inner");
+        let hang = find("execute_tool t:hang");
         let early = find("early");
         let id = |s: &SpanData| s.span_context.span_id();
         for s in [root, spans_call, child, outer, leaf, enters] {
@@ -691,8 +774,14 @@ mod tests {
         };
         assert_eq!(sent("in call", 0), parent(ROOT_TRACE, spans_call, "01"));
         assert_eq!(sent("in child", 0), parent(ROOT_TRACE, child, "01"));
-        // Work bound to the call's scope on another thread is in the call.
+        // Work bound to the call's scope on another thread is in the call;
+        // bound to a span's scope inside the call, in that span.
         assert_eq!(sent("in scope", 0), parent(ROOT_TRACE, scoped, "01"));
+        assert_eq!(inner.parent_span_id, id(span_scope));
+        assert_eq!(sent("in span scope", 0), parent(ROOT_TRACE, inner, "01"));
+        // A call dropped mid-flight still ends its span, as cancelled.
+        assert_eq!(hang.parent_span_id, id(root));
+        assert_eq!(attribute(hang, "error.type").as_deref(), Some("cancelled"));
         assert_eq!(
             sent("in early", 0),
             parent(&early.span_context.trace_id().to_string(), early, "01")
@@ -711,6 +800,6 @@ mod tests {
             ),
             "{spans:#?}"
         );
-        assert_eq!(spans.len(), 8, "{spans:#?}");
+        assert_eq!(spans.len(), 11, "{spans:#?}");
     }
 }

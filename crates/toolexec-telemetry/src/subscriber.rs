@@ -18,6 +18,7 @@ use crate::audit::{AuditLog, AuditOptions, AuditStats};
 use crate::export::{BoundedProcessor, ExportStats, OtlpOptions, SCOPE};
 use crate::metrics::{Metrics, MetricsOptions};
 use crate::propagate::{CallContext, CallSpans, W3cPropagation};
+use crate::sampling::KeyedRatio;
 use crate::span_metrics::{SpanMetrics, measured};
 use crate::{Observers, TelemetryError, redact};
 
@@ -119,15 +120,17 @@ impl Telemetry {
                 let (processor, stats) = BoundedProcessor::start(otlp)?;
                 let root = Sampler::TraceIdRatioBased(otlp.sampling_ratio);
                 let mut sampler = ParentBasedSampler::new(root.clone());
-                if !otlp.trust_remote_sampling {
+                let remote =
+                    (!otlp.trust_remote_sampling).then(|| KeyedRatio::new(otlp.sampling_ratio));
+                if let Some(remote) = &remote {
                     sampler = sampler
-                        .with_remote_parent_sampled(root.clone())
-                        .with_remote_parent_not_sampled(root.clone());
+                        .with_remote_parent_sampled(remote.clone())
+                        .with_remote_parent_not_sampled(remote.clone());
                 }
                 let calls = CallSpans {
                     queue: processor.queue(),
                     root_sampler: root,
-                    trust_remote: otlp.trust_remote_sampling,
+                    remote_sampler: remote,
                     names: Default::default(),
                     arguments: options.span_arguments,
                 };
@@ -246,6 +249,20 @@ impl Telemetry {
     pub fn observer(&self) -> Option<Arc<dyn CallObserver>> {
         (!self.observers.is_empty())
             .then(|| Arc::new(self.observers.clone()) as Arc<dyn CallObserver>)
+    }
+
+    /// `builder` with this telemetry's observer and call tracer: an
+    /// executor built from it has its calls counted, audited and traced as
+    /// configured. What `toolexec` does; an executor built without them is
+    /// not observed.
+    pub fn instrument(&self, mut builder: toolexec::ExecBuilder) -> toolexec::ExecBuilder {
+        if let Some(observer) = self.observer() {
+            builder = builder.observer(observer);
+        }
+        if let Some(tracer) = self.call_tracer() {
+            builder = builder.call_tracer(tracer);
+        }
+        builder
     }
 
     /// The tracer to give [`ExecBuilder::call_tracer`] when spans are

@@ -50,10 +50,8 @@ fn a_hung_collector_and_a_full_disk_cost_calls_nothing() {
         .enable_all()
         .build()
         .unwrap();
-    let exec = Exec::builder()
-        .observer(telemetry.observer().unwrap())
-        .call_tracer(telemetry.call_tracer().unwrap())
-        .build();
+    assert!(telemetry.observer().is_some() && telemetry.call_tracer().is_some());
+    let exec = telemetry.instrument(Exec::builder()).build();
     exec.catalog()
         .tool("demo:echo", "Echoes", |v: serde_json::Value| async move {
             Ok::<_, ToolError>(v)

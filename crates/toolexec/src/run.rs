@@ -2,6 +2,7 @@
 //! deadline, cancellation and panic isolation → normalize → validate output.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
@@ -58,6 +59,39 @@ struct Observed<'a> {
     backend: &'a str,
     start: Instant,
     span: CallTrace,
+    /// Set once the call was reported ([`Pipeline::report`]).
+    reported: Cell<bool>,
+}
+
+impl Drop for Observed<'_> {
+    /// A call whose future was dropped before it ended (cancelled by its
+    /// caller, or unwound by a panic past the tool's own catch) still ends
+    /// its own span, as `cancelled`, as a dropped `tracing` span closes:
+    /// spans already exported under it keep their parent. Observers are
+    /// not told, as before.
+    fn drop(&mut self) {
+        if let CallTrace::Own(span, tracer) = &self.span
+            && !self.reported.get()
+        {
+            let cancelled = Error::Cancelled {
+                tool: self.id.to_owned(),
+            };
+            tracer.end_call(
+                span,
+                &CallRecord {
+                    tool: self.id,
+                    namespace: self.namespace,
+                    backend: self.backend,
+                    arguments: None,
+                    error: Some(&cancelled),
+                    validation: Duration::ZERO,
+                    duration: self.start.elapsed(),
+                    caller: None,
+                    trace_id: Some(span.trace_id),
+                },
+            );
+        }
+    }
 }
 
 /// A call's span: recorded by the installed call tracer, or a `tracing`
@@ -144,6 +178,7 @@ impl Pipeline {
                     backend: "none",
                     start,
                     span: trace(UNKNOWN_TOOL, "", "none"),
+                    reported: Cell::new(false),
                 };
                 self.finish(&call, None, Duration::ZERO, Some(&e));
                 return Err(e);
@@ -156,6 +191,7 @@ impl Pipeline {
             backend,
             start,
             span: trace(id, namespace, backend),
+            reported: Cell::new(false),
         };
         // Admission and input checks open no span: the call's is entered
         // only around the execution (the `tracing` one around both, for
@@ -191,7 +227,8 @@ impl Pipeline {
     /// Admission and input checks of an observed call: the admission, the
     /// checked arguments, the time they took, and a copy of the arguments
     /// when an observer or the call tracer wants one. A failure is
-    /// reported ([`Self::finish`]) before it is returned.
+    /// reported ([`Self::report`]; the caller has entered the `tracing`
+    /// span) before it is returned.
     fn check_observed(
         &self,
         call: &Observed<'_>,
@@ -201,7 +238,7 @@ impl Pipeline {
         let admission = match self.gate.admit(entry.tool()) {
             Ok(admission) => admission,
             Err(e) => {
-                self.finish(call, None, Duration::ZERO, Some(&e));
+                self.report(call, None, Duration::ZERO, Some(&e));
                 return Err(e);
             }
         };
@@ -212,17 +249,20 @@ impl Pipeline {
         let args = match checked {
             Ok(args) => args,
             Err(e) => {
-                self.finish(call, None, validation, Some(&e));
+                self.report(call, None, validation, Some(&e));
                 return Err(e);
             }
         };
+        // Arguments for the span only when it is exported.
         let wanted = self.observer.as_ref().is_some_and(|o| o.wants_arguments())
-            || matches!(call.span, CallTrace::Own(_, t) if t.wants_arguments());
+            || matches!(call.span, CallTrace::Own(s, t) if s.sampled && t.wants_arguments());
         let kept = wanted.then(|| args.clone());
         Ok((admission, args, validation, kept))
     }
 
-    /// Records the outcome on the span and tells the observer.
+    /// [`Self::report`] inside the call's `tracing` span, when one is
+    /// wanted: observers may read it (`current_trace`, arguments recorded
+    /// on it).
     fn finish(
         &self,
         call: &Observed<'_>,
@@ -230,6 +270,24 @@ impl Pipeline {
         validation: Duration,
         error: Option<&Error>,
     ) {
+        match &call.span {
+            CallTrace::Tracing(span) if !span.is_disabled() => {
+                span.in_scope(|| self.report(call, arguments, validation, error));
+            }
+            _ => self.report(call, arguments, validation, error),
+        }
+    }
+
+    /// Records the outcome on the span, tells the observer and ends the
+    /// call's own span.
+    fn report(
+        &self,
+        call: &Observed<'_>,
+        arguments: Option<&Value>,
+        validation: Duration,
+        error: Option<&Error>,
+    ) {
+        call.reported.set(true);
         if let Some(e) = error {
             call.span.record("error.type", e.code().as_str());
             call.span.record("otel.status_code", "ERROR");
@@ -241,7 +299,8 @@ impl Pipeline {
         if self.observer.is_none() && own.is_none() {
             return;
         }
-        let caller = current_caller();
+        // The call tracer does not read the caller.
+        let caller = self.observer.as_ref().and_then(|_| current_caller());
         let record = CallRecord {
             tool: call.id,
             namespace: call.namespace,
@@ -251,6 +310,7 @@ impl Pipeline {
             validation,
             duration: call.start.elapsed(),
             caller: caller.as_deref(),
+            trace_id: own.map(|(span, _)| span.trace_id),
         };
         if let Some(observer) = &self.observer {
             observer.call_finished(&record);

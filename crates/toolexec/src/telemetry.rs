@@ -51,6 +51,10 @@ pub struct CallRecord<'a> {
     pub duration: Duration,
     /// Who the call was made for, when the caller set one ([`with_caller`]).
     pub caller: Option<&'a Caller>,
+    /// The W3C trace id of the call's span, when a [`CallTracer`] made it
+    /// (otherwise the call's `tracing` span is current while observers are
+    /// told, and [`current_trace`] gives it).
+    pub trace_id: Option<u128>,
 }
 
 /// Told of every call that leaves the pipeline, successful or not. Called
@@ -227,7 +231,7 @@ impl CallScope {
     pub fn capture() -> Self {
         CallScope {
             span: tracing::Span::current(),
-            call: current_call(),
+            call: current_call().filter(|(call, tracer)| tracer.is_current(call)),
             caller: current_caller(),
         }
     }
@@ -238,7 +242,8 @@ impl CallScope {
     where
         F: Future + Send + 'a,
     {
-        // The call was entered inside the span: so it is again.
+        // The call was entered inside the span (it is carried only while
+        // it is the current span): so it is again.
         let span = self.span.clone();
         match (self.call, self.caller.clone()) {
             (None, None) => Box::pin(fut.instrument(span)),
@@ -377,6 +382,15 @@ pub trait CallTracer: Send + Sync + fmt::Debug {
     /// Undoes the innermost [`enter_call`](Self::enter_call).
     fn exit_call(&self, call: &CallSpan);
 
+    /// True when the entered `call` is the current span: no span was
+    /// entered inside it since. [`CallScope::capture`] carries the call only
+    /// then; otherwise the span entered inside it is the scope (and a child
+    /// of the call). True by default.
+    fn is_current(&self, call: &CallSpan) -> bool {
+        let _ = call;
+        true
+    }
+
     /// True when [`end_call`](Self::end_call) wants
     /// [`CallRecord::arguments`] (recorded on the span, opt-in).
     fn wants_arguments(&self) -> bool {
@@ -430,8 +444,7 @@ pub(crate) fn in_call<F: Future>(
     InCall { call, tracer, fut }
 }
 
-/// Leaves an entered call span, even when the inner future panics (the
-/// pipeline catches a tool's panic further out).
+/// Leaves an entered call span, even when the inner future panics.
 struct Exit<'a> {
     tracer: &'a dyn CallTracer,
     call: &'a CallSpan,
