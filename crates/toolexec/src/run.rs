@@ -162,7 +162,7 @@ impl Pipeline {
             return self.run_checked(&entry, args, opts, events).await;
         }
         let start = Instant::now();
-        let own = tracer.map(|p| (p.start_call(start), p));
+        let own = tracer.map(|t| (t.start_call(start), t));
         let trace = |id, namespace, backend| match &own {
             Some((span, tracer)) => CallTrace::Own(*span, *tracer),
             None => CallTrace::Tracing(call_span(id, namespace, backend)),
@@ -203,8 +203,8 @@ impl Pipeline {
             _ => self.check_observed(&call, &entry, args),
         };
         let (_admission, args, validation, kept) = checked?;
-        // Each arm awaits its own future, so none is moved into a wrapper
-        // after it is made.
+        // The execution inside the call's span: the tracer's entered around
+        // each poll, a wanted `tracing` span instrumenting it, or none.
         let result = match &call.span {
             CallTrace::Own(span, tracer) => {
                 let run = self.run_checked(&entry, args, opts, events);
