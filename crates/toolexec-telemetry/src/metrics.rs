@@ -166,7 +166,7 @@ impl Metrics {
         );
         registry.register(
             "toolexec_sandbox_runs",
-            "Sandboxed unit runs by runtime, profile and what ended them (exit, or the limit hit)",
+            "Sandboxed unit runs by runtime, profile and what ended them (the limit hit, or the status: ok, failed, cancelled, error)",
             sandbox_runs.clone(),
         );
         registry.register(

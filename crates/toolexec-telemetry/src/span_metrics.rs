@@ -108,7 +108,9 @@ where
                 let labels = SandboxLabels {
                     runtime: f.runtime.clone().unwrap_or_default(),
                     profile: f.profile.clone().unwrap_or_default(),
-                    ended_by: f.ended_by.clone().unwrap_or_else(|| "exit".into()),
+                    // Recorded when the run returns: a span closed without
+                    // it is a run whose future was dropped.
+                    ended_by: f.ended_by.clone().unwrap_or_else(|| "cancelled".into()),
                 };
                 m.sandbox_runs.get_or_create(&labels).inc();
                 m.sandbox_latency.get_or_create(&labels).observe(elapsed);

@@ -16,7 +16,7 @@ fn cli(dir: &TempDir, args: &[&str], stdin: Option<&str>) -> Out {
 
 /// Whether the bubblewrap runtime is available here; if not, says why
 /// (`SKIPPED`), or fails under `CI`.
-fn bubblewrap(test: &str) -> bool {
+pub(crate) fn bubblewrap(test: &str) -> bool {
     let dir = TempDir::new("rt");
     let out = cli(&dir, &["--json", "runtimes"], None);
     out.expect_code(0);

@@ -422,6 +422,71 @@ fn remote_sampling_flags_can_be_ignored() {
     );
 }
 
+/// Sandboxed runs are counted by runtime, profile and what ended them, on
+/// `serve --metrics`: a command that exits 0 (`ok`), and one its wall-time
+/// limit stops (bubblewrap, profile standard).
+#[test]
+fn sandbox_runs_are_measured() {
+    if !crate::runtimes::bubblewrap("sandbox_runs_are_measured") {
+        return;
+    }
+    let dir = TempDir::new("sandbox-metrics");
+    std::fs::write(
+        dir.path().join("toolexec.toml"),
+        r#"
+[[commands]]
+id = "box:hi"
+description = "Says hi"
+input_schema = { type = "object" }
+argv = ["echo", "hi"]
+profile = "standard"
+
+[[commands]]
+id = "box:slow"
+description = "Sleeps past its limit"
+input_schema = { type = "object" }
+argv = ["sleep", "30"]
+profile = "standard"
+[commands.limits]
+wall_time = "300ms"
+"#,
+    )
+    .unwrap();
+    let port = free_port();
+    let mut session = StdioSession::start(&mut toolexec(
+        dir.path(),
+        &[
+            "serve",
+            "--expose",
+            "both",
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+        ],
+    ));
+    let hi = session.request(1, "tools/call", json!({"name": "box__hi", "arguments": {}}));
+    assert_eq!(hi["result"]["isError"], false, "{hi}\n{}", session.stderr());
+    let slow = session.request(
+        2,
+        "tools/call",
+        json!({"name": "box__slow", "arguments": {}}),
+    );
+    assert_eq!(slow["result"]["isError"], true, "{slow}");
+    let (status, body) = crate::support::get_with(port, "/metrics", &[]);
+    assert_eq!(status, 200, "{body}");
+    let series = |ended_by: &str| {
+        format!(
+            "toolexec_sandbox_runs_total{{runtime=\"bubblewrap\",profile=\"standard\",ended_by=\"{ended_by}\"}} 1"
+        )
+    };
+    assert!(body.contains(&series("ok")), "{body}");
+    assert!(body.contains(&series("wall_time")), "{body}");
+    assert!(
+        body.contains("toolexec_sandbox_run_duration_seconds_count{runtime=\"bubblewrap\",profile=\"standard\",ended_by=\"wall_time\"} 1"),
+        "{body}"
+    );
+    assert!(session.finish().success(), "{}", session.stderr());
+}
+
 /// A collector that is down (nothing listens) costs a call nothing: `run`
 /// answers and exits 0; the lost spans are reported on stderr, as JSON
 /// lines with `--log-format json`.
