@@ -459,6 +459,11 @@ impl StdioSession {
             .collect()
     }
 
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the server wrote to stderr so far.
     pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(self.log.path().join("stderr")).unwrap_or_default()

@@ -487,6 +487,82 @@ wall_time = "300ms"
     assert!(session.finish().success(), "{}", session.stderr());
 }
 
+/// The process ids whose parent is `parent` and whose command line
+/// contains `needle` (from /proc).
+fn children(parent: u32, needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid ...`: comm may hold spaces, so after ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Upstream health on `serve --metrics`: `toolexec_upstream_up` is 1 for
+/// a connected server, and after its process is killed the server is
+/// restarted, `toolexec_upstream_restarts` counts it, and it is up again.
+#[test]
+fn upstream_health_is_measured() {
+    let test = "upstream_health_is_measured";
+    let Some(python) = dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let dir = TempDir::new("upstream-metrics");
+    std::fs::write(
+        dir.path().join("toolexec.toml"),
+        format!(
+            "[[servers]]\nname = \"demo\"\ncommand = {}\nargs = [{}]\n",
+            toml_str(&python),
+            toml_str(crate::support::PY_DEMO_UPSTREAM),
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let mut session = StdioSession::start(&mut toolexec(
+        dir.path(),
+        &["serve", "--metrics", &format!("127.0.0.1:{port}")],
+    ));
+    let metrics_until = |what: &str, want: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, body) = crate::support::get_with(port, "/metrics", &[]);
+            if status == 200 && want.iter().all(|w| body.contains(w)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {want:?} not in\n{body}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let up = r#"toolexec_upstream_up{server="demo"} 1"#;
+    metrics_until(
+        "connected",
+        &[up, r#"toolexec_upstream_restarts{server="demo"} 0"#],
+    );
+    let upstream = children(session.pid(), "py_demo_upstream.py");
+    assert_eq!(upstream.len(), 1, "{upstream:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &upstream[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    metrics_until(
+        "restarted",
+        &[up, r#"toolexec_upstream_restarts{server="demo"} 1"#],
+    );
+    assert!(session.finish().success(), "{}", session.stderr());
+}
+
 /// A collector that is down (nothing listens) costs a call nothing: `run`
 /// answers and exits 0; the lost spans are reported on stderr, as JSON
 /// lines with `--log-format json`.
