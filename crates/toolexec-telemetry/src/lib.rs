@@ -113,6 +113,16 @@ impl Observers {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// One observer telling all of these: the only one itself, without a
+    /// second indirection per call; `None` when there is none.
+    pub fn combined(&self) -> Option<Arc<dyn CallObserver>> {
+        match self.0.as_slice() {
+            [] => None,
+            [only] => Some(only.clone()),
+            _ => Some(Arc::new(self.clone())),
+        }
+    }
 }
 
 impl CallObserver for Observers {

@@ -379,11 +379,24 @@ impl InternedMap {
     }
 }
 
+thread_local! {
+    /// The names [`Interned::get`] gave this thread last (kept names live
+    /// as long as the process, whatever `Interned` they came from).
+    static LAST_NAMES: Cell<Option<&'static KeptNames>> = const { Cell::new(None) };
+}
+
 impl Interned {
     const MAX: usize = 4096;
 
     fn get(&self, record: &CallRecord<'_>) -> ToolNames {
+        // The tool this thread ended a span of last, compared by content:
+        // most threads call few tools, and this skips the shared lock.
+        let same = |k: &KeptNames| k.tool == record.tool && k.backend == record.backend;
+        if let Some(k) = LAST_NAMES.get().filter(|k| same(k)) {
+            return ToolNames::Kept(k);
+        }
         if let Some(k) = self.names.read().get(record.tool, record.backend) {
+            LAST_NAMES.set(Some(k));
             return ToolNames::Kept(k);
         }
         let mut map = self.names.write();
@@ -405,6 +418,7 @@ impl Interned {
         }));
         map.by_tool.entry(k.tool).or_default().push(k);
         map.kept += 1;
+        LAST_NAMES.set(Some(k));
         ToolNames::Kept(k)
     }
 }

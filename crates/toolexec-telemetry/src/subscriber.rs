@@ -247,8 +247,7 @@ impl Telemetry {
     ///
     /// [`ExecBuilder::observer`]: toolexec::ExecBuilder::observer
     pub fn observer(&self) -> Option<Arc<dyn CallObserver>> {
-        (!self.observers.is_empty())
-            .then(|| Arc::new(self.observers.clone()) as Arc<dyn CallObserver>)
+        self.observers.combined()
     }
 
     /// `builder` with this telemetry's observer and call tracer: an
