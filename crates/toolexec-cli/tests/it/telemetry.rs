@@ -39,7 +39,23 @@ fn lines(path: &Path) -> Vec<Value> {
 /// context. The audit log has the call with its trace id and caller.
 #[test]
 fn one_trace_spans_client_toolexec_and_upstream() {
-    let test = "one_trace_spans_client_toolexec_and_upstream";
+    one_trace("one_trace_spans_client_toolexec_and_upstream", &[]);
+}
+
+/// The same with the script in a sandbox (`--code-profile hardened`): its
+/// tool calls come back through the sandbox's tool channel and stay in the
+/// request's trace, under `execute_code`.
+#[test]
+fn one_trace_through_a_hardened_code_run() {
+    let test = "one_trace_through_a_hardened_code_run";
+    if crate::runtimes::bubblewrap(test) {
+        one_trace(test, &["--code-profile", "hardened"]);
+    }
+}
+
+/// `execute_code` calling `up:echo` through `serve FLAGS`; see
+/// [`one_trace_spans_client_toolexec_and_upstream`].
+fn one_trace(test: &str, flags: &[&str]) {
     let Some(python) = dep(test, "TOOLEXEC_PYTHON") else {
         return;
     };
@@ -64,7 +80,9 @@ fn one_trace_spans_client_toolexec_and_upstream() {
         ),
     )
     .unwrap();
-    let mut session = StdioSession::start(&mut toolexec(dir.path(), &["serve"]));
+    let mut args = vec!["serve"];
+    args.extend_from_slice(flags);
+    let mut session = StdioSession::start(&mut toolexec(dir.path(), &args));
     let r = session.request(
         7,
         "tools/call",
@@ -109,6 +127,20 @@ fn one_trace_spans_client_toolexec_and_upstream() {
     parent_of(code, request);
     parent_of(tool, code);
     parent_of(upstream, tool);
+    if flags.contains(&"hardened") {
+        // The script ran in the sandbox; its call came back out of it into
+        // the code run's scope (captured before the sandbox started).
+        let sandbox = find("sandbox_run");
+        assert_eq!(
+            sandbox["attributes"]["toolexec.sandbox.profile"],
+            "hardened"
+        );
+        assert_eq!(
+            sandbox["attributes"]["toolexec.sandbox.runtime"],
+            "bubblewrap"
+        );
+        parent_of(sandbox, code);
+    }
     assert_eq!(tool["attributes"]["gen_ai.tool.name"], "up:echo");
     assert_eq!(tool["attributes"]["gen_ai.operation.name"], "execute_tool");
     assert_eq!(tool["attributes"]["toolexec.backend"], "mcp", "{tool}");
