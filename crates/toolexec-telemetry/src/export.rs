@@ -23,6 +23,8 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
+use toolexec_http::TlsOptions;
+
 use crate::TelemetryError;
 use crate::propagate::CallEnd;
 
@@ -65,6 +67,9 @@ pub struct OtlpOptions {
     pub interval: Duration,
     /// Bound on one export request.
     pub timeout: Duration,
+    /// TLS for an `https://` endpoint: CA file (else the system's roots)
+    /// and client certificate; the HTTP providers' options.
+    pub tls: TlsOptions,
 }
 
 impl OtlpOptions {
@@ -83,6 +88,7 @@ impl OtlpOptions {
             batch: 512,
             interval: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
+            tls: TlsOptions::default(),
         }
     }
 
@@ -103,11 +109,22 @@ impl OtlpOptions {
                 "must be an http:// or https:// URL",
             );
         }
-        if self.protocol == OtlpProtocol::Grpc && self.endpoint.starts_with("https://") {
-            return invalid(
-                "telemetry.otlp_endpoint",
-                "OTLP/gRPC is built without TLS: use http:// (a local collector), or protocol = \"http_protobuf\" for https://",
-            );
+        if !self.tls.is_empty() {
+            if !self.endpoint.starts_with("https://") {
+                return invalid(
+                    "telemetry.ca_file",
+                    "ca_file, client_cert and client_key need an https:// otlp_endpoint",
+                );
+            }
+            if let Err(e) = self.tls.check() {
+                let (field, message) = e.into_field_message("");
+                let field = match field.trim_start_matches("tls.") {
+                    "client_cert" => "telemetry.client_cert",
+                    "client_key" => "telemetry.client_key",
+                    _ => "telemetry.ca_file",
+                };
+                return invalid(field, &message);
+            }
         }
         if self.queue == 0 || self.batch == 0 || self.timeout.is_zero() || self.interval.is_zero() {
             return invalid(
@@ -293,21 +310,41 @@ impl BoundedProcessor {
     }
 }
 
+/// The rustls configuration of an `https://` endpoint.
+fn tls_config(options: &OtlpOptions) -> Result<rustls::ClientConfig, TelemetryError> {
+    options
+        .tls
+        .client_config("OTLP collector")
+        .map(|tls| tls.config)
+        .map_err(|e| TelemetryError::Exporter(e.to_string()))
+}
+
 fn build_exporter(
     options: &OtlpOptions,
 ) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
+    let https = options.endpoint.starts_with("https://");
     let built = match options.protocol {
         OtlpProtocol::HttpProtobuf => {
-            // reqwest's TLS needs a process-wide rustls provider; install
-            // the workspace's (pure Rust) one unless the process has one.
-            let _ = rustls_graviola::default_provider().install_default();
             let endpoint = format!("{}/v1/traces", options.endpoint.trim_end_matches('/'));
-            opentelemetry_otlp::SpanExporter::builder()
+            let builder = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_endpoint(endpoint)
                 .with_timeout(options.timeout)
-                .with_headers(options.headers.clone().into_iter().collect())
-                .build()
+                .with_headers(options.headers.clone().into_iter().collect());
+            if https {
+                let client = reqwest::Client::builder()
+                    .tls_backend_preconfigured(tls_config(options)?)
+                    .timeout(options.timeout)
+                    .build()
+                    .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+                builder.with_http_client(client).build()
+            } else {
+                // The exporter's own reqwest client needs a process-wide
+                // rustls provider even without TLS; install the
+                // workspace's (pure Rust) one unless the process has one.
+                let _ = rustls_graviola::default_provider().install_default();
+                builder.build()
+            }
         }
         OtlpProtocol::Grpc => {
             let mut metadata = tonic::metadata::MetadataMap::new();
@@ -324,15 +361,44 @@ fn build_exporter(
                 })?;
                 metadata.insert(key, value);
             }
-            opentelemetry_otlp::SpanExporter::builder()
+            let builder = opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
                 .with_endpoint(options.endpoint.clone())
                 .with_timeout(options.timeout)
-                .with_metadata(metadata)
-                .build()
+                .with_metadata(metadata);
+            if https {
+                builder.with_channel(tls_channel(options)?).build()
+            } else {
+                builder.build()
+            }
         }
     };
     built.map_err(|e| TelemetryError::Exporter(e.to_string()))
+}
+
+/// A gRPC channel to an `https://` collector, over rustls with the
+/// workspace's provider (tonic's own TLS would need a process-wide one).
+fn tls_channel(options: &OtlpOptions) -> Result<tonic::transport::Channel, TelemetryError> {
+    let mut config = tls_config(options)?;
+    // The connector offers h2 itself.
+    config.alpn_protocols.clear();
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(options.timeout));
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_only()
+        .enable_http2()
+        .wrap_connector(http);
+    let endpoint = tonic::transport::Endpoint::from_shared(options.endpoint.clone())
+        .map_err(|e| TelemetryError::Invalid {
+            field: "telemetry.otlp_endpoint",
+            message: e.to_string(),
+        })?
+        .connect_timeout(options.timeout)
+        .timeout(options.timeout);
+    Ok(endpoint.connect_with_connector_lazy(connector))
 }
 
 struct ExportWorker {

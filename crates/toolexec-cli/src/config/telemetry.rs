@@ -21,6 +21,9 @@ pub(super) struct TelemetryTable {
     headers: BTreeMap<String, SecretSource>,
     sampling_ratio: Option<f64>,
     trust_remote_sampling: Option<bool>,
+    ca_file: Option<std::path::PathBuf>,
+    client_cert: Option<std::path::PathBuf>,
+    client_key: Option<std::path::PathBuf>,
     service_name: Option<String>,
     export_timeout_ms: Option<u64>,
     queue: Option<usize>,
@@ -75,10 +78,13 @@ impl TelemetryTable {
                     || !self.headers.is_empty()
                     || self.sampling_ratio.is_some()
                     || self.trust_remote_sampling.is_some()
+                    || self.ca_file.is_some()
+                    || self.client_cert.is_some()
+                    || self.client_key.is_some()
                 {
                     return Err(Fault::new(
                         "telemetry.otlp_endpoint",
-                        "protocol, headers, sampling_ratio and trust_remote_sampling need otlp_endpoint",
+                        "protocol, headers, sampling_ratio, trust_remote_sampling and TLS files need otlp_endpoint",
                     ));
                 }
                 None
@@ -96,6 +102,11 @@ impl TelemetryTable {
                 if let Some(trust) = self.trust_remote_sampling {
                     o.trust_remote_sampling = trust;
                 }
+                o.tls = toolexec_http::TlsOptions {
+                    ca_file: self.ca_file.map(|p| relative_to(base, &p)),
+                    client_cert: self.client_cert.map(|p| relative_to(base, &p)),
+                    client_key: self.client_key.map(|p| relative_to(base, &p)),
+                };
                 if let Some(s) = self.service_name {
                     o.service_name = s;
                 }
@@ -105,8 +116,12 @@ impl TelemetryTable {
                 if let Some(q) = self.queue {
                     o.queue = q;
                 }
-                o.check()
-                    .map_err(|e| Fault::new("telemetry", e.to_string()))?;
+                o.check().map_err(|e| match e {
+                    toolexec_telemetry::TelemetryError::Invalid { field, message } => {
+                        Fault::new(field, message)
+                    }
+                    e => Fault::new("telemetry", e.to_string()),
+                })?;
                 Some(o)
             }
         };

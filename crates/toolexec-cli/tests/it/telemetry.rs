@@ -595,6 +595,65 @@ fn upstream_health_is_measured() {
     assert!(session.finish().success(), "{}", session.stderr());
 }
 
+/// OTLP over TLS, both protocols: a collector whose certificate a CA made
+/// in the test signed receives the spans when `ca_file` names that CA, and
+/// none without it (the system's roots do not trust it).
+#[test]
+fn spans_export_over_tls() {
+    let test = "spans_export_over_tls";
+    let Some(python) = dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let ca = toolexec_testkit::tls::TestCa::new("otlp test CA");
+    let server = ca.issue(&["127.0.0.1"], toolexec_testkit::tls::Usage::Server);
+    for protocol in ["http_protobuf", "grpc"] {
+        for trusted in [true, false] {
+            let dir = TempDir::new("otlp-tls");
+            dir.write("ca.pem", &ca.cert_pem);
+            dir.write("cert.pem", &server.cert_pem);
+            dir.write("key.pem", &server.key_pem);
+            let spans = dir.path().join("spans.jsonl");
+            let mut args = vec![RECEIVER, spans.to_str().unwrap()];
+            if protocol == "grpc" {
+                args.push("grpc");
+            }
+            let mut receiver = Background::spawn(
+                std::process::Command::new(&python)
+                    .args(&args)
+                    .env("TLS_CERT", dir.path().join("cert.pem"))
+                    .env("TLS_KEY", dir.path().join("key.pem")),
+            );
+            let port = receiver.wait_stdout_line("listening ");
+            let ca_file = if trusted {
+                "ca_file = \"ca.pem\"\n"
+            } else {
+                ""
+            };
+            dir.write(
+                "toolexec.toml",
+                &format!(
+                    "[telemetry]\notlp_endpoint = \"https://127.0.0.1:{port}\"\n\
+                     protocol = \"{protocol}\"\nexport_timeout_ms = 3000\n{ca_file}"
+                ),
+            );
+            let out = crate::support::run(&mut toolexec(
+                dir.path(),
+                &["run", "math:add", r#"{"a": 1, "b": 2}"#],
+            ));
+            assert_eq!(out.code(), Some(0), "{out:?}");
+            let exported = lines(&spans)
+                .iter()
+                .any(|s| s["name"] == "execute_tool math:add");
+            assert_eq!(
+                exported,
+                trusted,
+                "{protocol}, CA trusted: {trusted}\n{out:?}\n{}",
+                receiver.output()
+            );
+        }
+    }
+}
+
 /// A collector that is down (nothing listens) costs a call nothing: `run`
 /// answers and exits 0; the lost spans are reported on stderr, as JSON
 /// lines with `--log-format json`.
