@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::sync::Semaphore;
 use tonic::client::Grpc;
 use tonic::metadata::{AsciiMetadataValue, BinaryMetadataValue, MetadataKey, MetadataMap};
@@ -177,17 +176,7 @@ impl Service {
         } else {
             Tls::unused()
         };
-        let mut config = tls.config.clone();
-        config.alpn_protocols.clear();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(options.connect_timeout));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(config)
-            .https_or_http()
-            .enable_http2()
-            .wrap_connector(http);
+        let connector = tls.h2_connector(options.connect_timeout, false);
         let endpoint = Endpoint::from_shared(url.to_owned())
             .map_err(|e| Error::invalid_request("url", format!("{url:?}: {e}")))?
             .connect_timeout(options.connect_timeout)

@@ -7,6 +7,9 @@ use std::error::Error as StdError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hyper_util::client::legacy::connect::HttpConnector;
 
 use rustls::client::ResolvesClientCert;
 use rustls::crypto::CryptoProvider;
@@ -208,6 +211,30 @@ pub struct Tls {
 }
 
 impl Tls {
+    /// A connector over this configuration for HTTP/2 clients (gRPC
+    /// channels): TCP without Nagle, bounded by `connect_timeout`, h2
+    /// offered by the connector itself; `http://` URLs refused when
+    /// `https_only`, else connected in the clear.
+    pub fn h2_connector(
+        &self,
+        connect_timeout: Duration,
+        https_only: bool,
+    ) -> hyper_rustls::HttpsConnector<HttpConnector> {
+        let mut config = self.config.clone();
+        config.alpn_protocols.clear();
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(connect_timeout));
+        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config);
+        let builder = if https_only {
+            builder.https_only()
+        } else {
+            builder.https_or_http()
+        };
+        builder.enable_http2().wrap_connector(http)
+    }
+
     /// For an `http://` server, where reqwest never uses it (redirects are
     /// off): no roots, so nothing is trusted. reqwest built with rustls
     /// wants a configuration even then, else it looks for a process-wide

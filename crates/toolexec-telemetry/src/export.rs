@@ -24,6 +24,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
 use toolexec_http::TlsOptions;
+use toolexec_http::tls::Tls;
 
 use crate::TelemetryError;
 use crate::propagate::CallEnd;
@@ -310,12 +311,11 @@ impl BoundedProcessor {
     }
 }
 
-/// The rustls configuration of an `https://` endpoint.
-fn tls_config(options: &OtlpOptions) -> Result<rustls::ClientConfig, TelemetryError> {
+/// The TLS of an `https://` endpoint.
+fn tls(options: &OtlpOptions) -> Result<Tls, TelemetryError> {
     options
         .tls
         .client_config("OTLP collector")
-        .map(|tls| tls.config)
         .map_err(|e| TelemetryError::Exporter(e.to_string()))
 }
 
@@ -333,7 +333,7 @@ fn build_exporter(
                 .with_headers(options.headers.clone().into_iter().collect());
             if https {
                 let client = reqwest::Client::builder()
-                    .tls_backend_preconfigured(tls_config(options)?)
+                    .tls_backend_preconfigured(tls(options)?.config)
                     .timeout(options.timeout)
                     .build()
                     .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
@@ -379,18 +379,7 @@ fn build_exporter(
 /// A gRPC channel to an `https://` collector, over rustls with the
 /// workspace's provider (tonic's own TLS would need a process-wide one).
 fn tls_channel(options: &OtlpOptions) -> Result<tonic::transport::Channel, TelemetryError> {
-    let mut config = tls_config(options)?;
-    // The connector offers h2 itself.
-    config.alpn_protocols.clear();
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(options.timeout));
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_only()
-        .enable_http2()
-        .wrap_connector(http);
+    let connector = tls(options)?.h2_connector(options.timeout, true);
     let endpoint = tonic::transport::Endpoint::from_shared(options.endpoint.clone())
         .map_err(|e| TelemetryError::Invalid {
             field: "telemetry.otlp_endpoint",

@@ -24,6 +24,15 @@ const TRACED_UPSTREAM: &str = concat!(
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
+/// `toolexec serve --expose both --metrics 127.0.0.1:PORT` in `dir`.
+fn serve_with_metrics(dir: &Path, port: u16) -> StdioSession {
+    let metrics = format!("127.0.0.1:{port}");
+    StdioSession::start(&mut toolexec(
+        dir,
+        &["serve", "--expose", "both", "--metrics", &metrics],
+    ))
+}
+
 fn lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -184,16 +193,7 @@ fn prometheus_scrapes_the_workload() {
     };
     let dir = TempDir::new("prom");
     let metrics_port = free_port();
-    let mut session = StdioSession::start(&mut toolexec(
-        dir.path(),
-        &[
-            "serve",
-            "--expose",
-            "both",
-            "--metrics",
-            &format!("127.0.0.1:{metrics_port}"),
-        ],
-    ));
+    let mut session = serve_with_metrics(dir.path(), metrics_port);
     for id in 10..15 {
         let r = session.request(
             id,
@@ -485,16 +485,7 @@ wall_time = "300ms"
     )
     .unwrap();
     let port = free_port();
-    let mut session = StdioSession::start(&mut toolexec(
-        dir.path(),
-        &[
-            "serve",
-            "--expose",
-            "both",
-            "--metrics",
-            &format!("127.0.0.1:{port}"),
-        ],
-    ));
+    let mut session = serve_with_metrics(dir.path(), port);
     let hi = session.request(1, "tools/call", json!({"name": "box__hi", "arguments": {}}));
     assert_eq!(hi["result"]["isError"], false, "{hi}\n{}", session.stderr());
     let slow = session.request(
@@ -561,10 +552,7 @@ fn upstream_health_is_measured() {
     )
     .unwrap();
     let port = free_port();
-    let mut session = StdioSession::start(&mut toolexec(
-        dir.path(),
-        &["serve", "--metrics", &format!("127.0.0.1:{port}")],
-    ));
+    let mut session = serve_with_metrics(dir.path(), port);
     let metrics_until = |what: &str, want: &[&str]| {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
