@@ -318,7 +318,11 @@ async fn a_client_that_never_answers_or_vanishes_ends_only_its_call() {
         .unwrap()
         .clone();
     assert_eq!(last["kind"], "sampling", "{outcomes}");
-    assert_eq!(last["error"]["code"], -32603, "{outcomes}");
+    // The same race as below: an error for the ask, or the ask cancelled
+    // with the call.
+    if last["cancelled"] != true {
+        assert_eq!(last["error"]["code"], -32603, "{outcomes}");
+    }
     silent.cancel().await.unwrap();
 
     // Goes away while asked: its call ends at the deadline, the server gets
