@@ -50,8 +50,9 @@ pub(crate) async fn run(
         limits: limits(&args),
     };
     let ran = match fleet {
+        // Calls outside the worker's namespaces come back to this catalog.
         Some(fleet) => fleet
-            .execute_code(&request, profile, &CancellationToken::new())
+            .execute_code_with_tools(&request, profile, &CancellationToken::new(), exec.clone())
             .await
             .map_err(|e| e.to_body()),
         None => {

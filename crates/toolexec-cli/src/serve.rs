@@ -151,6 +151,15 @@ pub(crate) async fn serve(
     plan: Plan,
     telemetry: &Telemetry,
 ) -> Result<(), Error> {
+    // `[cluster] code = true`: scripts run on the fleet, durably. On a
+    // worker of the code profile (one that checked at start it can enforce
+    // it), their calls outside the worker's namespaces coming back to this
+    // gateway's tools.
+    let code_executor = code_fleet.map(|fleet| {
+        let code =
+            toolexec_fleet::FleetCode::new(fleet, plan.code_profile).with_tools(exec.clone());
+        Arc::new(code) as Arc<dyn toolexec_code::CodeExecutor>
+    });
     let gateway = Gateway::with_upstreams(
         exec,
         GatewayOptions {
@@ -163,13 +172,7 @@ pub(crate) async fn serve(
                 ..CodeModeOptions::default()
             },
             runtimes: Some(runtimes),
-            // `[cluster] code = true`: scripts run on the fleet, durably.
-            // On a worker of the code profile (one that checked at start
-            // it can enforce it).
-            code_executor: code_fleet.map(|fleet| {
-                Arc::new(toolexec_fleet::FleetCode(fleet, plan.code_profile))
-                    as Arc<dyn toolexec_code::CodeExecutor>
-            }),
+            code_executor,
             runs: plan.runs,
             tasks: plan.tasks.clone(),
         },

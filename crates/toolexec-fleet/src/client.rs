@@ -13,11 +13,14 @@ use bytes::Bytes;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
-use toolexec::{BoxFuture, Catalog, Error, ErrorBody, ErrorCode, Tool, ToolContext, ToolOutput};
+use toolexec::{
+    BoxFuture, Catalog, Error, ErrorBody, ErrorCode, Exec, Tool, ToolContext, ToolOutput,
+};
 
 use toolexec_runtime::Profile;
 
 use crate::adverts::{Live, Serving};
+use crate::callback::{CALLBACK_HEADER, Callbacks};
 use crate::cluster::{Cluster, unavailable};
 use crate::journal;
 use crate::wire::{Advert, Event, Journal, Outcome, REPLY_HEADER, RunRequest};
@@ -82,18 +85,44 @@ impl FleetClient {
             code: None,
         };
         let subject = self.cluster.names.runs(tool.namespace());
-        self.submit(subject, run, ctx).await?.into_result()
+        self.submit(subject, run, ctx, None).await?.into_result()
     }
 
     /// Runs a code-mode script on a worker of the fleet that runs code of
     /// `profile`, durably: its tool calls (to the worker's catalog) are
     /// journaled, and a run whose worker is lost resumes on another by
-    /// replaying the journal. Honours [`with_idempotency_key`].
+    /// replaying the journal. The script reaches the namespaces the worker
+    /// serves. Honours [`with_idempotency_key`].
     pub async fn execute_code(
         self: &Arc<Self>,
         request: &toolexec_code::CodeRequest,
         profile: Profile,
         cancel: &toolexec::CancellationToken,
+    ) -> Result<toolexec_code::CodeOutcome, Error> {
+        self.run_code(request, profile, cancel, None).await
+    }
+
+    /// [`FleetClient::execute_code`], the script also reaching the tools of
+    /// `tools` (the caller's catalog, with its policy and credentials):
+    /// a call outside the worker's namespaces comes back here, is run
+    /// behind the script's budget and allowlist, and is run once whatever
+    /// the worker asks again after a takeover.
+    pub async fn execute_code_with_tools(
+        self: &Arc<Self>,
+        request: &toolexec_code::CodeRequest,
+        profile: Profile,
+        cancel: &toolexec::CancellationToken,
+        tools: Exec,
+    ) -> Result<toolexec_code::CodeOutcome, Error> {
+        self.run_code(request, profile, cancel, Some(tools)).await
+    }
+
+    async fn run_code(
+        self: &Arc<Self>,
+        request: &toolexec_code::CodeRequest,
+        profile: Profile,
+        cancel: &toolexec::CancellationToken,
+        tools: Option<Exec>,
     ) -> Result<toolexec_code::CodeOutcome, Error> {
         if self.live_now(Serving::Code(profile)).await == 0 {
             return Err(unavailable(format!(
@@ -115,9 +144,22 @@ impl FleetClient {
             timeout_ms: None,
             code: Some(code),
         };
+        let callbacks = match tools {
+            Some(exec) => Some(
+                Callbacks::listen(
+                    &self.cluster.client,
+                    exec,
+                    &run.key,
+                    request.limits.max_tool_calls,
+                    &request.limits.allowed_tools,
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let ctx = ToolContext::with_cancel(cancel.clone());
         let subject = self.cluster.names.code_runs(profile);
-        match self.submit(subject, run, &ctx).await? {
+        match self.submit(subject, run, &ctx, callbacks).await? {
             Outcome::Code { outcome } => Ok(*outcome),
             other => other
                 .into_result()
@@ -142,12 +184,13 @@ impl FleetClient {
     }
 
     /// Queues `run` on `subject` and waits for its outcome, relaying its
-    /// progress and chunks to `ctx`.
+    /// progress and chunks to `ctx`, and serving its calls back.
     async fn submit(
         &self,
         subject: String,
         run: RunRequest,
         ctx: &ToolContext,
+        mut callbacks: Option<Callbacks>,
     ) -> Result<Outcome, Error> {
         let key = run.key.clone();
         // The message id: the key, so a publish sent twice is dropped as a
@@ -188,6 +231,9 @@ impl FleetClient {
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, message_id.as_str());
         headers.insert(REPLY_HEADER, inbox.as_str());
+        if let Some(callbacks) = &callbacks {
+            headers.insert(CALLBACK_HEADER, callbacks.subject.as_str());
+        }
         // Armed before the publish: a caller that goes away while the run
         // is being queued (or after) leaves it settled as abandoned, and
         // the worker running it is told to stop.
@@ -234,6 +280,7 @@ impl FleetClient {
                 () = ctx.cancelled() => {
                     break Err(Error::Cancelled { tool: run.tool.clone() });
                 }
+                () = serve(&mut callbacks) => unreachable!("serving calls back never ends"),
             }
         };
         guard.armed = matches!(result, Err(Error::Cancelled { .. }));
@@ -348,11 +395,43 @@ impl FleetClient {
     }
 }
 
+/// Serves `callbacks` while polled; pending for ever without them.
+async fn serve(callbacks: &mut Option<Callbacks>) {
+    match callbacks {
+        Some(callbacks) => callbacks.serve().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The fleet as a [`CodeExecutor`](toolexec_code::CodeExecutor): the MCP
-/// gateway's `execute_code` scripts run as durable code runs of this
-/// profile.
+/// gateway's `execute_code` scripts run as durable code runs of one
+/// profile, reaching the worker's namespaces and, when given, the
+/// caller's own tools ([`FleetCode::with_tools`]).
 #[derive(Debug, Clone)]
-pub struct FleetCode(pub Arc<FleetClient>, pub Profile);
+pub struct FleetCode {
+    client: Arc<FleetClient>,
+    profile: Profile,
+    tools: Option<Exec>,
+}
+
+impl FleetCode {
+    /// Scripts of `profile` on `client`'s fleet, reaching the namespaces
+    /// the caller sends to the fleet.
+    pub fn new(client: Arc<FleetClient>, profile: Profile) -> Self {
+        FleetCode {
+            client,
+            profile,
+            tools: None,
+        }
+    }
+
+    /// Scripts also reach `tools` (the gateway's catalog, with its
+    /// policy), their calls sent back from the worker.
+    pub fn with_tools(mut self, tools: Exec) -> Self {
+        self.tools = Some(tools);
+        self
+    }
+}
 
 impl toolexec_code::CodeExecutor for FleetCode {
     fn execute<'a>(
@@ -361,13 +440,22 @@ impl toolexec_code::CodeExecutor for FleetCode {
         cancel: &'a toolexec::CancellationToken,
     ) -> BoxFuture<'a, Result<toolexec_code::CodeOutcome, ErrorBody>> {
         let mut request = request;
-        request.limits.allowed_tools =
-            scope_allowed(&request.limits.allowed_tools, &self.0.namespaces);
         Box::pin(async move {
-            self.0
-                .execute_code(&request, self.1, cancel)
-                .await
-                .map_err(|e| e.to_body())
+            let ran = match &self.tools {
+                Some(tools) => {
+                    self.client
+                        .execute_code_with_tools(&request, self.profile, cancel, tools.clone())
+                        .await
+                }
+                None => {
+                    request.limits.allowed_tools =
+                        scope_allowed(&request.limits.allowed_tools, &self.client.namespaces);
+                    self.client
+                        .execute_code(&request, self.profile, cancel)
+                        .await
+                }
+            };
+            ran.map_err(|e| e.to_body())
         })
     }
 }

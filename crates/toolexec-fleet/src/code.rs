@@ -26,6 +26,7 @@ use toolexec::{
 };
 use toolexec_code::{CodeLimits, CodeOutcome, CodeRequest, CodeRunner};
 
+use crate::callback::{Ask, Callback};
 use crate::wire::{Journal, rerunnable};
 
 /// A script and its limits on the wire.
@@ -53,6 +54,11 @@ impl CodeWire {
             allowed_tools: l.allowed_tools.clone(),
             max_stack_bytes: l.max_stack_bytes,
         }
+    }
+
+    /// The script's deadline.
+    pub(crate) fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
     }
 
     fn request(self) -> CodeRequest {
@@ -107,6 +113,9 @@ pub(crate) struct Place<'a> {
     /// Largest value one journal entry may hold (the server's payload
     /// limit, less room for the envelope).
     pub(crate) max_entry: usize,
+    /// The caller's tools, for calls outside `namespaces`, when the caller
+    /// offers them.
+    pub(crate) callback: Option<Callback>,
 }
 
 /// Runs `wire` on the worker's tools, journaling (and replaying) its calls
@@ -129,6 +138,7 @@ pub(crate) async fn execute(
         namespaces: place.namespaces.to_vec(),
         holder,
         max_entry: place.max_entry,
+        callback: place.callback,
         seen: Mutex::default(),
         touched: Mutex::default(),
         broken: Mutex::new(None),
@@ -172,6 +182,8 @@ struct Inner {
     namespaces: Vec<String>,
     holder: Holder,
     max_entry: usize,
+    /// The caller's tools, for calls outside `namespaces`.
+    callback: Option<Callback>,
     /// How many times the script made each call (by digest) so far.
     seen: Mutex<HashMap<String, usize>>,
     /// Call entries this attempt read or wrote, forgotten once the run's
@@ -230,7 +242,10 @@ impl Inner {
         if let Some(broken) = self.broken.lock().clone() {
             return Err(Error::from(broken));
         }
-        if !self.serves(&tool) {
+        // The worker's own namespaces run here; the rest, when the caller
+        // offers its tools, on the caller's catalog.
+        let local = self.serves(&tool);
+        if !local && self.callback.is_none() {
             return Err(self.refuse(&tool));
         }
         // Any journal failure ends the run: a script that caught it and
@@ -267,11 +282,14 @@ impl Inner {
                     };
                 }
                 Ok(CallEntry::Started { .. }) => {
-                    let again = self
-                        .exec
-                        .catalog()
-                        .get(&tool)
-                        .is_ok_and(|r| rerunnable(r.tool()));
+                    // Asked of the caller again, it answers with the first
+                    // call's result: it runs each call key once.
+                    let again = !local
+                        || self
+                            .exec
+                            .catalog()
+                            .get(&tool)
+                            .is_ok_and(|r| rerunnable(r.tool()));
                     if !again {
                         return Err(self.break_replay(
                             &tool,
@@ -289,7 +307,17 @@ impl Inner {
                 }
             },
         };
-        let result = ToolAccess::call(&self.exec, &tool, args, cancel).await;
+        let result = match (&self.callback, local) {
+            (Some(callback), false) => {
+                let ask = Ask::Call {
+                    call: call_key.clone(),
+                    tool: tool.clone(),
+                    args,
+                };
+                callback.ask(&ask, &cancel).await
+            }
+            _ => ToolAccess::call(&self.exec, &tool, args, cancel).await,
+        };
         let done = CallEntry::Done {
             tool: tool.clone(),
             value: result.as_ref().ok().cloned(),
@@ -379,19 +407,35 @@ impl ToolAccess for Journaled {
     }
 
     fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Result<Value, Error>> {
-        // Only the served namespaces' tools, as calls are.
+        // The served namespaces' tools, and the caller's when it offers
+        // them, best first.
         let inner = self.0.clone();
         let search = ToolAccess::search(&self.0.exec, query, limit);
+        let ask = Ask::Search {
+            query: query.to_owned(),
+            limit,
+        };
         Box::pin(async move {
-            let found = search.await?;
-            let kept: Vec<Value> = found
+            let mut hits: Vec<Value> = search
+                .await?
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter(|m| m["id"].as_str().is_some_and(|id| inner.serves(id)))
                 .cloned()
                 .collect();
-            Ok(Value::Array(kept))
+            if let Some(callback) = &inner.callback {
+                let theirs = callback.ask(&ask, &CancellationToken::new()).await?;
+                for hit in theirs.as_array().into_iter().flatten() {
+                    if !hits.iter().any(|h| h["id"] == hit["id"]) {
+                        hits.push(hit.clone());
+                    }
+                }
+                let score = |m: &Value| m["score"].as_f64().unwrap_or(0.0);
+                hits.sort_by(|a, b| score(b).total_cmp(&score(a)));
+                hits.truncate(limit);
+            }
+            Ok(Value::Array(hits))
         })
     }
 
@@ -400,12 +444,28 @@ impl ToolAccess for Journaled {
         tool_id: &str,
         level: DetailLevel,
     ) -> BoxFuture<'static, Result<Value, Error>> {
-        if !self.0.serves(tool_id) {
+        if self.0.serves(tool_id) {
+            return ToolAccess::describe(&self.0.exec, tool_id, level);
+        }
+        let Some(callback) = self.0.callback.clone() else {
             let refused = self.0.refuse(tool_id);
             return Box::pin(async move { Err(refused) });
-        }
-        ToolAccess::describe(&self.0.exec, tool_id, level)
+        };
+        let ask = Ask::Describe {
+            tool: tool_id.to_owned(),
+            detail: level,
+        };
+        Box::pin(async move { callback.ask(&ask, &CancellationToken::new()).await })
     }
+}
+
+/// Whether `call` is the key a worker gives a call of `tool` with `args`
+/// in code run `key`: `<key>.c<digest>.<occurrence>`.
+pub(crate) fn is_call_key(key: &str, call: &str, tool: &str, args: &Value) -> bool {
+    call.strip_prefix(key)
+        .and_then(|rest| rest.strip_prefix(".c"))
+        .and_then(|rest| rest.split_once('.'))
+        .is_some_and(|(d, n)| d == digest(tool, args) && n.parse::<usize>().is_ok_and(|n| n > 0))
 }
 
 fn digest(tool: &str, args: &Value) -> String {

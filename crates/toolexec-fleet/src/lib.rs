@@ -26,6 +26,7 @@
 //!   (core NATS), reading the journal when the reply does not come.
 
 mod adverts;
+mod callback;
 mod client;
 mod cluster;
 mod code;

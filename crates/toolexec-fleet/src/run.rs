@@ -27,12 +27,16 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
     let last = delivered >= worker.max_deliver;
     // Replies go to caller inboxes only: never to a subject of the cluster
     // (a cancellation, the JetStream API) named by whoever published.
-    let reply = message
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(REPLY_HEADER))
-        .map(|v| v.as_str().to_owned())
-        .filter(|s| s.starts_with("_INBOX.") && !s.contains(['*', '>', ' ']));
+    let inbox_in = |header: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(header))
+            .map(|v| v.as_str().to_owned())
+            .filter(|s| crate::callback::is_inbox(s))
+    };
+    let reply = inbox_in(REPLY_HEADER);
+    let callback = inbox_in(crate::callback::CALLBACK_HEADER);
     let reply = Reply {
         worker,
         subject: reply,
@@ -127,6 +131,14 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
                 worker: &worker.id,
                 namespaces: &worker.namespaces,
                 max_entry: max_entry(worker),
+                callback: callback.map(|subject| {
+                    crate::callback::Callback::new(
+                        worker.cluster.client.clone(),
+                        subject,
+                        &run.key,
+                        wire.timeout(),
+                    )
+                }),
             };
             let holder = crate::code::Holder {
                 instance: worker.instance.clone(),

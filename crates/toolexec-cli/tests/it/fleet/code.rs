@@ -178,15 +178,20 @@ async fn the_gateway_sends_calls_and_scripts_to_the_fleet() {
     );
     assert_eq!(r["result"]["isError"], false, "{r}");
     assert_eq!(r["result"]["structuredContent"]["value"], 1, "{r}");
-    // The script ran on the worker: its calls reach the worker's
-    // namespaces only, never the gateway's own tools.
+    // The script ran on the worker; its call to one of the gateway's own
+    // tools came back to the gateway.
     let script = "return await tools.text.case({text: 'a', to: 'upper'});";
     let r = s.request(
         5,
         "tools/call",
         json!({"name": "execute_code", "arguments": {"code": script}}),
     );
-    assert!(r.to_string().contains("not_allowed"), "{r}");
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["value"],
+        json!({"text": "A"}),
+        "{r}"
+    );
     assert!(s.finish().success(), "{}", s.stderr());
     let hits = ledger_hits(ledger_port);
     assert_eq!(
@@ -239,4 +244,113 @@ async fn the_gateway_sends_calls_and_scripts_to_the_fleet() {
     out.expect_code(0);
     assert_eq!(out.json()["value"], 1, "{out}");
     assert_eq!(ledger_hits(ledger_port).get(&23), Some(&1));
+}
+
+/// A script on a worker reaches the caller's own tools: calls outside the
+/// worker's namespaces come back to the caller's catalog, behind the
+/// script's allowlist. The caller runs each call once: when the worker is
+/// killed while such a call (of a tool not marked idempotent) is in
+/// flight, the worker that takes the run over asks for it again and gets
+/// the first call's result; nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_runs_call_back_to_the_callers_tools() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const TEST: &str = "code_runs_call_back_to_the_callers_tools";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let Some((_ledger, ledger_port)) = ledger(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let config = worker_config(&dir, &nats, "callback", ledger_port, "");
+    let mut first = worker_with(dir.path(), &config, "b0", 2, &["--code"]);
+    let (exec, client) = caller(&nats, "callback").await;
+    // The caller's own tool, counting its runs by `n` (not idempotent).
+    let counts: Arc<std::sync::Mutex<BTreeMap<u64, u64>>> = Arc::default();
+    let started = Arc::new(AtomicU64::new(0));
+    let (c, s) = (counts.clone(), started.clone());
+    exec.catalog()
+        .tool(
+            "local:count",
+            "Counts its runs by n",
+            move |a: serde_json::Value| {
+                let (c, s) = (c.clone(), s.clone());
+                async move {
+                    let n = a["n"].as_u64().unwrap_or(0);
+                    s.store(n, Ordering::SeqCst);
+                    let sleep = a["sleep_ms"].as_u64().unwrap_or(0);
+                    tokio::time::sleep(Duration::from_millis(sleep)).await;
+                    let mut counts = c.lock().unwrap();
+                    let runs = counts.entry(n).or_insert(0);
+                    *runs += 1;
+                    Ok::<_, toolexec::ToolError>(json!({"n": n, "runs": *runs}))
+                }
+            },
+        )
+        .unwrap();
+    let run_with_tools = |script: &'static str, allowed: &[&str]| {
+        let (client, exec) = (client.clone(), exec.clone());
+        let mut request = toolexec_code::CodeRequest::new(script);
+        request.limits.allowed_tools = allowed.iter().map(|a| (*a).to_owned()).collect();
+        tokio::spawn(async move {
+            client
+                .execute_code_with_tools(
+                    &request,
+                    toolexec_runtime::Profile::Standard,
+                    &toolexec::CancellationToken::new(),
+                    exec,
+                )
+                .await
+        })
+    };
+
+    let script = r#"
+        const a = await tools.local.count({n: 1, sleep_ms: 0});
+        const h = await tools.ledger.hit({n: 31, sleep_ms: 0});
+        const b = await tools.local.count({n: 2, sleep_ms: 1500});
+        const found = (await tools.search("counts its runs", 5)).map((m) => m.id);
+        return {a: a.runs, hit: h.hits, b: b.runs, found: found.includes("local:count")};
+    "#;
+    let run = run_with_tools(script, &[]);
+    // Killed while the caller runs the second call back.
+    let start = Instant::now();
+    while started.load(Ordering::SeqCst) != 2 {
+        assert!(start.elapsed() < Duration::from_secs(10), "no call back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.kill();
+    let _second = worker_with(dir.path(), &config, "b1", 2, &["--code"]);
+    let outcome = run.await.unwrap().unwrap();
+    assert_eq!(outcome.status, toolexec_code::CodeStatus::Ok, "{outcome:?}");
+    assert_eq!(
+        outcome.value,
+        Some(json!({"a": 1, "hit": 1, "b": 1, "found": true})),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        counts.lock().unwrap().clone(),
+        BTreeMap::from([(1, 1), (2, 1)]),
+        "a call back ran twice"
+    );
+    assert_eq!(ledger_hits(ledger_port).get(&31), Some(&1));
+
+    // The script's allowlist holds for calls back.
+    let script = "return await tools.local.count({n: 3, sleep_ms: 0});";
+    let outcome = run_with_tools(script, &["ledger:*"])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(outcome.status, toolexec_code::CodeStatus::Ok, "{outcome:?}");
+    assert!(
+        format!("{outcome:?}").contains("not_allowed"),
+        "{outcome:?}"
+    );
+    // Without the caller's tools, a script reaches the worker's only.
+    let outcome = spawn_script(&client, script).await.unwrap().unwrap();
+    assert!(
+        format!("{outcome:?}").contains("not_allowed"),
+        "{outcome:?}"
+    );
+    assert_eq!(counts.lock().unwrap().get(&3), None);
 }
