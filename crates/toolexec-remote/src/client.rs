@@ -385,7 +385,7 @@ async fn relay(
                         calls.push(async move { (id, serve_tool(&host, request).await) });
                     }
                     ServerFrame::Outcome { outcome } => {
-                        let mut outcome = wire::outcome_from_value(outcome)
+                        let mut outcome = RunOutcome::from_value(outcome)
                             .map_err(|e| format!("the server sent an invalid outcome: {e}"))?;
                         let _ = sink.close().await;
                         outcome.runtime = format!("{}:{}", RemoteRuntime::NAME, outcome.runtime);

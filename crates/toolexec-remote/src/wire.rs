@@ -7,7 +7,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolexec::{DetailLevel, ErrorBody};
-use toolexec_runtime::{Enforcement, LimitKind, RunOutcome, RunStatus, ToolCallRecord};
 
 /// Largest frame either side accepts: 16 MiB.
 pub const MAX_FRAME_BYTES: usize = 16 << 20;
@@ -120,112 +119,9 @@ pub(crate) fn chunks(text: &str) -> Vec<&str> {
     out
 }
 
-/// [`RunOutcome`] as the server serializes it.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WireOutcome {
-    runtime: String,
-    status: WireStatus,
-    #[serde(default)]
-    value: Option<Value>,
-    #[serde(default)]
-    stdout: String,
-    #[serde(default)]
-    stderr: String,
-    #[serde(default)]
-    exit_code: Option<i32>,
-    #[serde(default)]
-    tool_calls: Vec<ToolCallRecord>,
-    #[serde(default)]
-    enforcement: Vec<Enforcement>,
-    duration_ms: f64,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-enum WireStatus {
-    Ok,
-    Failed { message: String },
-    LimitExceeded { limit: LimitKind, message: String },
-    Cancelled,
-    Error { error: ErrorBody },
-}
-
-/// Parses an outcome the server sent; the error names the failing field.
-pub fn outcome_from_value(value: Value) -> Result<RunOutcome, String> {
-    let wire: WireOutcome = serde_path_to_error::deserialize(value)
-        .map_err(|e| format!("{}: {}", e.path(), e.inner()))?;
-    let status = match wire.status {
-        WireStatus::Ok => RunStatus::Ok,
-        WireStatus::Failed { message } => RunStatus::Failed { message },
-        WireStatus::LimitExceeded { limit, message } => RunStatus::LimitExceeded { limit, message },
-        WireStatus::Cancelled => RunStatus::Cancelled,
-        WireStatus::Error { error } => RunStatus::Error { error },
-    };
-    let mut outcome = RunOutcome::new(wire.runtime, status);
-    outcome.value = wire.value;
-    outcome.stdout = wire.stdout;
-    outcome.stderr = wire.stderr;
-    outcome.exit_code = wire.exit_code;
-    outcome.tool_calls = wire.tool_calls;
-    outcome.enforcement = wire.enforcement;
-    outcome.duration_ms = wire.duration_ms;
-    Ok(outcome)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolexec::ErrorCode;
-
-    #[test]
-    fn outcome_round_trips() {
-        let mut outcome = RunOutcome::new(
-            "host",
-            RunStatus::LimitExceeded {
-                limit: LimitKind::WallTime,
-                message: "late".into(),
-            },
-        );
-        outcome.stdout = "out".into();
-        outcome.exit_code = Some(3);
-        outcome.value = Some(serde_json::json!({"a": 1}));
-        outcome.enforcement = vec![Enforcement::by(LimitKind::WallTime, "timer")];
-        let mut call = ToolCallRecord::started("math:add", &serde_json::json!({}));
-        call.fail(&ErrorBody {
-            code: ErrorCode::NotAllowed,
-            message: "no".into(),
-            details: None,
-        });
-        let mut cut = call.clone();
-        cut.truncate();
-        outcome.tool_calls = vec![call, cut];
-        outcome.duration_ms = 12.5;
-        let back = outcome_from_value(serde_json::to_value(&outcome).unwrap()).unwrap();
-        assert_eq!(back, outcome);
-        for status in [
-            RunStatus::Ok,
-            RunStatus::Cancelled,
-            RunStatus::Failed {
-                message: "x".into(),
-            },
-        ] {
-            let o = RunOutcome::new("r", status);
-            assert_eq!(
-                outcome_from_value(serde_json::to_value(&o).unwrap()).unwrap(),
-                o
-            );
-        }
-    }
-
-    #[test]
-    fn bad_outcome_names_the_field() {
-        let err = outcome_from_value(serde_json::json!({
-            "runtime": "r", "status": {"status": "weird"}, "duration_ms": 1.0
-        }))
-        .unwrap_err();
-        assert!(err.starts_with("status"), "{err}");
-    }
 
     #[test]
     fn chunks_respect_char_boundaries() {
