@@ -105,6 +105,11 @@ pub(crate) struct WorkerArgs {
     /// code_profile`, else standard).
     #[arg(long, value_enum)]
     pub code_profile: Option<CodeProfile>,
+    /// Also run callers' sandboxed command units of this profile
+    /// (repeatable; default: `[worker] unit_profiles`), on a runtime of
+    /// this machine that enforces it (checked at start).
+    #[arg(long = "unit-profile", value_name = "PROFILE")]
+    pub unit_profiles: Vec<toolexec_runtime::Profile>,
 }
 
 /// `toolexec cluster ...`.

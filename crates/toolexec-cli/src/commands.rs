@@ -106,14 +106,18 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
         },
         _ => None,
     };
-    let runtimes = Arc::new(crate::runtimes::build(&config.runtimes));
+    let mut runtimes = crate::runtimes::build(&config.runtimes);
+    // A worker runs its own namespaces: it never sends them to the fleet.
+    let fleet = !matches!(cli.command, Command::Worker(_));
+    // `[cluster] profiles`: sandboxed units of those profiles run on the
+    // fleet, and nowhere else (no quiet fallback to this machine).
+    let fleet_runtime = crate::fleet::units_runtime(&config.cluster, fleet, &mut runtimes);
+    let runtimes = Arc::new(runtimes);
     // Policy and quotas are about the gateway's callers: only `serve`
     // enforces them (local commands run as the user who typed them).
     let gate = serve_plan
         .as_mut()
         .map(|plan| (config.policy.clone(), plan.take_quotas()));
-    // A worker runs its own namespaces: it never sends them to the fleet.
-    let fleet = !matches!(cli.command, Command::Worker(_));
     // Only a gateway has clients to relay upstream servers' requests to.
     let relay = serve_plan.is_some();
     let built = build_exec(&config, &runtimes, telemetry, gate, fleet, relay).await;
@@ -124,6 +128,9 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
             return report(&body, json, exit_code(&body));
         }
     };
+    if let (Some(runtime), Some(client)) = (&fleet_runtime, &fleet) {
+        runtime.bind(client.clone());
+    }
     let result = match cli.command {
         Command::Tools(cmd) => tools(&exec, cmd, json),
         Command::Run(args) => run(&exec, args, json).await,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use toolexec::{Catalog, Error, Exec};
-use toolexec_fleet::{Cluster, ClusterSettings, FleetClient, Worker, WorkerOptions};
+use toolexec_fleet::{Cluster, ClusterSettings, FleetClient, FleetRuntime, Worker, WorkerOptions};
 
 use crate::args::{ClusterCommand, CodeProfile, WorkerArgs};
 use crate::commands::{EXIT_OK, Failure};
@@ -55,12 +55,34 @@ pub(crate) async fn attach(
     let Some(settings) = &config.settings else {
         return Ok(None);
     };
-    if config.namespaces.is_empty() && !config.code {
+    if config.namespaces.is_empty() && !config.code && config.profiles.is_empty() {
         return Ok(None);
     }
     let cluster = Cluster::connect(settings.clone(), "gateway").await?;
     let client = FleetClient::attach(cluster, config.namespaces.clone(), catalog.clone()).await?;
     Ok(Some(client))
+}
+
+/// `[cluster] profiles`: registers the fleet as the only runtime of those
+/// profiles (bound to the cluster once connected). `None` without any, or
+/// in a worker (which runs units itself).
+pub(crate) fn units_runtime(
+    config: &ClusterConfig,
+    sends_to_fleet: bool,
+    runtimes: &mut toolexec_runtime::Runtimes,
+) -> Option<Arc<FleetRuntime>> {
+    let settings = config.settings.as_ref()?;
+    if config.profiles.is_empty() || !sends_to_fleet {
+        return None;
+    }
+    let runtime = Arc::new(FleetRuntime::new(&settings.name, &config.profiles));
+    runtimes.register_arc(runtime.clone());
+    let mut map = runtimes.profile_map().clone();
+    for profile in &config.profiles {
+        *map.candidates_mut(*profile) = vec![FleetRuntime::NAME.to_owned()];
+    }
+    runtimes.set_profile_map(map);
+    Some(runtime)
 }
 
 /// `toolexec worker`: serves until SIGINT or SIGTERM, then drains.
@@ -89,6 +111,11 @@ pub(crate) async fn worker(
             Some(CodeProfile::Standard) => Profile::Standard,
             None => config.worker.code_profile.unwrap_or(Profile::Standard),
         }),
+        units: if args.unit_profiles.is_empty() {
+            config.worker.unit_profiles.clone()
+        } else {
+            args.unit_profiles
+        },
         runtimes: Some(runtimes),
     };
     let cluster = Cluster::connect(settings, "worker").await?;

@@ -68,6 +68,7 @@ fn bench(c: &mut Criterion) {
             namespaces: vec!["math".into()],
             capacity: 16,
             code: None,
+            units: Vec::new(),
             runtimes: None,
         };
         let worker = Worker::start(cluster, local.clone(), options)
@@ -131,6 +132,7 @@ async fn sleepers(settings: &ClusterSettings, workers: usize) -> Exec {
             namespaces: vec!["nap".into()],
             capacity: 4,
             code: None,
+            units: Vec::new(),
             runtimes: None,
         };
         let worker = Worker::start(cluster, Exec::new(catalog), options)

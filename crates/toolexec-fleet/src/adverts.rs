@@ -21,6 +21,7 @@ use crate::wire::Advert;
 pub(crate) enum Serving<'a> {
     Namespace(&'a str),
     Code(Profile),
+    Unit(Profile),
 }
 
 /// Every advert in the bucket: those there are fresh (the bucket expires
@@ -57,6 +58,8 @@ pub(crate) struct Live {
     namespaces: Vec<String>,
     draining: bool,
     code: Option<String>,
+    /// The profiles of the units it runs.
+    units: Vec<String>,
     /// Digest of the tools it offers.
     offer: String,
 }
@@ -118,6 +121,7 @@ impl FleetClient {
         let count = |c: &Self| match of {
             Serving::Namespace(ns) => c.live_workers(ns),
             Serving::Code(profile) => c.live_code_workers(profile),
+            Serving::Unit(profile) => c.live_unit_workers(profile),
         };
         if count(self) == 0 {
             let mut last = self.last_read.lock().await;
@@ -159,6 +163,7 @@ impl FleetClient {
                     namespaces: advert.namespaces.clone(),
                     draining: advert.draining,
                     code: advert.code.clone(),
+                    units: advert.units.clone(),
                     offer: offer.clone(),
                 },
             )
@@ -229,6 +234,17 @@ impl FleetClient {
             .values()
             .filter(|l| l.seen.elapsed() < fresh && !l.draining)
             .filter(|l| l.code.as_deref() == Some(profile.as_str()))
+            .count()
+    }
+
+    /// Live workers that run sandboxed units of `profile`.
+    pub fn live_unit_workers(&self, profile: Profile) -> usize {
+        let fresh = self.cluster.settings.ack_wait();
+        self.live
+            .lock()
+            .values()
+            .filter(|l| l.seen.elapsed() < fresh && !l.draining)
+            .filter(|l| l.units.iter().any(|u| u == profile.as_str()))
             .count()
     }
 }

@@ -18,15 +18,19 @@
 //! for its calls back.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::client::RequestErrorKind;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolexec::{BoxFuture, CancellationToken, DetailLevel, Error, ErrorBody, Exec, LimitKind};
+use toolexec::{
+    BoxFuture, CancellationToken, DetailLevel, Error, ErrorBody, Exec, LimitKind, ToolAccess,
+};
 use toolexec_runtime::{RuntimeLimits, ToolHost};
 
 /// Header naming the subject a run's calls back go to.
@@ -191,6 +195,74 @@ impl Callback {
     }
 }
 
+/// A sandboxed unit's tools on the worker: every call goes to the caller
+/// (a unit runs no tool of the worker's), keyed as a code run's calls are.
+pub(crate) struct UnitTools {
+    callback: Arc<Callback>,
+    seen: Mutex<HashMap<String, usize>>,
+}
+
+impl UnitTools {
+    pub(crate) fn new(callback: Callback) -> Self {
+        UnitTools {
+            callback: Arc::new(callback),
+            seen: Mutex::default(),
+        }
+    }
+
+    fn forward(
+        &self,
+        ask: Ask,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        let callback = self.callback.clone();
+        Box::pin(async move { callback.ask(&ask, &cancel).await })
+    }
+}
+
+impl ToolAccess for UnitTools {
+    fn call(
+        &self,
+        tool_id: &str,
+        args: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        let digest = crate::code::digest(tool_id, &args);
+        let occurrence = {
+            let mut seen = self.seen.lock();
+            let n = seen.entry(digest.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let ask = Ask::Call {
+            call: format!("{}.c{digest}.{occurrence}", self.callback.key),
+            tool: tool_id.to_owned(),
+            args,
+        };
+        self.forward(ask, cancel)
+    }
+
+    fn search(&self, query: &str, limit: usize) -> BoxFuture<'static, Result<Value, Error>> {
+        let ask = Ask::Search {
+            query: query.to_owned(),
+            limit,
+        };
+        self.forward(ask, CancellationToken::new())
+    }
+
+    fn describe(
+        &self,
+        tool_id: &str,
+        level: DetailLevel,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        let ask = Ask::Describe {
+            tool: tool_id.to_owned(),
+            detail: level,
+        };
+        self.forward(ask, CancellationToken::new())
+    }
+}
+
 fn tool_of(ask: &Ask) -> &str {
     match ask {
         Ask::Call { tool, .. } | Ask::Describe { tool, .. } => tool,
@@ -225,6 +297,9 @@ pub(crate) struct Callbacks {
     max_calls: usize,
     /// Largest answer NATS carries.
     max_answer: usize,
+    /// The host's cancellation is this run's own (not a caller's), to
+    /// fire when the run is over.
+    owns_host: bool,
 }
 
 impl Callbacks {
@@ -237,26 +312,41 @@ impl Callbacks {
         max_tool_calls: usize,
         allowed_tools: &[String],
     ) -> Result<Self, Error> {
-        let subject = client.new_inbox();
-        let requests = client.subscribe(subject.clone()).await.map_err(|e| {
-            Error::backend_unavailable("fleet", format!("callback subscription: {e}"))
-        })?;
         let limits = RuntimeLimits {
             max_tool_calls,
             allowed_tools: allowed_tools.to_vec(),
             ..RuntimeLimits::default()
         };
+        let host = ToolHost::new(exec, &limits, CancellationToken::new());
+        let mut callbacks = Self::listen_on(client, host, key).await?;
+        callbacks.owns_host = true;
+        Ok(callbacks)
+    }
+
+    /// Listens for the calls back of run `key`, served by `host` (a unit's
+    /// tool host: its budget, allowlist and log).
+    pub(crate) async fn listen_on(
+        client: &async_nats::Client,
+        host: ToolHost,
+        key: &str,
+    ) -> Result<Self, Error> {
+        let subject = client.new_inbox();
+        let requests = client.subscribe(subject.clone()).await.map_err(|e| {
+            Error::backend_unavailable("fleet", format!("callback subscription: {e}"))
+        })?;
+        let max_tool_calls = host.max_tool_calls();
         Ok(Callbacks {
             subject,
             requests,
             client: client.clone(),
-            host: ToolHost::new(exec, &limits, CancellationToken::new()),
+            host,
             key: key.to_owned(),
             calls: HashMap::new(),
             running: FuturesUnordered::new(),
             // Room for calls refused past the budget, and no more.
             max_calls: max_tool_calls.saturating_mul(2).saturating_add(16),
             max_answer: client.server_info().max_payload.saturating_sub(256),
+            owns_host: false,
         })
     }
 
@@ -383,7 +473,10 @@ impl Callbacks {
 
 impl Drop for Callbacks {
     fn drop(&mut self) {
-        // The run is over (or abandoned): calls back still running stop.
-        self.host.cancel_token().cancel();
+        // The run is over (or abandoned): calls back still running stop
+        // (dropped with `running`, and told so when the token is ours).
+        if self.owns_host {
+            self.host.cancel_token().cancel();
+        }
     }
 }

@@ -17,7 +17,7 @@ use toolexec::{
     BoxFuture, Catalog, Error, ErrorBody, ErrorCode, Exec, Tool, ToolContext, ToolOutput,
 };
 
-use toolexec_runtime::Profile;
+use toolexec_runtime::{Profile, RunContext, RunOutcome, RunStatus};
 
 use crate::adverts::{Live, Serving};
 use crate::callback::{CALLBACK_HEADER, Callbacks};
@@ -27,6 +27,9 @@ use crate::wire::{Advert, Event, Journal, Outcome, REPLY_HEADER, RunRequest};
 
 /// The label of code runs in journals and errors.
 const CODE_LABEL: &str = "code";
+
+/// The label of sandboxed units in journals and errors.
+const UNIT_LABEL: &str = "unit";
 
 /// The `worker` of a journal entry a caller wrote when it gave up on a run
 /// no worker had taken.
@@ -83,6 +86,7 @@ impl FleetClient {
             args,
             timeout_ms: None,
             code: None,
+            unit: None,
         };
         let subject = self.cluster.names.runs(tool.namespace());
         self.submit(subject, run, ctx, None).await?.into_result()
@@ -143,6 +147,7 @@ impl FleetClient {
             args: serde_json::Value::Null,
             timeout_ms: None,
             code: Some(code),
+            unit: None,
         };
         let callbacks = match tools {
             Some(exec) => Some(
@@ -164,6 +169,64 @@ impl FleetClient {
             other => other
                 .into_result()
                 .and_then(|_| Err(unavailable("a code run was answered with a tool's outcome"))),
+        }
+    }
+
+    /// Runs a sandboxed unit on a worker that runs units of its profile
+    /// (one that checked at start that a runtime of its machine enforces
+    /// it), the unit's tool calls coming back to `ctx.host` (the caller's
+    /// tools, budget and allowlist). A unit whose worker is lost is not run
+    /// again: it ends `interrupted`.
+    pub async fn run_unit(
+        self: &Arc<Self>,
+        request: toolexec_runtime::RunRequest,
+        ctx: RunContext,
+    ) -> RunOutcome {
+        let failed = |e: &Error| RunOutcome::error(crate::runtime::NAME, e);
+        let profile = request.profile;
+        if self.live_now(Serving::Unit(profile)).await == 0 {
+            return failed(&unavailable(format!(
+                "no live worker of cluster {} runs {} units (toolexec worker --unit-profile {})",
+                self.cluster.settings.name,
+                profile.as_str(),
+                profile.as_str()
+            )));
+        }
+        let args = serde_json::to_value(&request).unwrap_or_default();
+        let key = self.key_for(UNIT_LABEL, &args);
+        let callbacks =
+            match Callbacks::listen_on(&self.cluster.client, ctx.host.clone(), &key).await {
+                Ok(callbacks) => callbacks,
+                Err(e) => return failed(&e),
+            };
+        let run = RunRequest {
+            key,
+            tool: UNIT_LABEL.to_owned(),
+            args: serde_json::Value::Null,
+            timeout_ms: None,
+            code: None,
+            unit: Some(Box::new(request)),
+        };
+        let tool_ctx = ToolContext::with_cancel(ctx.cancel.clone());
+        let subject = self.cluster.names.unit_runs(profile);
+        match self.submit(subject, run, &tool_ctx, Some(callbacks)).await {
+            Ok(Outcome::Unit { outcome }) => match RunOutcome::from_value(outcome) {
+                Ok(mut outcome) => {
+                    outcome.runtime = format!("{}/{}", crate::runtime::NAME, outcome.runtime);
+                    outcome
+                }
+                Err(e) => failed(&unavailable(format!(
+                    "a worker's unit outcome is unreadable: {e}"
+                ))),
+            },
+            Ok(Outcome::Err { error }) => {
+                RunOutcome::new(crate::runtime::NAME, RunStatus::Error { error })
+            }
+            Ok(_) => failed(&unavailable("a unit was answered with a tool's outcome")),
+            Err(Error::Cancelled { .. }) => {
+                RunOutcome::new(crate::runtime::NAME, RunStatus::Cancelled)
+            }
+            Err(e) => failed(&e),
         }
     }
 

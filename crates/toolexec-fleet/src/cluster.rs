@@ -137,7 +137,11 @@ async fn ensure_stream(
     let wanted = stream::Config {
         name: names.stream(),
         description: Some("toolexec: queued runs, one per idempotency key".into()),
-        subjects: vec![names.all_runs(), names.all_code_runs()],
+        subjects: vec![
+            names.all_runs(),
+            names.all_code_runs(),
+            names.all_unit_runs(),
+        ],
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::File,
         max_messages: settings.max_queue,
@@ -156,7 +160,19 @@ async fn ensure_stream(
         .info()
         .await
         .map_err(|e| unavailable(format!("stream {}: {e}", wanted.name)))?;
-    let have = &info.config;
+    let mut have = info.config.clone();
+    let older = have.subjects.len() < wanted.subjects.len()
+        && have.subjects.iter().all(|s| wanted.subjects.contains(s));
+    if have.retention == stream::RetentionPolicy::WorkQueue && older {
+        // A stream of an earlier toolexec: its subjects, and the new ones.
+        have.subjects = wanted.subjects.clone();
+        have = js
+            .update_stream(have)
+            .await
+            .map_err(|e| unavailable(format!("stream {}: adding subjects: {e}", wanted.name)))?
+            .config;
+    }
+    let have = &have;
     if have.retention != stream::RetentionPolicy::WorkQueue || have.subjects != wanted.subjects {
         return Err(unavailable(format!(
             "stream {} exists with another shape (retention {:?}, subjects {:?}; \

@@ -468,7 +468,8 @@ pub(crate) fn is_call_key(key: &str, call: &str, tool: &str, args: &Value) -> bo
         .is_some_and(|(d, n)| d == digest(tool, args) && n.parse::<usize>().is_ok_and(|n| n > 0))
 }
 
-fn digest(tool: &str, args: &Value) -> String {
+/// The digest of one call (tool and arguments) in its call key.
+pub(crate) fn digest(tool: &str, args: &Value) -> String {
     let mut h = Sha256::new();
     h.update(tool.as_bytes());
     h.update([0]);

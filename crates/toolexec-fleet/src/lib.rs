@@ -24,6 +24,11 @@
 //! - **Callers** ([`FleetClient`]) import the tools the live workers
 //!   advertise, queue each call, and wait for its events on a reply subject
 //!   (core NATS), reading the journal when the reply does not come.
+//! - **Code runs** ([`FleetClient::execute_code`]) are durable: each tool
+//!   call of the script is journaled, and a worker that takes over replays
+//!   them. **Sandboxed units** ([`FleetRuntime`], `[cluster] profiles`) run
+//!   on workers that enforce their profile. Both reach the caller's own
+//!   tools through a callback subject the caller answers on.
 
 mod adverts;
 mod callback;
@@ -32,6 +37,7 @@ mod cluster;
 mod code;
 mod journal;
 mod run;
+mod runtime;
 mod settings;
 mod status;
 mod wire;
@@ -39,6 +45,7 @@ mod worker;
 
 pub use client::{FleetClient, FleetCode, with_idempotency_key};
 pub use cluster::Cluster;
+pub use runtime::FleetRuntime;
 pub use settings::{ClusterSettings, Security};
 pub use status::{ClusterStatus, NamespaceStatus, WorkerStatus, status};
 pub use worker::{Worker, WorkerOptions, WorkerReport};

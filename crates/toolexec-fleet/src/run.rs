@@ -2,6 +2,7 @@
 //! worker's catalog while telling JetStream it is alive, record the
 //! outcome, answer the caller, acknowledge.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
@@ -36,7 +37,7 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
             .filter(|s| crate::callback::is_inbox(s))
     };
     let reply = inbox_in(REPLY_HEADER);
-    let callback = inbox_in(crate::callback::CALLBACK_HEADER);
+    let mut callback = inbox_in(crate::callback::CALLBACK_HEADER);
     let reply = Reply {
         worker,
         subject: reply,
@@ -62,10 +63,12 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
         let _ = message.ack_with(AckKind::Term).await;
         return;
     }
-    let rerun = match &run.code {
+    let rerun = match (&run.code, &run.unit) {
         // A code run resumes on redelivery: its journal replays.
-        Some(_) => true,
-        None => match worker.exec.catalog().get(&run.tool) {
+        (Some(_), _) => true,
+        // A unit may have had effects: never run blindly again.
+        (None, Some(_)) => false,
+        (None, None) => match worker.exec.catalog().get(&run.tool) {
             Ok(t) => rerunnable(t.tool()),
             Err(e) => {
                 // Not in this catalog: another worker of the namespace may
@@ -131,7 +134,7 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
                 worker: &worker.id,
                 namespaces: &worker.namespaces,
                 max_entry: max_entry(worker),
-                callback: callback.map(|subject| {
+                callback: callback.take().map(|subject| {
                     crate::callback::Callback::new(
                         worker.cluster.client.clone(),
                         subject,
@@ -159,7 +162,10 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
         (Some(_), None) => Outcome::Err {
             error: internal("this worker does not run code"),
         },
-        (None, _) => execute(worker, &run, &reply, &message, cancel).await,
+        (None, _) => match run.unit.clone() {
+            Some(unit) => execute_unit(worker, &run.key, *unit, callback, &message, cancel).await,
+            None => execute(worker, &run, &reply, &message, cancel).await,
+        },
     };
     let outcome = fit(worker, &run, outcome);
     if record(worker, &run, revision, outcome, &reply, &message, last).await && !calls.is_empty() {
@@ -187,6 +193,18 @@ fn admissible(worker: &Worker, run: &RunRequest, message: &Message) -> Result<()
         tool: run.tool.clone(),
         reason,
     };
+    if let Some(unit) = &run.unit {
+        let profile = unit.profile;
+        return if worker.units.contains(&profile) && subject == names.unit_runs(profile) {
+            Ok(())
+        } else {
+            Err(refuse(format!(
+                "worker {} does not run {} units sent on {subject}",
+                worker.id,
+                profile.as_str()
+            )))
+        };
+    }
     if run.code.is_some() {
         return match worker.code {
             Some(profile) if subject == names.code_runs(profile) => Ok(()),
@@ -304,6 +322,38 @@ async fn record(
         }
     }
     false
+}
+
+/// Runs a caller's sandboxed unit on this worker's runtimes, its tool
+/// calls going back to the caller (none without a callback subject),
+/// telling JetStream every heartbeat that the run is alive.
+async fn execute_unit(
+    worker: &Worker,
+    key: &str,
+    unit: toolexec_runtime::RunRequest,
+    callback: Option<String>,
+    message: &Message,
+    cancel: CancellationToken,
+) -> Outcome {
+    let tools = callback.map(|subject| {
+        let callback = crate::callback::Callback::new(
+            worker.cluster.client.clone(),
+            subject,
+            key,
+            unit.limits.wall_time,
+        );
+        Arc::new(crate::callback::UnitTools::new(callback)) as Arc<dyn toolexec::ToolAccess>
+    });
+    let ran = tokio::select! {
+        ran = worker.runtimes.run_with_tools(unit, tools, cancel) => ran,
+        () = alive(message, worker.cluster.settings.heartbeat) => unreachable!("renewing never ends"),
+    };
+    match serde_json::to_value(&ran) {
+        Ok(outcome) => Outcome::Unit { outcome },
+        Err(e) => Outcome::Err {
+            error: internal(&format!("the unit's outcome does not serialize: {e}")),
+        },
+    }
 }
 
 /// Runs the tool, relaying its events to the caller and telling JetStream

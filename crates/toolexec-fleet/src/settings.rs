@@ -204,6 +204,21 @@ impl Names {
         format!("code_{}", profile.as_str())
     }
 
+    /// Sandboxed units of `profile` (the caller's command tools).
+    pub(crate) fn unit_runs(&self, profile: Profile) -> String {
+        format!("toolexec.{}.unit.{}", self.cluster, profile.as_str())
+    }
+
+    /// Every unit subject, as the stream binds them.
+    pub(crate) fn all_unit_runs(&self) -> String {
+        format!("toolexec.{}.unit.*", self.cluster)
+    }
+
+    /// The durable consumer of units of `profile`.
+    pub(crate) fn unit_consumer(&self, profile: Profile) -> String {
+        format!("unit_{}", profile.as_str())
+    }
+
     /// The durable consumer every worker serving `namespace` shares.
     pub(crate) fn consumer(&self, namespace: &str) -> String {
         format!("ns_{namespace}")

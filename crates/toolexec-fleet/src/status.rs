@@ -74,25 +74,19 @@ pub async fn status(cluster: &Cluster) -> Result<ClusterStatus, Error> {
     let mut consumers = stream.consumers();
     while let Some(info) = consumers.next().await {
         let info = info.map_err(|e| unavailable(format!("consumers: {e}")))?;
-        let namespace = match info.name.strip_prefix("ns_") {
-            Some(ns) => ns,
-            // Code runs, listed as `<code:PROFILE>` (never a namespace).
-            None => match info.name.strip_prefix("code_") {
-                Some(profile) => {
-                    namespaces.push(NamespaceStatus {
-                        namespace: format!("<code:{profile}>"),
-                        pending: info.num_pending,
-                        running: info.num_ack_pending,
-                        redelivered: info.num_redelivered,
-                        waiting_pulls: info.num_waiting,
-                    });
-                    continue;
-                }
-                None => continue,
-            },
+        // Code runs and units are listed as `<code:PROFILE>` and
+        // `<unit:PROFILE>` (never a namespace's name).
+        let namespace = if let Some(ns) = info.name.strip_prefix("ns_") {
+            ns.to_owned()
+        } else if let Some(profile) = info.name.strip_prefix("code_") {
+            format!("<code:{profile}>")
+        } else if let Some(profile) = info.name.strip_prefix("unit_") {
+            format!("<unit:{profile}>")
+        } else {
+            continue;
         };
         namespaces.push(NamespaceStatus {
-            namespace: namespace.to_owned(),
+            namespace,
             pending: info.num_pending,
             running: info.num_ack_pending,
             redelivered: info.num_redelivered,

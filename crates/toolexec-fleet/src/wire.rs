@@ -26,6 +26,9 @@ pub(crate) struct RunRequest {
     /// A code run's script (then `tool` is `code` and `args` null).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) code: Option<crate::code::CodeWire>,
+    /// A sandboxed unit (then `tool` is `unit` and `args` null).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) unit: Option<Box<toolexec_runtime::RunRequest>>,
 }
 
 /// A run's state in the journal (bucket `toolexec_<cluster>_journal`).
@@ -61,6 +64,11 @@ pub(crate) enum Outcome {
     Code {
         outcome: Box<toolexec_code::CodeOutcome>,
     },
+    /// How a sandboxed unit ended (a serialized
+    /// [`RunOutcome`](toolexec_runtime::RunOutcome)).
+    Unit {
+        outcome: Value,
+    },
 }
 
 impl Outcome {
@@ -68,9 +76,9 @@ impl Outcome {
         match self {
             Outcome::Ok { output } => Ok(output),
             Outcome::Err { error } => Err(Error::from(error)),
-            Outcome::Code { .. } => Err(Error::backend_unavailable(
+            Outcome::Code { .. } | Outcome::Unit { .. } => Err(Error::backend_unavailable(
                 "fleet",
-                "a tool call was answered with a code run's outcome",
+                "a tool call was answered with a code run's or a unit's outcome",
             )),
         }
     }
@@ -118,6 +126,9 @@ pub(crate) struct Advert {
     /// The profile of the code runs it takes (`standard`, `hardened`).
     #[serde(default)]
     pub(crate) code: Option<String>,
+    /// The profiles of the sandboxed units it takes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) units: Vec<String>,
     /// The tools it runs, for the gateway's catalog.
     pub(crate) tools: Vec<ToolDef>,
 }

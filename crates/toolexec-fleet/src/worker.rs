@@ -38,7 +38,10 @@ pub struct WorkerOptions {
     /// this worker's catalog: `standard` in process, `hardened` in a
     /// sandbox runtime of [`WorkerOptions::runtimes`] (checked at start).
     pub code: Option<Profile>,
-    /// The sandbox runtimes of hardened code runs.
+    /// Also run callers' sandboxed command units of these profiles, on
+    /// [`WorkerOptions::runtimes`] (each checked at start).
+    pub units: Vec<Profile>,
+    /// The sandbox runtimes of hardened code runs and of units.
     pub runtimes: Option<Arc<Runtimes>>,
 }
 
@@ -57,6 +60,10 @@ pub struct Worker {
     pub(crate) code: Option<Profile>,
     /// Runs code runs' scripts, bounding how many run at once (`code`).
     pub(crate) runner: Option<toolexec_code::CodeRunner>,
+    /// The profiles of the units it takes.
+    pub(crate) units: Vec<Profile>,
+    /// Where units run.
+    pub(crate) runtimes: Arc<Runtimes>,
     /// The consumers' delivery limit: the last delivery settles a run.
     pub(crate) max_deliver: i64,
     pub(crate) state: Arc<State>,
@@ -86,10 +93,10 @@ impl Worker {
         exec: Exec,
         options: WorkerOptions,
     ) -> Result<Worker, Error> {
-        if options.namespaces.is_empty() && options.code.is_none() {
+        if options.namespaces.is_empty() && options.code.is_none() && options.units.is_empty() {
             return Err(Error::invalid_request(
                 "worker.namespaces",
-                "name at least one namespace to serve (or run code)",
+                "name at least one namespace to serve (or run code, or units)",
             ));
         }
         if options.capacity == 0 || options.capacity > 10_000 {
@@ -145,6 +152,28 @@ impl Worker {
                 names.code_runs(profile),
             ));
         }
+        let runtimes = options.runtimes.clone().unwrap_or_default();
+        for &profile in &options.units {
+            // Never takes a unit of a profile no runtime here enforces.
+            for kind in [UnitKind::Command, UnitKind::Script] {
+                runtimes.select(profile, kind).map_err(|e| {
+                    Error::invalid_request(
+                        "worker.unit_profiles",
+                        format!(
+                            "this machine cannot run {} {} units: {}",
+                            profile.as_str(),
+                            kind.as_str(),
+                            e.message
+                        ),
+                    )
+                })?;
+            }
+            queues.push((
+                format!("units ({})", profile.as_str()),
+                names.unit_consumer(profile),
+                names.unit_runs(profile),
+            ));
+        }
         for (ns, durable, subject) in queues {
             let config = pull::Config {
                 durable_name: Some(durable.clone()),
@@ -197,6 +226,8 @@ impl Worker {
             capacity: options.capacity,
             code: options.code,
             runner,
+            units: options.units,
+            runtimes,
             max_deliver: consumer_max_deliver,
             state: Arc::default(),
         };
@@ -282,6 +313,7 @@ impl Worker {
             done: self.state.done.load(Ordering::SeqCst),
             draining: self.state.draining.load(Ordering::SeqCst),
             code: self.code.map(|p| p.as_str().to_owned()),
+            units: self.units.iter().map(|p| p.as_str().to_owned()).collect(),
             tools,
         }
     }

@@ -20,6 +20,8 @@ pub(super) struct ClusterTable {
     namespaces: Vec<String>,
     #[serde(default)]
     code: bool,
+    #[serde(default)]
+    profiles: Vec<toolexec_runtime::Profile>,
     heartbeat: Option<DurationText>,
     max_queue: Option<i64>,
     journal_ttl: Option<DurationText>,
@@ -53,6 +55,8 @@ pub(super) struct WorkerTable {
     #[serde(default)]
     code: bool,
     code_profile: Option<toolexec_runtime::Profile>,
+    #[serde(default)]
+    unit_profiles: Vec<toolexec_runtime::Profile>,
 }
 
 /// `[cluster]` and `[worker]`, resolved.
@@ -64,6 +68,8 @@ pub(crate) struct ClusterConfig {
     pub namespaces: Vec<String>,
     /// `toolexec code` runs scripts on the fleet (durable code runs).
     pub code: bool,
+    /// Sandboxed command units of these profiles run on the fleet.
+    pub profiles: Vec<toolexec_runtime::Profile>,
     /// `[worker]`.
     pub worker: WorkerConfig,
 }
@@ -81,6 +87,8 @@ pub(crate) struct WorkerConfig {
     pub code: bool,
     /// Their profile (default `standard`).
     pub code_profile: Option<toolexec_runtime::Profile>,
+    /// Runs callers' sandboxed command units of these profiles.
+    pub unit_profiles: Vec<toolexec_runtime::Profile>,
 }
 
 impl ClusterTable {
@@ -91,11 +99,14 @@ impl ClusterTable {
             capacity: worker.capacity,
             code: worker.code,
             code_profile: worker.code_profile,
+            unit_profiles: worker.unit_profiles,
         };
         let Some(urls) = self.nats else {
-            if !self.namespaces.is_empty() || self.code {
+            if !self.namespaces.is_empty() || self.code || !self.profiles.is_empty() {
                 let key = if self.code {
                     "cluster.code"
+                } else if !self.profiles.is_empty() {
+                    "cluster.profiles"
                 } else {
                     "cluster.namespaces"
                 };
@@ -108,6 +119,7 @@ impl ClusterTable {
                 settings: None,
                 namespaces: Vec::new(),
                 code: false,
+                profiles: Vec::new(),
                 worker,
             });
         };
@@ -150,6 +162,7 @@ impl ClusterTable {
             settings: Some(settings),
             namespaces: self.namespaces,
             code: self.code,
+            profiles: self.profiles,
             worker,
         })
     }

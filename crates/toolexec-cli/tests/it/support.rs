@@ -240,6 +240,20 @@ impl Background {
         }
     }
 
+    /// Waits up to `timeout` for the process to exit by itself.
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if start.elapsed() >= timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL, as a crash: no chance to clean up.
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();

@@ -227,3 +227,4 @@ pub(super) fn spawn_script(
 mod calls;
 mod code;
 mod operations;
+mod units;
