@@ -154,12 +154,12 @@ async fn dispatch_command(cli: Cli, config: Config, telemetry: &Telemetry) -> u8
         | Command::Cluster(_) => Ok(EXIT_USAGE),
         Command::Serve(_) => {
             let plan = serve_plan.expect("planned before connecting");
-            let code_fleet = fleet.filter(|_| config.cluster.code);
             crate::serve::serve(
                 exec,
                 runtimes.clone(),
                 upstreams.clone(),
-                code_fleet,
+                fleet,
+                config.cluster.code,
                 plan,
                 telemetry,
             )

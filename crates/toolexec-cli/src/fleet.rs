@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
-use toolexec::{Catalog, Error, Exec};
+use toolexec::{BoxFuture, Catalog, Error, Exec};
 use toolexec_fleet::{Cluster, ClusterSettings, FleetClient, FleetRuntime, Worker, WorkerOptions};
 
 use crate::args::{ClusterCommand, CodeProfile, WorkerArgs};
@@ -83,6 +83,39 @@ pub(crate) fn units_runtime(
     }
     runtimes.set_profile_map(map);
     Some(runtime)
+}
+
+/// The gateway's tasks kept in the cluster: a task whose tool runs on the
+/// fleet is resumable anywhere (its call made again under the task's
+/// idempotency key returns the first run's outcome).
+#[derive(Debug)]
+pub(crate) struct FleetTasks(pub(crate) Arc<FleetClient>);
+
+impl toolexec_mcp::gateway::TaskJournal for FleetTasks {
+    fn resumable(&self, tool: &toolexec::RegisteredTool) -> bool {
+        tool.backend().kind() == "fleet"
+    }
+
+    fn keyed<'a>(
+        &self,
+        id: &str,
+        call: BoxFuture<'a, toolexec_mcp::gateway::CallAnswer>,
+    ) -> BoxFuture<'a, toolexec_mcp::gateway::CallAnswer> {
+        Box::pin(toolexec_fleet::with_idempotency_key(id.to_owned(), call))
+    }
+
+    fn save<'a>(&'a self, id: &'a str, record: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.0
+                .save_task(id, record)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, String>> {
+        Box::pin(async move { self.0.load_task(id).await.map_err(|e| e.to_string()) })
+    }
 }
 
 /// `toolexec worker`: serves until SIGINT or SIGTERM, then drains.

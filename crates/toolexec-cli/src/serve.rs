@@ -9,7 +9,7 @@ use toolexec::{Error, Exec, Secret};
 
 use toolexec_mcp::gateway::{
     self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions, NameConflict,
-    RunLimits,
+    RunLimits, TaskJournal, TaskOptions,
 };
 use toolexec_mcp::upstream::Upstream;
 use toolexec_runtime::{Profile, Runtimes};
@@ -147,7 +147,8 @@ pub(crate) async fn serve(
     exec: Exec,
     runtimes: Arc<Runtimes>,
     upstreams: Vec<Arc<Upstream>>,
-    code_fleet: Option<Arc<toolexec_fleet::FleetClient>>,
+    fleet: Option<Arc<toolexec_fleet::FleetClient>>,
+    fleet_code: bool,
     plan: Plan,
     telemetry: &Telemetry,
 ) -> Result<(), Error> {
@@ -155,7 +156,7 @@ pub(crate) async fn serve(
     // worker of the code profile (one that checked at start it can enforce
     // it), their calls outside the worker's namespaces coming back to this
     // gateway's tools.
-    let code_executor = code_fleet.map(|fleet| {
+    let code_executor = fleet.clone().filter(|_| fleet_code).map(|fleet| {
         let code =
             toolexec_fleet::FleetCode::new(fleet, plan.code_profile).with_tools(exec.clone());
         Arc::new(code) as Arc<dyn toolexec_code::CodeExecutor>
@@ -174,7 +175,13 @@ pub(crate) async fn serve(
             runtimes: Some(runtimes),
             code_executor,
             runs: plan.runs,
-            tasks: plan.tasks.clone(),
+            // Tasks of calls that run on the fleet are kept in the
+            // cluster, for any gateway of it to answer and resume.
+            tasks: TaskOptions {
+                journal: fleet
+                    .map(|fleet| Arc::new(crate::fleet::FleetTasks(fleet)) as Arc<dyn TaskJournal>),
+                ..plan.tasks.clone()
+            },
         },
         upstreams.clone(),
     );

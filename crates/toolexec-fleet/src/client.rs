@@ -230,6 +230,36 @@ impl FleetClient {
         }
     }
 
+    /// Keeps `record` as task `id` of the cluster's gateways (32 hex
+    /// digits), for `journal_ttl`.
+    pub async fn save_task(&self, id: &str, record: Vec<u8>) -> Result<(), Error> {
+        if !task_id(id) {
+            return Err(Error::invalid_request(
+                "taskId",
+                "not a task id of this cluster",
+            ));
+        }
+        self.cluster
+            .tasks
+            .put(id, Bytes::from(record))
+            .await
+            .map(|_| ())
+            .map_err(|e| unavailable(format!("task {id}: {e}")))
+    }
+
+    /// The record of task `id`, if the cluster keeps one.
+    pub async fn load_task(&self, id: &str) -> Result<Option<Vec<u8>>, Error> {
+        if !task_id(id) {
+            return Ok(None);
+        }
+        self.cluster
+            .tasks
+            .get(id)
+            .await
+            .map(|v| v.map(|b| b.to_vec()))
+            .map_err(|e| unavailable(format!("task {id}: {e}")))
+    }
+
     /// The run key: the caller's idempotency key, scoped to the caller,
     /// the tool (`label`) and the arguments, else a fresh one. Another
     /// caller, or other arguments, under the same key is another run.
@@ -598,6 +628,11 @@ fn keyed(parts: &[&[u8]]) -> String {
         h.update(part);
     }
     hex(&h.finalize()[..16])
+}
+
+/// A task id as gateways make them: 32 hex digits.
+fn task_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 pub(crate) fn random_key() -> String {

@@ -20,6 +20,7 @@ pub struct Cluster {
     pub(crate) js: jetstream::Context,
     pub(crate) journal: kv::Store,
     pub(crate) workers: kv::Store,
+    pub(crate) tasks: kv::Store,
 }
 
 impl Cluster {
@@ -67,6 +68,18 @@ impl Cluster {
             },
         )
         .await?;
+        let tasks = ensure_bucket(
+            &js,
+            kv::Config {
+                bucket: names.tasks(),
+                description: "toolexec: the gateways' MCP tasks, by task id".into(),
+                history: 1,
+                max_age: settings.journal_ttl,
+                storage: stream::StorageType::File,
+                ..Default::default()
+            },
+        )
+        .await?;
         Ok(Cluster {
             settings,
             names,
@@ -74,6 +87,7 @@ impl Cluster {
             js,
             journal,
             workers,
+            tasks,
         })
     }
 

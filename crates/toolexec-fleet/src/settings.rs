@@ -239,6 +239,11 @@ impl Names {
         format!("toolexec_{}_journal", self.cluster)
     }
 
+    /// Tasks of the cluster's gateways (MCP Tasks), by task id.
+    pub(crate) fn tasks(&self) -> String {
+        format!("toolexec_{}_tasks", self.cluster)
+    }
+
     /// Worker adverts, by worker id; an advert not renewed expires.
     pub(crate) fn workers(&self) -> String {
         format!("toolexec_{}_workers", self.cluster)

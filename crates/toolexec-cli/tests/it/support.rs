@@ -394,6 +394,11 @@ pub(crate) struct StdioSession {
 impl StdioSession {
     /// Spawns `cmd` and completes the `initialize` handshake.
     pub(crate) fn start(cmd: &mut Command) -> StdioSession {
+        Self::start_with(cmd, serde_json::json!({}))
+    }
+
+    /// [`StdioSession::start`], the client declaring `capabilities`.
+    pub(crate) fn start_with(cmd: &mut Command, capabilities: serde_json::Value) -> StdioSession {
         let log = TempDir::new("stdio");
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -420,7 +425,8 @@ impl StdioSession {
             seen: Vec::new(),
             log,
         };
-        let init: serde_json::Value = serde_json::from_str(INITIALIZE).unwrap();
+        let mut init: serde_json::Value = serde_json::from_str(INITIALIZE).unwrap();
+        init["params"]["capabilities"] = capabilities;
         let r = s.request(1, "initialize", init["params"].clone());
         assert!(r["result"]["serverInfo"].is_object(), "{r}");
         s.send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));

@@ -171,7 +171,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
         let id = request.task_id;
-        let work = async { self.task_state(&id) };
+        let work = self.task_state(&id, &context);
         self.traced("tasks/get", Some(&id), &context, rpc_failure, work)
             .await
     }
@@ -182,7 +182,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let id = request.task_id;
-        let work = async { self.cancel_task_of_caller(&id) };
+        let work = self.cancel_task_of_caller(&id, &context);
         self.traced("tasks/cancel", Some(&id), &context, rpc_failure, work)
             .await
     }
@@ -193,7 +193,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let id = request.task_id;
-        let work = async { self.update_task_of_caller(&id) };
+        let work = self.update_task_of_caller(&id, &context);
         self.traced("tasks/update", Some(&id), &context, rpc_failure, work)
             .await
     }

@@ -157,4 +157,4 @@ pub use relay::CHUNK_LOGGER;
 pub use result::RESULT_KEY;
 pub use server::Gateway;
 pub use stdio::serve_stdio;
-pub use tasks::TaskOptions;
+pub use tasks::{CallAnswer, TaskJournal, TaskOptions};

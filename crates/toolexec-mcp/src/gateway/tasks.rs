@@ -21,10 +21,16 @@
 //!   JSON-RPC error a `failed` one, a cancelled task `cancelled`.
 //! - The gateway never asks for input through a task (`input_required`):
 //!   `tasks/update` is refused.
+//! - With a [`TaskJournal`] (a fleet's, `[cluster]`), a task whose call
+//!   the journal can resume (a tool that runs on the fleet) is also kept
+//!   there: another gateway of the deployment, or this one restarted,
+//!   answers `tasks/get` for it. A task it finds still working is resumed:
+//!   its call is made again under the task's key, which returns the first
+//!   run's outcome (or waits for it) instead of running again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use rmcp::model::{
@@ -33,9 +39,32 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use toolexec::BoxFuture;
 use toolexec::telemetry::CallScope;
+
+/// A call's answer, as a task ends with it.
+pub type CallAnswer = Result<CallToolResult, McpError>;
+
+/// Where tasks are kept beyond one gateway process, and how their calls
+/// resume there (implemented over a fleet's key-value store and its
+/// idempotency keys).
+pub trait TaskJournal: Send + Sync + std::fmt::Debug {
+    /// Whether calls of `tool` can be resumed: made again under the same
+    /// key, they return the first call's outcome instead of running again.
+    fn resumable(&self, tool: &toolexec::RegisteredTool) -> bool;
+
+    /// Runs `call` under task `id`'s key.
+    fn keyed<'a>(&self, id: &str, call: BoxFuture<'a, CallAnswer>) -> BoxFuture<'a, CallAnswer>;
+
+    /// Keeps task `id`'s record (replacing the one kept).
+    fn save<'a>(&'a self, id: &'a str, record: Vec<u8>) -> BoxFuture<'a, Result<(), String>>;
+
+    /// Task `id`'s record, if one is kept.
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, String>>;
+}
 
 /// How the gateway turns long calls into tasks.
 #[derive(Debug, Clone)]
@@ -53,6 +82,9 @@ pub struct TaskOptions {
     pub max_per_principal: usize,
     /// Tasks held at once.
     pub max_tasks: usize,
+    /// Where tasks of resumable calls are also kept (none: this process
+    /// only).
+    pub journal: Option<Arc<dyn TaskJournal>>,
 }
 
 impl Default for TaskOptions {
@@ -64,17 +96,41 @@ impl Default for TaskOptions {
             poll_interval: Duration::from_millis(500),
             max_per_principal: 64,
             max_tasks: 4096,
+            journal: None,
         }
     }
 }
 
 /// The state of one task.
-#[derive(Debug)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "state", content = "value", rename_all = "snake_case")]
 enum State {
     Working,
     Completed(JsonObject),
     Failed(JsonObject),
     Cancelled,
+}
+
+/// A task as a [`TaskJournal`] keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    owner: String,
+    created_ms: u64,
+    updated_ms: u64,
+    /// The call, to resume it.
+    request: CallToolRequestParams,
+    #[serde(flatten)]
+    state: State,
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn from_millis(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
 }
 
 #[derive(Debug)]
@@ -104,6 +160,8 @@ pub(super) struct TaskStore {
 pub(super) struct Running {
     entry: Arc<Entry>,
     pub(super) id: String,
+    /// Kept in the journal too, with this call.
+    journaled: Option<(Arc<dyn TaskJournal>, CallToolRequestParams)>,
 }
 
 impl TaskStore {
@@ -114,29 +172,103 @@ impl TaskStore {
         }
     }
 
-    /// A new working task of `owner`, cancelled through `cancel`; `None`
-    /// when the principal or the gateway holds as many as allowed.
-    pub(super) fn create(&self, owner: String, cancel: CancellationToken) -> Option<Running> {
+    /// The journal, if tasks are kept beyond this process.
+    pub(super) fn journal(&self) -> Option<&Arc<dyn TaskJournal>> {
+        self.options.journal.as_ref()
+    }
+
+    /// A new working task `id` of `owner`, cancelled through `cancel`;
+    /// `None` when the principal or the gateway holds as many as allowed.
+    pub(super) fn create(
+        &self,
+        id: String,
+        owner: String,
+        cancel: CancellationToken,
+    ) -> Option<Running> {
+        let now = SystemTime::now();
+        self.insert(id, owner, now, (State::Working, now), cancel)
+    }
+
+    fn insert(
+        &self,
+        id: String,
+        owner: String,
+        created: SystemTime,
+        state: (State, SystemTime),
+        cancel: CancellationToken,
+    ) -> Option<Running> {
         let mut tasks = self.tasks.lock();
         let ttl = self.options.ttl;
         tasks.retain(|_, e| e.kept(ttl));
         let owned = tasks.values().filter(|e| e.owner == owner).count();
-        if owned >= self.options.max_per_principal || tasks.len() >= self.options.max_tasks {
+        if owned >= self.options.max_per_principal
+            || tasks.len() >= self.options.max_tasks
+            || tasks.contains_key(&id)
+        {
             return None;
         }
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).ok()?;
-        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let now = SystemTime::now();
+        let age = created.elapsed().unwrap_or_default();
         let entry = Arc::new(Entry {
             owner,
-            created: now,
-            started: Instant::now(),
-            state: Mutex::new((State::Working, now)),
+            created,
+            started: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
+            state: Mutex::new(state),
             cancel,
         });
         tasks.insert(id.clone(), entry.clone());
-        Some(Running { entry, id })
+        Some(Running {
+            entry,
+            id,
+            journaled: None,
+        })
+    }
+
+    /// Task `id` of `owner` from the journal, taken into this gateway: as
+    /// it ended, or, still working, with a [`Running`] handle for its
+    /// resumed call (and the call). `None` when the journal keeps no such
+    /// task for `owner`, or this gateway holds as many as allowed.
+    pub(super) async fn adopt(
+        &self,
+        id: &str,
+        owner: &str,
+        cancel: CancellationToken,
+    ) -> Option<Option<(Running, CallToolRequestParams)>> {
+        let journal = self.journal()?.clone();
+        let bytes = match journal.load(id).await {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(task = %toolexec::telemetry::clip(id), "task journal: {e}");
+                return None;
+            }
+        };
+        let record: Record = serde_json::from_slice(&bytes).ok()?;
+        if record.owner != owner {
+            return None;
+        }
+        let created = from_millis(record.created_ms);
+        if created.elapsed().unwrap_or_default() > self.options.ttl
+            && !matches!(record.state, State::Working)
+        {
+            return None;
+        }
+        let working = matches!(record.state, State::Working);
+        let state = (record.state, from_millis(record.updated_ms));
+        let mut running = self.insert(id.to_owned(), record.owner, created, state, cancel)?;
+        if !working {
+            return Some(None);
+        }
+        running.journaled = Some((journal, record.request.clone()));
+        Some(Some((running, record.request)))
+    }
+
+    /// Keeps `running` in the journal too, as working on `request`.
+    pub(super) async fn journal_task(&self, running: &mut Running, request: CallToolRequestParams) {
+        let Some(journal) = self.journal().cloned() else {
+            return;
+        };
+        running.journaled = Some((journal, request));
+        running.save().await;
     }
 
     /// The task `id` of `owner`, as `tasks/get` answers it.
@@ -199,8 +331,33 @@ impl TaskStore {
 }
 
 impl Running {
-    /// Records how the call ended (a cancelled task stays cancelled).
-    pub(super) fn finish(self, outcome: Result<CallToolResult, McpError>) {
+    /// Records how the call ended (a cancelled task stays cancelled), in
+    /// the journal too when it keeps the task.
+    pub(super) async fn finish(self, outcome: Result<CallToolResult, McpError>) {
+        self.settle(outcome);
+        self.save().await;
+    }
+
+    /// Puts the task as it stands into the journal, if it keeps it.
+    async fn save(&self) {
+        let Some((journal, request)) = &self.journaled else {
+            return;
+        };
+        let (state, updated) = self.entry.state.lock().clone();
+        let record = Record {
+            owner: self.entry.owner.clone(),
+            created_ms: millis(self.entry.created),
+            updated_ms: millis(updated),
+            request: request.clone(),
+            state,
+        };
+        let bytes = serde_json::to_vec(&record).unwrap_or_default();
+        if let Err(e) = journal.save(&self.id, bytes).await {
+            tracing::warn!(task = %self.id, "task journal: {e}");
+        }
+    }
+
+    fn settle(&self, outcome: Result<CallToolResult, McpError>) {
         let mut state = self.entry.state.lock();
         if !matches!(state.0, State::Working) {
             return;
@@ -273,11 +430,10 @@ impl super::server::Gateway {
         let cancel = CancellationToken::new();
         // Until the call becomes a task, abandoning the request cancels it.
         let abandoned = cancel.clone().drop_guard();
-        let mut detached = context.clone();
-        detached.ct = cancel.clone();
-        let gateway = self.clone();
-        let run = CallScope::capture().bind(async move { gateway.call(request, &detached).await });
-        let mut run = tokio::spawn(run);
+        let id = new_task_id();
+        let resumable = self.resumable(&request);
+        let mut run =
+            tokio::spawn(self.detached_call(&id, request.clone(), resumable, context, &cancel));
         tokio::select! {
             joined = &mut run => return finished(joined).map(Into::into),
             _ = context.ct.cancelled() => {
@@ -287,7 +443,7 @@ impl super::server::Gateway {
             _ = tokio::time::sleep(self.shared.tasks.options.after) => {}
         }
         let owner = owner();
-        let Some(running) = self.shared.tasks.create(owner, cancel.clone()) else {
+        let Some(mut running) = self.shared.tasks.create(id, owner, cancel.clone()) else {
             // As many tasks as allowed: answered as usual.
             tokio::select! {
                 joined = &mut run => return finished(joined).map(Into::into),
@@ -297,27 +453,124 @@ impl super::server::Gateway {
                 }
             }
         };
+        if resumable {
+            // Kept before the client learns of it: a gateway that dies
+            // after answering leaves a task another one can resume.
+            self.shared.tasks.journal_task(&mut running, request).await;
+        }
         let created = self.shared.tasks.created(&running);
         abandoned.disarm();
-        tokio::spawn(async move { running.finish(finished(run.await)) });
+        tokio::spawn(async move { running.finish(finished(run.await)).await });
         Ok(CallToolResponse::Task(created))
     }
 
+    /// The call of task `id`, detached from the request (cancelled through
+    /// `cancel`), under the task's key when it is resumable.
+    fn detached_call(
+        &self,
+        id: &str,
+        request: CallToolRequestParams,
+        resumable: bool,
+        context: &RequestContext<RoleServer>,
+        cancel: &CancellationToken,
+    ) -> impl Future<Output = CallAnswer> + Send + 'static {
+        let mut detached = context.clone();
+        detached.ct = cancel.clone();
+        let gateway = self.clone();
+        let call: BoxFuture<'static, CallAnswer> =
+            Box::pin(async move { gateway.call(request, &detached).await });
+        let call = match self.shared.tasks.journal() {
+            Some(journal) if resumable => journal.keyed(id, call),
+            _ => call,
+        };
+        CallScope::capture().bind(call)
+    }
+
+    /// Whether a task of this call can be kept in the journal and resumed
+    /// elsewhere: a tool published directly whose calls the journal can
+    /// resume.
+    fn resumable(&self, request: &CallToolRequestParams) -> bool {
+        let Some(journal) = self.shared.tasks.journal() else {
+            return false;
+        };
+        let name = request.name.as_ref();
+        if self.shared.options.expose.meta() && super::meta::META_TOOLS.contains(&name) {
+            return false;
+        }
+        self.shared.options.expose.direct()
+            && matches!(self.resolve_name(name), Ok(Some(id))
+                if self.exec().catalog().get(&id).is_ok_and(|t| journal.resumable(&t)))
+    }
+
+    /// Task `id` of the calling principal, in this gateway or else from the
+    /// journal (resumed when still working).
+    async fn find_task(
+        &self,
+        id: &str,
+        owner: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let known = self.shared.tasks.get(id, owner);
+        if known.is_ok() || self.shared.tasks.journal().is_none() {
+            return known.map(|_| ());
+        }
+        let cancel = CancellationToken::new();
+        match self.shared.tasks.adopt(id, owner, cancel.clone()).await {
+            None => known.map(|_| ()),
+            Some(None) => Ok(()),
+            Some(Some((running, request))) => {
+                tracing::info!(task = %running.id, "resuming a task kept in the journal");
+                let run = tokio::spawn(self.detached_call(id, request, true, context, &cancel));
+                tokio::spawn(async move { running.finish(finished(run.await)).await });
+                Ok(())
+            }
+        }
+    }
+
     /// `tasks/get` for the calling principal.
-    pub(super) fn task_state(&self, id: &str) -> Result<GetTaskResult, McpError> {
-        self.shared.tasks.get(id, &owner()).map(GetTaskResult::new)
+    pub(super) async fn task_state(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let owner = owner();
+        self.find_task(id, &owner, context).await?;
+        self.shared.tasks.get(id, &owner).map(GetTaskResult::new)
     }
 
     /// `tasks/cancel` for the calling principal.
-    pub(super) fn cancel_task_of_caller(&self, id: &str) -> Result<(), McpError> {
-        self.shared.tasks.cancel(id, &owner())
+    pub(super) async fn cancel_task_of_caller(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let owner = owner();
+        self.find_task(id, &owner, context).await?;
+        self.shared.tasks.cancel(id, &owner)
     }
 
     /// `tasks/update`: only for a task of the calling principal, and refused.
-    pub(super) fn update_task_of_caller(&self, id: &str) -> Result<(), McpError> {
-        self.shared.tasks.get(id, &owner())?;
+    pub(super) async fn update_task_of_caller(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.find_task(id, &owner(), context).await?;
         Err(no_input(id))
     }
+}
+
+/// 128 random bits, as 32 hex digits.
+fn new_task_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No randomness: ids from the clock and a counter, still unique.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bytes[..8].copy_from_slice(&millis(SystemTime::now()).to_be_bytes());
+        bytes[8..].copy_from_slice(&n.to_be_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The calling principal's key: whom a task belongs to.

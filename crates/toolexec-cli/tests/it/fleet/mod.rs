@@ -227,4 +227,5 @@ pub(super) fn spawn_script(
 mod calls;
 mod code;
 mod operations;
+mod tasks;
 mod units;
