@@ -88,6 +88,15 @@ impl ApiError {
         }
     }
 
+    /// A request refused as invalid (`invalid_request` naming its field).
+    pub fn from_invalid(error: &toolexec::Error) -> Self {
+        let field = match error {
+            toolexec::Error::InvalidRequest { field, .. } => Some(field.as_str()),
+            _ => None,
+        };
+        ApiError::new(ApiErrorCode::InvalidRequest, field, error.to_string())
+    }
+
     /// The failing field, if any.
     pub fn field(&self) -> Option<&str> {
         self.details.as_ref()?.get("field")?.as_str()

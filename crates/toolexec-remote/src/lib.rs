@@ -39,7 +39,6 @@
 #![warn(missing_docs)]
 
 pub mod auth;
-mod ceilings;
 mod client;
 mod error;
 mod gate;

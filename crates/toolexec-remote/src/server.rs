@@ -19,8 +19,8 @@ use axum::routing::{get, post};
 use toolexec::Secret;
 use toolexec_runtime::{RunRequest, Runtime, Runtimes};
 
-pub use crate::ceilings::LimitCeilings;
 pub use crate::listener::READ_BUFFER_BYTES;
+pub use toolexec_runtime::LimitCeilings;
 
 use crate::error::{ApiError, ApiErrorCode};
 use crate::gate;
@@ -341,9 +341,14 @@ async fn run_handler(State(state): State<Arc<ServerState>>, mut request: Request
             Ok((_, body)) => body,
             Err(e) => return reject(&state, e),
         };
-    let run_request = match parse_request(&body)
-        .and_then(|r| state.config.max_limits.check(&r.limits).map(|()| r))
-    {
+    let run_request = match parse_request(&body).and_then(|r| {
+        state
+            .config
+            .max_limits
+            .check(&r.limits)
+            .map_err(|e| ApiError::from_invalid(&e))
+            .map(|()| r)
+    }) {
         Ok(r) => r,
         Err(e) => return reject(&state, e),
     };

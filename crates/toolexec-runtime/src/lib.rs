@@ -38,6 +38,7 @@
 
 mod access;
 mod call_log;
+mod ceilings;
 mod command_tool;
 mod descriptor;
 mod host;
@@ -50,6 +51,7 @@ mod runtime;
 mod unit;
 
 pub use call_log::{ToolCallLog, ToolCallRecord, ValueSummary};
+pub use ceilings::LimitCeilings;
 pub use command_tool::{CommandTool, CommandToolDef, OutputMapping, StdinMapping};
 pub use descriptor::{RuntimeDescriptor, UnavailableRuntime};
 pub use host::ToolHost;

@@ -1,23 +1,26 @@
-//! The server's ceilings on what a caller's run may ask for.
+//! Ceilings on what a run sent from elsewhere may ask for (a remote
+//! runtime server's callers, a fleet worker's).
 
 use std::time::Duration;
 
-use toolexec_runtime::RuntimeLimits;
+use toolexec::Error;
 
-use crate::error::{ApiError, ApiErrorCode};
+use crate::RuntimeLimits;
 
-/// The most a run request's [`RuntimeLimits`] may ask for on this server.
-/// A limit above its ceiling, or left unset (`null`, unbounded) where the
-/// ceiling has a value, is refused with `400 invalid_request` naming the
-/// field (`limits.memory_bytes`); a `None` ceiling accepts anything.
+/// The most a run request's [`RuntimeLimits`] may ask for where it runs
+/// for someone else. A limit above its ceiling, or left unset (`null`,
+/// unbounded) where the ceiling has a value, is refused with
+/// `invalid_request` naming the field (`limits.memory_bytes`); a `None`
+/// ceiling accepts anything.
 ///
 /// ```
-/// use toolexec_remote::server::LimitCeilings;
-/// use toolexec_runtime::RuntimeLimits;
+/// use toolexec::Error;
+/// use toolexec_runtime::{LimitCeilings, RuntimeLimits};
 /// let ceilings = LimitCeilings::default();
 /// assert!(ceilings.check(&RuntimeLimits::default()).is_ok());
 /// let greedy = RuntimeLimits { memory_bytes: None, ..RuntimeLimits::default() };
-/// assert_eq!(ceilings.check(&greedy).unwrap_err().field(), Some("limits.memory_bytes"));
+/// let err = ceilings.check(&greedy).unwrap_err();
+/// assert!(matches!(err, Error::InvalidRequest { ref field, .. } if field == "limits.memory_bytes"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitCeilings {
@@ -56,7 +59,7 @@ impl Default for LimitCeilings {
 impl LimitCeilings {
     /// Checks `limits` against the ceilings; the error names the first
     /// field over its ceiling.
-    pub fn check(&self, limits: &RuntimeLimits) -> Result<(), ApiError> {
+    pub fn check(&self, limits: &RuntimeLimits) -> Result<(), Error> {
         above(
             "wall_time",
             limits.wall_time.as_millis(),
@@ -102,16 +105,11 @@ impl LimitCeilings {
     }
 }
 
-fn refuse(field: &str, message: String) -> ApiError {
-    let field = format!("limits.{field}");
-    ApiError::new(
-        ApiErrorCode::InvalidRequest,
-        Some(&field),
-        format!("invalid_request: {field}: {message}"),
-    )
+fn refuse(field: &str, message: String) -> Error {
+    Error::invalid_request(format!("limits.{field}"), message)
 }
 
-fn above(field: &str, asked: u128, ceiling: u128, unit: &str) -> Result<(), ApiError> {
+fn above(field: &str, asked: u128, ceiling: u128, unit: &str) -> Result<(), Error> {
     if asked > ceiling {
         let unit = if unit.is_empty() {
             String::new()
@@ -120,7 +118,7 @@ fn above(field: &str, asked: u128, ceiling: u128, unit: &str) -> Result<(), ApiE
         };
         return Err(refuse(
             field,
-            format!("{asked}{unit} is above this server's ceiling of {ceiling}{unit}"),
+            format!("{asked}{unit} is above the ceiling of {ceiling}{unit}"),
         ));
     }
     Ok(())
@@ -131,7 +129,7 @@ fn optional(
     asked: Option<u128>,
     ceiling: Option<u128>,
     unit: &str,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     match (asked, ceiling) {
         (_, None) => Ok(()),
         (None, Some(ceiling)) => {
@@ -142,7 +140,7 @@ fn optional(
             };
             Err(refuse(
                 field,
-                format!("must be set: unbounded is above this server's ceiling of {ceiling}{unit}"),
+                format!("must be set: unbounded is above the ceiling of {ceiling}{unit}"),
             ))
         }
         (Some(asked), Some(ceiling)) => above(field, asked, ceiling, unit),
@@ -256,10 +254,12 @@ mod tests {
         ];
         for (limits, field) in cases {
             let err = c.check(&limits).unwrap_err();
-            assert_eq!(err.code, ApiErrorCode::InvalidRequest);
-            assert_eq!(err.field(), Some(field), "{err}");
             assert!(
-                err.message
+                matches!(&err, Error::InvalidRequest { field: f, .. } if f == field),
+                "{err}"
+            );
+            assert!(
+                err.to_string()
                     .starts_with(&format!("invalid_request: {field}: ")),
                 "{err}"
             );
