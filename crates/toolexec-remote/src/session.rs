@@ -17,21 +17,13 @@ use toolexec::{
 };
 use toolexec_runtime::{
     OutputChunk, OutputSink, OutputStream, RunContext, RunRequest, Runtime, ToolCallRecord,
-    ToolHost,
+    ToolHost, unseen,
 };
 
 use crate::server::ServerState;
 use crate::wire::{self, ClientFrame, LiveText, ServerFrame, ToolRequest};
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, ErrorBody>>>>>;
-
-/// A call as the log identifies it: the (cut) tool id and the digest of the
-/// arguments.
-type CallKey = (String, String);
-
-fn call_key(record: ToolCallRecord) -> CallKey {
-    (record.tool_id, record.args.sha256)
-}
 
 /// Forwards the unit's allowed tool requests to the caller over the
 /// connection: the tools of the server's [`ToolHost`], which has already
@@ -43,10 +35,10 @@ struct ForwardingCaller {
     frames: mpsc::UnboundedSender<ServerFrame>,
     pending: Pending,
     next_id: AtomicU64,
-    /// `(tool, SHA-256 of the arguments)` of every call forwarded, as the
-    /// log records them, to tell them apart from the calls the server
-    /// refused itself (never the arguments: the log is bounded).
-    forwarded: Mutex<Vec<CallKey>>,
+    /// A record of every call forwarded (its tool and the digest of its
+    /// arguments, never the arguments: the log is bounded), to tell them
+    /// apart from the calls the server refused itself.
+    forwarded: Mutex<Vec<ToolCallRecord>>,
 }
 
 fn gone() -> ErrorBody {
@@ -83,8 +75,9 @@ impl ToolAccess for ForwardingCaller {
         args: Value,
         _cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, Error>> {
-        let key = call_key(ToolCallRecord::started(tool_id, &args));
-        self.forwarded.lock().push(key);
+        self.forwarded
+            .lock()
+            .push(ToolCallRecord::started(tool_id, &args));
         self.ask(ToolRequest::Call {
             tool: tool_id.to_owned(),
             args,
@@ -110,26 +103,6 @@ impl ToolAccess for ForwardingCaller {
             detail: level,
         })
     }
-}
-
-/// The calls in `log` that were never forwarded (refused by the server's
-/// own budget or allowlist).
-fn refused(log: Vec<ToolCallRecord>, forwarded: Vec<CallKey>) -> Vec<ToolCallRecord> {
-    let mut forwarded = forwarded;
-    log.into_iter()
-        .filter(|record| {
-            match forwarded
-                .iter()
-                .position(|(t, a)| *t == record.tool_id && *a == record.args.sha256)
-            {
-                Some(i) => {
-                    forwarded.swap_remove(i);
-                    false
-                }
-                None => true,
-            }
-        })
-        .collect()
 }
 
 /// Serves one run over `io` (the upgraded connection).
@@ -249,7 +222,8 @@ pub(crate) async fn serve<IO>(
     };
     tracing::info!(status = outcome.status.as_str(), "remote run finished");
     let forwarded = std::mem::take(&mut *caller.forwarded.lock());
-    outcome.tool_calls = refused(std::mem::take(&mut outcome.tool_calls), forwarded);
+    // Only the calls the server refused: the caller logged the rest.
+    outcome.tool_calls = unseen(std::mem::take(&mut outcome.tool_calls), &forwarded);
     // Chunks still queued when the unit ended, then whatever the runtime
     // did not stream live (all of it for runtimes that cannot).
     while let Ok(chunk) = live.try_recv() {
@@ -298,29 +272,5 @@ fn output_frame(data: String, is_err: bool) -> ServerFrame {
         ServerFrame::Stderr { data }
     } else {
         ServerFrame::Stdout { data }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(tool: &str, n: i64) -> ToolCallRecord {
-        ToolCallRecord::started(tool, &serde_json::json!({"n": n}))
-    }
-
-    fn key(tool: &str, n: i64) -> CallKey {
-        call_key(record(tool, n))
-    }
-
-    #[test]
-    fn refused_keeps_only_unforwarded_calls() {
-        // A truncated record (past the log's budget) still matches.
-        let mut cut = record("a:b", 3);
-        cut.truncate();
-        let log = vec![record("a:b", 1), record("a:b", 1), record("x:y", 2), cut];
-        let forwarded = vec![key("a:b", 1), key("a:b", 3)];
-        let left = refused(log, forwarded);
-        assert_eq!(left, vec![record("a:b", 1), record("x:y", 2)]);
     }
 }

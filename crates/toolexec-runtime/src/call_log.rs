@@ -326,9 +326,44 @@ impl ToolCallLog {
     }
 }
 
+/// The records of `log` that match none of `seen` (same tool and argument
+/// digest, each record of `seen` matching one): what one side of a run
+/// logged that the other never saw (the calls a remote side refused
+/// itself). A truncated record still matches.
+pub fn unseen(log: Vec<ToolCallRecord>, seen: &[ToolCallRecord]) -> Vec<ToolCallRecord> {
+    let mut left: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|r| (r.tool_id.as_str(), r.args.sha256.as_str()))
+        .collect();
+    log.into_iter()
+        .filter(|record| {
+            let key = (record.tool_id.as_str(), record.args.sha256.as_str());
+            match left.iter().position(|k| *k == key) {
+                Some(i) => {
+                    left.swap_remove(i);
+                    false
+                }
+                None => true,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unseen_keeps_only_unmatched_calls() {
+        let record =
+            |tool: &str, n: i64| ToolCallRecord::started(tool, &serde_json::json!({"n": n}));
+        // A truncated record (past the log's budget) still matches.
+        let mut cut = record("a:b", 3);
+        cut.truncate();
+        let log = vec![record("a:b", 1), record("a:b", 1), record("x:y", 2), cut];
+        let left = unseen(log, &[record("a:b", 1), record("a:b", 3)]);
+        assert_eq!(left, vec![record("a:b", 1), record("x:y", 2)]);
+    }
     use serde_json::json;
     use toolexec::ErrorCode;
 

@@ -50,7 +50,7 @@ mod registry;
 mod runtime;
 mod unit;
 
-pub use call_log::{ToolCallLog, ToolCallRecord, ValueSummary};
+pub use call_log::{ToolCallLog, ToolCallRecord, ValueSummary, unseen};
 pub use ceilings::LimitCeilings;
 pub use command_tool::{CommandTool, CommandToolDef, OutputMapping, StdinMapping};
 pub use descriptor::{RuntimeDescriptor, UnavailableRuntime};
