@@ -149,6 +149,7 @@ pub(crate) async fn worker(
         } else {
             args.unit_profiles
         },
+        unit_ceilings: toolexec_runtime::LimitCeilings::default(),
         runtimes: Some(runtimes),
     };
     let cluster = Cluster::connect(settings, "worker").await?;

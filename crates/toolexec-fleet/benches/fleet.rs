@@ -69,6 +69,7 @@ fn bench(c: &mut Criterion) {
             capacity: 16,
             code: None,
             units: Vec::new(),
+            unit_ceilings: Default::default(),
             runtimes: None,
         };
         let worker = Worker::start(cluster, local.clone(), options)
@@ -133,6 +134,7 @@ async fn sleepers(settings: &ClusterSettings, workers: usize) -> Exec {
             capacity: 4,
             code: None,
             units: Vec::new(),
+            unit_ceilings: Default::default(),
             runtimes: None,
         };
         let worker = Worker::start(cluster, Exec::new(catalog), options)

@@ -17,7 +17,7 @@
 //! caller lives; a run whose caller is gone gets `backend_unavailable`
 //! for its calls back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,10 +35,6 @@ use toolexec_runtime::{RuntimeLimits, ToolHost};
 
 /// Header naming the subject a run's calls back go to.
 pub(crate) const CALLBACK_HEADER: &str = "Toolexec-Callback";
-
-/// Calls back being run at once for one code run, past which more are
-/// refused.
-const MAX_IN_FLIGHT: usize = 64;
 
 /// How long after a script's deadline a call back may still answer.
 const GRACE: Duration = Duration::from_secs(5);
@@ -103,31 +99,42 @@ pub(crate) struct Callback {
     key: String,
     /// No answer is waited for past this.
     deadline: Instant,
+    /// How long a caller may be unreachable (reconnecting) before it is
+    /// taken for gone.
+    absent: Duration,
 }
+
+/// Longest wait for one answer before asking again (a request or answer
+/// lost to a reconnect costs this much, not the whole deadline).
+const ATTEMPT: Duration = Duration::from_secs(30);
 
 impl Callback {
     /// Asks on `subject` for the run `key`, whose script ends within
-    /// `timeout`.
+    /// `timeout`; a caller unreachable for `absent` is gone.
     pub(crate) fn new(
         client: async_nats::Client,
         subject: String,
         key: &str,
         timeout: Duration,
+        absent: Duration,
     ) -> Self {
         Callback {
             client,
             subject,
             key: key.to_owned(),
             deadline: Instant::now() + timeout + GRACE,
+            absent,
         }
     }
 
-    /// Asks, until answered, the deadline passes or `cancel` fires. A
-    /// request lost to a reconnect is asked again: the caller answers a
-    /// call key once, so that never runs a call twice.
+    /// Asks, until answered, the deadline passes or `cancel` fires. An ask
+    /// unanswered for [`ATTEMPT`], lost to a reconnect, or finding nobody
+    /// listening for a moment (the caller reconnecting) is made again: the
+    /// caller answers a call key once, so that never runs a call twice.
     pub(crate) async fn ask(&self, ask: &Ask, cancel: &CancellationToken) -> Result<Value, Error> {
         let payload = Bytes::from(serde_json::to_vec(ask).expect("requests serialize"));
         let mut pause = Duration::from_millis(50);
+        let mut absent_since: Option<Instant> = None;
         loop {
             let left = self.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -135,7 +142,7 @@ impl Callback {
             }
             let request = async_nats::Request::new()
                 .payload(payload.clone())
-                .timeout(Some(left));
+                .timeout(Some(left.min(ATTEMPT)));
             let sent = tokio::select! {
                 sent = self.client.send_request(self.subject.clone(), request) => sent,
                 () = cancel.cancelled() => {
@@ -147,11 +154,11 @@ impl Callback {
                 Err(e) => e,
             };
             match e.kind() {
-                RequestErrorKind::NoResponders => {
+                RequestErrorKind::TimedOut => continue,
+                RequestErrorKind::NoResponders
+                    if absent_since.get_or_insert_with(Instant::now).elapsed() >= self.absent =>
+                {
                     return Err(self.unavailable("it is gone (nothing listens for its calls)"));
-                }
-                RequestErrorKind::TimedOut => {
-                    return Err(self.unavailable("it did not answer before the script's deadline"));
                 }
                 RequestErrorKind::MaxPayloadExceeded => {
                     return Err(Error::limit_exceeded(
@@ -165,7 +172,7 @@ impl Callback {
                 RequestErrorKind::InvalidSubject => {
                     return Err(self.unavailable("its callback subject is invalid"));
                 }
-                RequestErrorKind::Other => {
+                RequestErrorKind::NoResponders | RequestErrorKind::Other => {
                     tracing::debug!(key = %self.key, "asking the caller again: {e}");
                     tokio::select! {
                         () = tokio::time::sleep(pause) => {}
@@ -272,18 +279,25 @@ fn tool_of(ask: &Ask) -> &str {
 
 /// One call key's state at the caller.
 enum Slot {
-    /// Running; these inboxes wait for its answer.
-    Running(Vec<String>),
-    /// Answered, with this.
-    Answered(Bytes),
+    /// Running; these inboxes (the latest few) wait for its answer.
+    Running(VecDeque<String>),
+    /// Answered with this, sent again `resent` times since.
+    Answered { answer: Bytes, resent: usize },
+    /// Answered, its answer no longer held (past the bytes held per run).
+    Forgotten,
 }
 
 /// What finished: a call's key (or none, for a lookup), the inbox it was
 /// asked on, and its answer.
 type Finished = (Option<String>, String, Bytes);
 
-/// The caller's end: serves one code run's calls back on its catalog,
-/// while the run is awaited.
+/// An ask waiting for a slot.
+type Queued = (Option<String>, String, Ask);
+
+/// The caller's end: serves one code run's (or unit's) calls back on its
+/// catalog, while the run is awaited. Bounded everywhere: the call keys
+/// it keeps (the budget), the calls at once (the rest queue), the inboxes
+/// waiting on one call, the answers sent again, the bytes of answers held.
 pub(crate) struct Callbacks {
     pub(crate) subject: String,
     requests: async_nats::Subscriber,
@@ -293,6 +307,10 @@ pub(crate) struct Callbacks {
     key: String,
     calls: HashMap<String, Slot>,
     running: FuturesUnordered<BoxFuture<'static, Finished>>,
+    queued: VecDeque<Queued>,
+    /// Answered call keys, oldest first, and the bytes their answers hold.
+    held: VecDeque<String>,
+    held_bytes: usize,
     /// Call keys kept at most: past the budget, calls are refused unkept.
     max_calls: usize,
     /// Largest answer NATS carries.
@@ -301,6 +319,24 @@ pub(crate) struct Callbacks {
     /// fire when the run is over.
     owns_host: bool,
 }
+
+/// Calls back run at once for one run; more wait their turn.
+const MAX_IN_FLIGHT: usize = 64;
+
+/// Asks waiting for a turn, past which more are refused.
+const MAX_QUEUED: usize = 1024;
+
+/// Inboxes waiting on one running call (attempts of the run, and their
+/// retries): the oldest gives way.
+const MAX_WAITING: usize = 8;
+
+/// Times one call's answer is sent again (to later attempts).
+const MAX_RESENT: usize = 8;
+
+/// Bytes of answers held for one run, for later attempts asking again;
+/// past this the oldest are forgotten (a later ask of one is answered
+/// `interrupted`, never by running the call again).
+const MAX_HELD_BYTES: usize = 8 << 20;
 
 impl Callbacks {
     /// Listens for the calls back of run `key`, served on `exec` behind the
@@ -343,6 +379,9 @@ impl Callbacks {
             key: key.to_owned(),
             calls: HashMap::new(),
             running: FuturesUnordered::new(),
+            queued: VecDeque::new(),
+            held: VecDeque::new(),
+            held_bytes: 0,
             // Room for calls refused past the budget, and no more.
             max_calls: max_tool_calls.saturating_mul(2).saturating_add(16),
             max_answer: client.server_info().max_payload.saturating_sub(256),
@@ -358,13 +397,18 @@ impl Callbacks {
                 Some(message) = self.requests.next() => self.take(message),
                 Some((call, inbox, answer)) = self.running.next(), if !self.running.is_empty() => {
                     self.answered(call, inbox, answer);
+                    while self.running.len() < MAX_IN_FLIGHT
+                        && let Some((call, inbox, ask)) = self.queued.pop_front()
+                    {
+                        self.start(call, inbox, ask);
+                    }
                 }
                 else => std::future::pending::<()>().await,
             }
         }
     }
 
-    /// Starts (or joins) what `message` asks.
+    /// Starts, joins or queues what `message` asks.
     fn take(&mut self, message: async_nats::Message) {
         let Some(inbox) = message.reply.as_ref().map(|s| s.to_string()) else {
             return;
@@ -376,53 +420,99 @@ impl Callbacks {
             Ok(ask) => ask,
             Err(e) => {
                 let refusal = Error::invalid_request("callback", format!("unreadable: {e}"));
-                self.send(vec![inbox], Answer::of(Err(refusal)).encode());
+                self.refuse(inbox, refusal);
                 return;
             }
         };
-        if let Ask::Call { call, tool, args } = &ask {
-            if !crate::code::is_call_key(&self.key, call, tool, args) {
-                let refusal = Error::invalid_request(
-                    "callback",
-                    format!("{call:?} is not a call key of code run {}", self.key),
-                );
-                self.send(vec![inbox], Answer::of(Err(refusal)).encode());
-                return;
-            }
-            match self.calls.get_mut(call) {
-                Some(Slot::Answered(answer)) => {
-                    let answer = answer.clone();
-                    self.send(vec![inbox], answer);
+        let call = match &ask {
+            Ask::Call { call, tool, args } => {
+                if !crate::code::is_call_key(&self.key, call, tool, args) {
+                    let refusal = Error::invalid_request(
+                        "callback",
+                        format!("{call:?} is not a call key of run {}", self.key),
+                    );
+                    self.refuse(inbox, refusal);
                     return;
                 }
-                Some(Slot::Running(waiting)) => {
-                    waiting.push(inbox);
+                if self.join(call, &inbox) {
                     return;
                 }
-                None => {}
+                if self.calls.len() >= self.max_calls {
+                    let refusal = Error::limit_exceeded(
+                        LimitKind::ToolCalls,
+                        format!(
+                            "run {} asked for more calls back than its budget allows",
+                            self.key
+                        ),
+                    );
+                    self.refuse(inbox, refusal);
+                    return;
+                }
+                self.calls
+                    .insert(call.clone(), Slot::Running(VecDeque::new()));
+                Some(call.clone())
             }
-        }
-        let unkept = matches!(ask, Ask::Call { .. }) && self.calls.len() >= self.max_calls;
-        if unkept || self.running.len() >= MAX_IN_FLIGHT {
-            let refusal = Error::limit_exceeded(
-                LimitKind::ToolCalls,
+            Ask::Search { .. } | Ask::Describe { .. } => None,
+        };
+        if self.running.len() < MAX_IN_FLIGHT {
+            self.start(call, inbox, ask);
+        } else if self.queued.len() < MAX_QUEUED {
+            self.queued.push_back((call, inbox, ask));
+        } else {
+            if let Some(call) = call {
+                self.calls.remove(&call);
+            }
+            let refusal = Error::backend_unavailable(
+                "fleet",
                 format!(
-                    "code run {} asked for more calls back than its budget allows, or more \
-                     than {MAX_IN_FLIGHT} at once",
+                    "run {} has {MAX_QUEUED} calls back waiting already",
                     self.key
                 ),
             );
-            self.send(vec![inbox], Answer::of(Err(refusal)).encode());
-            return;
+            self.refuse(inbox, refusal);
         }
-        let host = self.host.clone();
-        let call = match &ask {
-            Ask::Call { call, .. } => {
-                self.calls.insert(call.clone(), Slot::Running(Vec::new()));
-                Some(call.clone())
+    }
+
+    /// Answers an ask of a call key already known: joins the running call,
+    /// or sends its answer again. False for a new call key.
+    fn join(&mut self, call: &str, inbox: &str) -> bool {
+        let again = match self.calls.get_mut(call) {
+            None => return false,
+            Some(Slot::Running(waiting)) => {
+                if !waiting.iter().any(|w| w == inbox) {
+                    if waiting.len() >= MAX_WAITING {
+                        waiting.pop_front();
+                    }
+                    waiting.push_back(inbox.to_owned());
+                }
+                return true;
             }
-            _ => None,
+            Some(Slot::Answered { answer, resent }) if *resent < MAX_RESENT => {
+                *resent += 1;
+                Ok(answer.clone())
+            }
+            Some(Slot::Answered { .. }) => Err(Error::limit_exceeded(
+                LimitKind::ToolCalls,
+                format!("call {call:?} was asked for more than {MAX_RESENT} times again"),
+            )),
+            Some(Slot::Forgotten) => Err(Error::from(ErrorBody {
+                code: toolexec::ErrorCode::Interrupted,
+                message: format!(
+                    "interrupted: call {call:?} ran, and its answer is no longer held; it is \
+                     not run again"
+                ),
+                details: None,
+            })),
         };
+        match again {
+            Ok(answer) => self.send(vec![inbox.to_owned()], answer),
+            Err(e) => self.refuse(inbox.to_owned(), e),
+        }
+        true
+    }
+
+    fn start(&mut self, call: Option<String>, inbox: String, ask: Ask) {
+        let host = self.host.clone();
         self.running.push(Box::pin(async move {
             let result = match ask {
                 Ask::Call { tool, args, .. } => host.call(&tool, args).await,
@@ -434,7 +524,7 @@ impl Callbacks {
     }
 
     /// Answers everyone waiting for what finished, and keeps a call's
-    /// answer for a later ask of the same call.
+    /// answer (within the bytes held) for a later ask of the same call.
     fn answered(&mut self, call: Option<String>, inbox: String, answer: Bytes) {
         let answer = if answer.len() > self.max_answer {
             let too_big = Error::limit_exceeded(
@@ -450,13 +540,30 @@ impl Callbacks {
             answer
         };
         let mut to = vec![inbox];
-        if let Some(call) = call
-            && let Some(Slot::Running(waiting)) =
-                self.calls.insert(call, Slot::Answered(answer.clone()))
-        {
-            to.extend(waiting);
+        if let Some(call) = call {
+            let slot = Slot::Answered {
+                answer: answer.clone(),
+                resent: 0,
+            };
+            if let Some(Slot::Running(waiting)) = self.calls.insert(call.clone(), slot) {
+                to.extend(waiting);
+            }
+            self.held_bytes += answer.len();
+            self.held.push_back(call);
+            while self.held_bytes > MAX_HELD_BYTES
+                && let Some(oldest) = self.held.pop_front()
+                && let Some(slot) = self.calls.get_mut(&oldest)
+            {
+                if let Slot::Answered { answer, .. } = std::mem::replace(slot, Slot::Forgotten) {
+                    self.held_bytes -= answer.len();
+                }
+            }
         }
         self.send(to, answer);
+    }
+
+    fn refuse(&self, inbox: String, error: Error) {
+        self.send(vec![inbox], Answer::of(Err(error)).encode());
     }
 
     fn send(&self, inboxes: Vec<String>, answer: Bytes) {

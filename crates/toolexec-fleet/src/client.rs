@@ -25,11 +25,11 @@ use crate::cluster::{Cluster, unavailable};
 use crate::journal;
 use crate::wire::{Advert, Event, Journal, Outcome, REPLY_HEADER, RunRequest};
 
-/// The label of code runs in journals and errors.
-const CODE_LABEL: &str = "code";
+/// The label (`tool`) of code runs in journals and errors.
+pub(crate) const CODE_LABEL: &str = "code";
 
-/// The label of sandboxed units in journals and errors.
-const UNIT_LABEL: &str = "unit";
+/// The label (`tool`) of sandboxed units in journals and errors.
+pub(crate) const UNIT_LABEL: &str = "unit";
 
 /// The `worker` of a journal entry a caller wrote when it gave up on a run
 /// no worker had taken.
@@ -209,7 +209,7 @@ impl FleetClient {
         };
         let tool_ctx = ToolContext::with_cancel(ctx.cancel.clone());
         let subject = self.cluster.names.unit_runs(profile);
-        match self.submit(subject, run, &tool_ctx, Some(callbacks)).await {
+        let mut outcome = match self.submit(subject, run, &tool_ctx, Some(callbacks)).await {
             Ok(Outcome::Unit { outcome }) => match RunOutcome::from_value(outcome) {
                 Ok(mut outcome) => {
                     outcome.runtime = format!("{}/{}", crate::runtime::NAME, outcome.runtime);
@@ -227,7 +227,14 @@ impl FleetClient {
                 RunOutcome::new(crate::runtime::NAME, RunStatus::Cancelled)
             }
             Err(e) => failed(&e),
-        }
+        };
+        // The calls this side ran, then those the worker refused itself
+        // (whatever way the run ended).
+        let ran = ctx.host.take_tool_calls();
+        let refused = toolexec_runtime::unseen(std::mem::take(&mut outcome.tool_calls), &ran);
+        outcome.tool_calls = ran;
+        outcome.tool_calls.extend(refused);
+        outcome
     }
 
     /// Keeps `record` as task `id` of the cluster's gateways (32 hex
@@ -321,6 +328,17 @@ impl FleetClient {
             .await
             .map_err(|e| unavailable(format!("reply subscription: {e}")))?;
         let payload = Bytes::from(serde_json::to_vec(&run).expect("runs serialize"));
+        let max = self.cluster.client.server_info().max_payload;
+        if payload.len() + 1024 > max {
+            return Err(Error::limit_exceeded(
+                toolexec::LimitKind::InputBytes,
+                format!(
+                    "the run of {} ({} bytes) is over the NATS server's max_payload ({max} bytes)",
+                    run.tool,
+                    payload.len()
+                ),
+            ));
+        }
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, message_id.as_str());
         headers.insert(REPLY_HEADER, inbox.as_str());

@@ -187,7 +187,12 @@ async fn ensure_stream(
             .config;
     }
     let have = &have;
-    if have.retention != stream::RetentionPolicy::WorkQueue || have.subjects != wanted.subjects {
+    // A later toolexec may have added subjects of its own, within the
+    // cluster's: the ones this member needs must all be there.
+    let ours = format!("toolexec.{}.", settings.name);
+    let fits = wanted.subjects.iter().all(|s| have.subjects.contains(s))
+        && have.subjects.iter().all(|s| s.starts_with(&ours));
+    if have.retention != stream::RetentionPolicy::WorkQueue || !fits {
         return Err(unavailable(format!(
             "stream {} exists with another shape (retention {:?}, subjects {:?}; \
              toolexec needs a work queue on {:?}): delete it or use another cluster name",

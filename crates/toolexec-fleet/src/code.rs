@@ -76,12 +76,28 @@ impl CodeWire {
     }
 }
 
+/// Where a call of a code run went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Via {
+    /// The worker's own catalog.
+    #[default]
+    Worker,
+    /// The caller's tools, through the callback subject.
+    Caller,
+}
+
 /// One tool call of a code run, in the journal.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 enum CallEntry {
-    /// Sent to the tool; its result not yet recorded.
-    Started { tool: String },
+    /// Sent to the tool (on the worker, or to the caller); its result not
+    /// yet recorded.
+    Started {
+        tool: String,
+        #[serde(default)]
+        via: Via,
+    },
     /// Its result.
     Done {
         tool: String,
@@ -244,10 +260,13 @@ impl Inner {
         }
         // The worker's own namespaces run here; the rest, when the caller
         // offers its tools, on the caller's catalog.
-        let local = self.serves(&tool);
-        if !local && self.callback.is_none() {
+        let mut via = if self.serves(&tool) {
+            Via::Worker
+        } else if self.callback.is_some() {
+            Via::Caller
+        } else {
             return Err(self.refuse(&tool));
-        }
+        };
         // Any journal failure ends the run: a script that caught it and
         // tried again would make the same call under another key, and a
         // later replay would run it twice.
@@ -259,7 +278,10 @@ impl Inner {
         let revision = match recorded {
             None => {
                 self.check_holder(&tool).await?;
-                let started = encode(&CallEntry::Started { tool: tool.clone() });
+                let started = encode(&CallEntry::Started {
+                    tool: tool.clone(),
+                    via,
+                });
                 match self.store.create(call_key.as_str(), started).await {
                     Ok(revision) => revision,
                     Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
@@ -281,15 +303,24 @@ impl Inner {
                         None => Ok(value.unwrap_or(Value::Null)),
                     };
                 }
-                Ok(CallEntry::Started { .. }) => {
+                Ok(CallEntry::Started { via: started, .. }) => {
                     // Asked of the caller again, it answers with the first
-                    // call's result: it runs each call key once.
-                    let again = !local
-                        || self
+                    // call's result (it runs each call key once); a call the
+                    // previous worker ran itself runs again only where it
+                    // ran, and only when it may.
+                    let again = match (started, via) {
+                        // The caller decides, wherever the tool is now.
+                        (Via::Caller, _) if self.callback.is_some() => {
+                            via = Via::Caller;
+                            true
+                        }
+                        (Via::Worker, Via::Worker) => self
                             .exec
                             .catalog()
                             .get(&tool)
-                            .is_ok_and(|r| rerunnable(r.tool()));
+                            .is_ok_and(|r| rerunnable(r.tool())),
+                        _ => false,
+                    };
                     if !again {
                         return Err(self.break_replay(
                             &tool,
@@ -307,8 +338,8 @@ impl Inner {
                 }
             },
         };
-        let result = match (&self.callback, local) {
-            (Some(callback), false) => {
+        let result = match (&self.callback, via) {
+            (Some(callback), Via::Caller) => {
                 let ask = Ask::Call {
                     call: call_key.clone(),
                     tool: tool.clone(),
@@ -348,6 +379,17 @@ impl Inner {
         }
         // Recorded before the script sees it: a crash after this replays it.
         if let Err(e) = self.store.update(call_key.as_str(), bytes, revision).await {
+            // Another attempt joined the same call at the caller and
+            // recorded its one answer first: that record is this result.
+            if let Ok(Some(entry)) = self.store.entry(call_key.as_str()).await
+                && let Ok(CallEntry::Done { value, error, .. }) =
+                    serde_json::from_slice::<CallEntry>(&entry.value)
+            {
+                return match error {
+                    Some(e) => Err(Error::from(e)),
+                    None => Ok(value.unwrap_or(Value::Null)),
+                };
+            }
             return Err(self.break_replay(&tool, format!("its result could not be journaled: {e}")));
         }
         result
@@ -425,7 +467,15 @@ impl ToolAccess for Journaled {
                 .cloned()
                 .collect();
             if let Some(callback) = &inner.callback {
-                let theirs = callback.ask(&ask, &CancellationToken::new()).await?;
+                // The caller's hits when it answers; the worker's alone
+                // when it does not.
+                let theirs = callback
+                    .ask(&ask, &CancellationToken::new())
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::debug!("search on the caller failed: {e}");
+                        Value::Array(Vec::new())
+                    });
                 for hit in theirs.as_array().into_iter().flatten() {
                     if !hits.iter().any(|h| h["id"] == hit["id"]) {
                         hits.push(hit.clone());
@@ -465,7 +515,12 @@ pub(crate) fn is_call_key(key: &str, call: &str, tool: &str, args: &Value) -> bo
     call.strip_prefix(key)
         .and_then(|rest| rest.strip_prefix(".c"))
         .and_then(|rest| rest.split_once('.'))
-        .is_some_and(|(d, n)| d == digest(tool, args) && n.parse::<usize>().is_ok_and(|n| n > 0))
+        .is_some_and(|(d, n)| {
+            // The occurrence as workers write it: no sign, no leading zero.
+            d == digest(tool, args)
+                && n.parse::<usize>()
+                    .is_ok_and(|parsed| parsed > 0 && parsed.to_string() == n)
+        })
 }
 
 /// The digest of one call (tool and arguments) in its call key.
@@ -482,4 +537,49 @@ pub(crate) fn digest(tool: &str, args: &Value) -> String {
 
 fn encode(entry: &CallEntry) -> Bytes {
     Bytes::from(serde_json::to_vec(entry).expect("journal entries serialize"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_keys_are_bound_to_their_call() {
+        let args = json!({"n": 1});
+        let d = digest("a:b", &args);
+        assert!(is_call_key("k", &format!("k.c{d}.1"), "a:b", &args));
+        assert!(is_call_key("k", &format!("k.c{d}.12"), "a:b", &args));
+        // Another call, run, or spelling of the occurrence: not its key.
+        assert!(!is_call_key(
+            "k",
+            &format!("k.c{d}.1"),
+            "a:b",
+            &json!({"n": 2})
+        ));
+        assert!(!is_call_key("k2", &format!("k.c{d}.1"), "a:b", &args));
+        for n in ["0", "01", "+1", "-1", "", "1.0"] {
+            assert!(
+                !is_call_key("k", &format!("k.c{d}.{n}"), "a:b", &args),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_started_call_records_where_it_went() {
+        let old: CallEntry = serde_json::from_str(r#"{"state":"started","tool":"a:b"}"#).unwrap();
+        assert!(matches!(
+            old,
+            CallEntry::Started {
+                via: Via::Worker,
+                ..
+            }
+        ));
+        let back = serde_json::to_string(&CallEntry::Started {
+            tool: "a:b".into(),
+            via: Via::Caller,
+        })
+        .unwrap();
+        assert_eq!(back, r#"{"state":"started","tool":"a:b","via":"caller"}"#);
+    }
 }

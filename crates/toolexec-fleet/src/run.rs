@@ -9,6 +9,7 @@ use async_nats::jetstream::{AckKind, Message};
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 use toolexec::{Error, ErrorBody, LimitKind, RunOptions, RunResult, StreamEvent, StreamRequest};
+use toolexec_runtime::{NetworkPolicy, UnitKind};
 
 use crate::journal::{self, Claim, Delivery, Finish};
 use crate::wire::{Event, Journal, Outcome, REPLY_HEADER, RunRequest, rerunnable};
@@ -140,6 +141,7 @@ pub(crate) async fn handle(worker: &Worker, message: Message) {
                         subject,
                         &run.key,
                         wire.timeout(),
+                        worker.cluster.settings.ack_wait(),
                     )
                 }),
             };
@@ -193,19 +195,42 @@ fn admissible(worker: &Worker, run: &RunRequest, message: &Message) -> Result<()
         tool: run.tool.clone(),
         reason,
     };
+    if run.code.is_some() && run.unit.is_some() {
+        return Err(refuse("a run is a code run or a unit, not both".into()));
+    }
     if let Some(unit) = &run.unit {
         let profile = unit.profile;
-        return if worker.units.contains(&profile) && subject == names.unit_runs(profile) {
-            Ok(())
-        } else {
-            Err(refuse(format!(
+        if run.tool != crate::client::UNIT_LABEL
+            || !worker.units.contains(&profile)
+            || subject != names.unit_runs(profile)
+        {
+            return Err(refuse(format!(
                 "worker {} does not run {} units sent on {subject}",
                 worker.id,
                 profile.as_str()
-            )))
-        };
+            )));
+        }
+        if !matches!(unit.unit.kind(), UnitKind::Command | UnitKind::Script) {
+            return Err(refuse(format!(
+                "worker {} runs command and script units, not {}",
+                worker.id,
+                unit.unit.kind().as_str()
+            )));
+        }
+        // Whoever may publish units gets no more than the worker allows.
+        worker.unit_ceilings.check(&unit.limits)?;
+        if unit.limits.network != NetworkPolicy::Off {
+            return Err(Error::invalid_request(
+                "limits.network",
+                "units sent to the fleet run without network",
+            ));
+        }
+        return Ok(());
     }
     if run.code.is_some() {
+        if run.tool != crate::client::CODE_LABEL {
+            return Err(refuse(format!("a code run is labelled {:?}", run.tool)));
+        }
         return match worker.code {
             Some(profile) if subject == names.code_runs(profile) => Ok(()),
             _ => Err(refuse(format!(
@@ -341,19 +366,44 @@ async fn execute_unit(
             subject,
             key,
             unit.limits.wall_time,
+            worker.cluster.settings.ack_wait(),
         );
         Arc::new(crate::callback::UnitTools::new(callback)) as Arc<dyn toolexec::ToolAccess>
     });
-    let ran = tokio::select! {
+    let mut ran = tokio::select! {
         ran = worker.runtimes.run_with_tools(unit, tools, cancel) => ran,
         () = alive(message, worker.cluster.settings.heartbeat) => unreachable!("renewing never ends"),
     };
+    fit_output(&mut ran, max_entry(worker).saturating_sub(64 << 10));
     match serde_json::to_value(&ran) {
         Ok(outcome) => Outcome::Unit { outcome },
         Err(e) => Outcome::Err {
             error: internal(&format!("the unit's outcome does not serialize: {e}")),
         },
     }
+}
+
+/// Cuts a unit's stdout and stderr (stderr first, then stdout, each at a
+/// character boundary) so the outcome fits in `room` bytes with its other
+/// fields; the cut is reported in the outcome's enforcement.
+fn fit_output(outcome: &mut toolexec_runtime::RunOutcome, room: usize) {
+    let output = outcome.stdout.len() + outcome.stderr.len();
+    if output <= room {
+        return;
+    }
+    let mut excess = output - room;
+    for text in [&mut outcome.stderr, &mut outcome.stdout] {
+        let mut keep = text.len().saturating_sub(excess);
+        while !text.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        excess = excess.saturating_sub(text.len() - keep);
+        text.truncate(keep);
+    }
+    outcome.enforcement.push(toolexec_runtime::Enforcement::by(
+        LimitKind::Output,
+        format!("cut to {room} bytes to fit the NATS server's max_payload on the way back"),
+    ));
 }
 
 /// Runs the tool, relaying its events to the caller and telling JetStream
@@ -523,5 +573,28 @@ impl Reply<'_> {
             .client
             .publish(subject.clone(), Bytes::from(payload))
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolexec_runtime::{RunOutcome, RunStatus};
+
+    #[test]
+    fn unit_output_is_cut_to_fit_and_says_so() {
+        let mut outcome = RunOutcome::new("bubblewrap", RunStatus::Ok);
+        outcome.stdout = "é".repeat(200);
+        outcome.stderr = "x".repeat(50);
+        fit_output(&mut outcome, 251);
+        assert!(outcome.stdout.len() + outcome.stderr.len() <= 251);
+        assert!(outcome.stderr.is_empty(), "stderr goes first");
+        assert_eq!(outcome.stdout, "é".repeat(125));
+        assert!(outcome.enforcement[0].mechanism.contains("max_payload"));
+        let mut small = RunOutcome::new("bubblewrap", RunStatus::Ok);
+        small.stdout = "ok".into();
+        fit_output(&mut small, 251);
+        assert_eq!(small.stdout, "ok");
+        assert!(small.enforcement.is_empty());
     }
 }

@@ -17,7 +17,8 @@ pub(crate) const NAME: &str = "fleet";
 
 /// Runs units on the fleet. Registered before the cluster is reached, and
 /// unavailable (with the reason) until [`FleetRuntime::bind`] gives it the
-/// connection, and whenever no live worker runs units of its profiles.
+/// connection. A unit of a profile no live worker runs is refused with
+/// `backend_unavailable`, never run elsewhere.
 ///
 /// ```
 /// use toolexec::Availability;
@@ -77,30 +78,15 @@ impl Runtime for FleetRuntime {
         &[UnitKind::Command, UnitKind::Script]
     }
 
+    /// Available once connected: whether a live worker runs units of a
+    /// unit's profile is decided per run (with a fresh look at the
+    /// adverts), and a unit without one is refused with the reason.
     fn availability(&self) -> Availability {
-        let Some(client) = self.client.get() else {
-            return Availability::Unavailable {
+        match self.client.get() {
+            Some(_) => Availability::Available,
+            None => Availability::Unavailable {
                 reason: format!("not connected to cluster {}", self.cluster),
-            };
-        };
-        if self
-            .profiles
-            .iter()
-            .any(|p| client.live_unit_workers(*p) > 0)
-        {
-            return Availability::Available;
-        }
-        Availability::Unavailable {
-            reason: format!(
-                "no live worker of cluster {} runs units of profile {} \
-                 (toolexec worker --unit-profile P)",
-                self.cluster,
-                self.profiles
-                    .iter()
-                    .map(|p| p.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            },
         }
     }
 

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use toolexec::{Error, Exec};
-use toolexec_runtime::{Profile, Runtimes, UnitKind};
+use toolexec_runtime::{LimitCeilings, Profile, Runtimes, UnitKind};
 
 use crate::cluster::{Cluster, unavailable};
 use crate::run;
@@ -41,6 +41,9 @@ pub struct WorkerOptions {
     /// Also run callers' sandboxed command units of these profiles, on
     /// [`WorkerOptions::runtimes`] (each checked at start).
     pub units: Vec<Profile>,
+    /// The most a unit's limits may ask for (a unit above them, or with
+    /// network, is refused and never run).
+    pub unit_ceilings: LimitCeilings,
     /// The sandbox runtimes of hardened code runs and of units.
     pub runtimes: Option<Arc<Runtimes>>,
 }
@@ -64,6 +67,8 @@ pub struct Worker {
     pub(crate) units: Vec<Profile>,
     /// Where units run.
     pub(crate) runtimes: Arc<Runtimes>,
+    /// The most a unit may ask for.
+    pub(crate) unit_ceilings: LimitCeilings,
     /// The consumers' delivery limit: the last delivery settles a run.
     pub(crate) max_deliver: i64,
     pub(crate) state: Arc<State>,
@@ -142,7 +147,7 @@ impl Worker {
                 runtimes.select(profile, UnitKind::Script).map_err(|e| {
                     Error::invalid_request(
                         "worker.code_profile",
-                        format!("this machine cannot run hardened scripts: {}", e.message),
+                        format!("this machine cannot run hardened scripts: {}", reason(&e)),
                     )
                 })?;
             }
@@ -163,7 +168,7 @@ impl Worker {
                             "this machine cannot run {} {} units: {}",
                             profile.as_str(),
                             kind.as_str(),
-                            e.message
+                            reason(&e)
                         ),
                     )
                 })?;
@@ -228,6 +233,7 @@ impl Worker {
             runner,
             units: options.units,
             runtimes,
+            unit_ceilings: options.unit_ceilings,
             max_deliver: consumer_max_deliver,
             state: Arc::default(),
         };
@@ -465,4 +471,13 @@ fn host_name() -> String {
             }
         })
         .collect()
+}
+
+/// An error's message without its code, to give as another error's
+/// reason (a code is never wrapped inside another).
+fn reason(e: &toolexec::ErrorBody) -> &str {
+    e.message
+        .strip_prefix(e.code.as_str())
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(&e.message)
 }
