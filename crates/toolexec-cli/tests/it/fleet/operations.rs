@@ -224,3 +224,169 @@ async fn nkey_authentication_is_enforced() {
     let seed = stranger.seed().unwrap();
     assert!(!out.stderr.contains(&seed), "{out}");
 }
+
+/// A NATS JWT (`alg: ed25519-nkey`) of `subject`, signed by `issuer`.
+fn nats_jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: serde_json::Value) -> String {
+    use base64::Engine;
+    let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+    let header = json!({"typ": "JWT", "alg": "ed25519-nkey"});
+    let claims = json!({
+        // Unique per token (the server does not check how it was made).
+        "jti": format!(
+            "{subject}-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ),
+        "iat": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    let signed = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
+    let signature = issuer.sign(signed.as_bytes()).unwrap();
+    format!("{signed}.{}", b64(&signature))
+}
+
+/// A `.creds` file: a user's JWT and its nkey seed.
+fn creds(jwt: &str, seed: &str) -> String {
+    format!(
+        "-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n\
+         ************************* IMPORTANT *************************\n\
+         NKEY Seed printed below can be used to sign and prove identity.\n\n\
+         -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+         *************************************************************\n"
+    )
+}
+
+/// Decentralized (JWT) authentication: a server in operator mode, with an
+/// account whose JWT enables JetStream, admits a worker and a caller whose
+/// `.creds` hold a user the account signed, and refuses a user another
+/// account signed, with a clear error and without showing the seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creds_authentication_is_enforced() {
+    const TEST: &str = "creds_authentication_is_enforced";
+    let dir = TempDir::new("fleet-creds");
+    let operator = nkeys::KeyPair::new_operator();
+    // JetStream needs the server's own (system) account.
+    let system = nkeys::KeyPair::new_account();
+    let account = nkeys::KeyPair::new_account();
+    let user = nkeys::KeyPair::new_user();
+    let operator_jwt = nats_jwt(
+        &operator,
+        &operator.public_key(),
+        "toolexec-test",
+        json!({"type": "operator", "version": 2, "system_account": system.public_key()}),
+    );
+    let system_jwt = nats_jwt(
+        &operator,
+        &system.public_key(),
+        "SYS",
+        json!({"type": "account", "version": 2}),
+    );
+    let unlimited = json!({
+        "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+        "wildcards": true, "conn": -1, "leaf": -1,
+        "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1,
+    });
+    let account_jwt = nats_jwt(
+        &operator,
+        &account.public_key(),
+        "fleet",
+        json!({"limits": unlimited, "type": "account", "version": 2}),
+    );
+    let user_claims = json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+                             "type": "user", "version": 2});
+    let user_jwt = nats_jwt(&account, &user.public_key(), "worker", user_claims.clone());
+    dir.write("operator.jwt", &operator_jwt);
+    let conf = dir.write(
+        "nats.conf",
+        &format!(
+            "operator: {op}\nsystem_account: {sys}\nresolver: MEMORY\n\
+             resolver_preload: {{ {sys}: \"{sys_jwt}\", {acc}: \"{jwt}\" }}\n",
+            op = toml_str(dir.path().join("operator.jwt").to_str().unwrap()),
+            sys = system.public_key(),
+            sys_jwt = system_jwt,
+            acc = account.public_key(),
+            jwt = account_jwt,
+        ),
+    );
+    let Some(nats) = Nats::start_with(TEST, &["-c", conf.to_str().unwrap()]) else {
+        return;
+    };
+    dir.write_private("fleet.creds", &creds(&user_jwt, &user.seed().unwrap()));
+    // A user of an account the server does not know.
+    let stranger_account = nkeys::KeyPair::new_account();
+    let stranger = nkeys::KeyPair::new_user();
+    let stranger_jwt = nats_jwt(&stranger_account, &stranger.public_key(), "x", user_claims);
+    dir.write_private(
+        "other.creds",
+        &creds(&stranger_jwt, &stranger.seed().unwrap()),
+    );
+    let config = |creds: &str| {
+        dir.write(
+            &format!("{creds}.toml"),
+            &format!(
+                "[builtins]\nenabled = [\"math\"]\n[cluster]\nnats = {}\nname = \"jwt\"\n\
+                 namespaces = [\"math\"]\ncreds = {{ file = \"{creds}\" }}\n",
+                toml_str(nats.url())
+            ),
+        )
+    };
+    let good = config("fleet.creds");
+    let good = good.to_str().unwrap();
+    let _w = {
+        let mut w = Background::spawn(&mut toolexec(
+            dir.path(),
+            &[
+                "--config",
+                good,
+                "worker",
+                "--namespace",
+                "math",
+                "--id",
+                "j0",
+            ],
+        ));
+        w.wait_stdout_line("worker ");
+        w
+    };
+    let out = run(&mut toolexec(
+        dir.path(),
+        &["--config", good, "--json", "cluster", "status"],
+    ));
+    out.expect_code(0);
+    assert_eq!(out.json()["workers"][0]["id"], "j0", "{out}");
+    let out = run(&mut toolexec(
+        dir.path(),
+        &[
+            "--config",
+            good,
+            "--json",
+            "run",
+            "math:add",
+            r#"{"a": 2, "b": 3}"#,
+        ],
+    ));
+    out.expect_code(0);
+    assert_eq!(out.json()["value"], json!({"result": 5.0}), "{out}");
+
+    let bad = config("other.creds");
+    let out = run(&mut toolexec(
+        dir.path(),
+        &["--config", bad.to_str().unwrap(), "cluster", "status"],
+    ));
+    assert_ne!(out.code(), Some(0), "{out}");
+    assert!(out.stderr.contains("backend_unavailable"), "{out}");
+    assert!(out.stderr.contains("authorization violation"), "{out}");
+    assert!(!out.stderr.contains(&stranger.seed().unwrap()), "{out}");
+}
