@@ -31,9 +31,10 @@ for line in sys.stdin:
 
 conformance=$(test_binary toolexec-conformance conformance)
 bwrap_hostile=$(test_binary toolexec-bwrap bwrap_hostile)
+cli_it=$(test_binary toolexec-cli it)
 target="${CARGO_TARGET_DIR:-target}/debug"
-for f in "$conformance" "$bwrap_hostile" "$target/conformance-sandbox-init" \
-  "$target/conformance-script-worker" "$target/toolexec-sandbox-init"; do
+for f in "$conformance" "$bwrap_hostile" "$cli_it" "$target/conformance-sandbox-init" \
+  "$target/conformance-script-worker" "$target/toolexec-sandbox-init" "$target/toolexec"; do
   [ -x "$f" ] || { echo "error: $f is missing: build the tests first (cargo test)" >&2; exit 2; }
 done
 
@@ -44,6 +45,11 @@ cp "$bwrap_hostile" "$dir/bwrap_hostile"
 cp "$target/conformance-sandbox-init" "$dir/conformance-sandbox-init"
 cp "$target/conformance-script-worker" "$dir/conformance-script-worker"
 cp "$target/toolexec-sandbox-init" "$dir/toolexec-sandbox-init"
+cp "$cli_it" "$dir/it"
+cp "$target/toolexec" "$dir/toolexec"
+if [ -n "${TOOLEXEC_NATS_SERVER:-}" ] && [ -x "$TOOLEXEC_NATS_SERVER" ]; then
+  cp "$TOOLEXEC_NATS_SERVER" "$dir/nats-server"
+fi
 chmod 755 "$dir" "$dir"/*
 mkdir "$dir/home" && chown 65534:65534 "$dir/home"
 
@@ -58,6 +64,16 @@ as_nobody TOOLEXEC_REQUIRE_RUNTIMES=bubblewrap \
   TOOLEXEC_TEST_SANDBOX_INIT="$dir/conformance-sandbox-init" \
   TOOLEXEC_TEST_SCRIPT_WORKER="$dir/conformance-script-worker" \
   "$dir/conformance" --nocapture
+
+# A fleet worker as nobody takes units only of the profiles its bubblewrap
+# enforces there (standard), and refuses hardened ones, saying why.
+if [ -n "${TOOLEXEC_NATS_SERVER:-}" ] && [ -x "$TOOLEXEC_NATS_SERVER" ]; then
+  echo "== fleet unit profiles as nobody"
+  as_nobody TOOLEXEC_TEST_BIN="$dir/toolexec" TOOLEXEC_NATS_SERVER="$dir/nats-server" \
+    "$dir/it" --exact fleet::units::unit_profiles_follow_what_the_worker_enforces
+else
+  echo "== SKIPPED fleet unit profiles as nobody: TOOLEXEC_NATS_SERVER is not set (source the test deps' env.sh)"
+fi
 
 tests=(
   root::

@@ -55,8 +55,11 @@ pub(crate) fn toml_str(s: impl AsRef<str>) -> String {
 }
 
 /// `toolexec ARGS` run in `cwd`, with no token or log filter inherited.
+/// `TOOLEXEC_TEST_BIN` names another copy of the binary (one an
+/// unprivileged user can reach, when the build cache is not).
 pub(crate) fn toolexec(cwd: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
+    let bin = std::env::var("TOOLEXEC_TEST_BIN").unwrap_or_else(|_| BIN.to_owned());
+    let mut cmd = Command::new(bin);
     cmd.args(args)
         .current_dir(cwd)
         .env_remove("TOOLEXEC_TOKEN")

@@ -163,3 +163,96 @@ async fn hardened_units_run_on_workers_of_their_profile() {
     assert_eq!(status.and_then(|s| s.code()), Some(1), "{output}");
     assert!(output.contains("interrupted"), "{output}");
 }
+
+/// A worker takes units only of profiles a runtime of its machine
+/// enforces, and it says so as root and as an unprivileged user (CI runs
+/// this test both ways). Where bubblewrap serves `hardened` (root, with
+/// per-run cgroups) a worker takes hardened units; where it serves
+/// `standard` at most (`nobody`), a worker asked for hardened units
+/// refuses to start and says why. Either way, a standard unit runs in the
+/// worker's bubblewrap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unit_profiles_follow_what_the_worker_enforces() {
+    const TEST: &str = "unit_profiles_follow_what_the_worker_enforces";
+    let Some(nats) = Nats::start(TEST) else {
+        return;
+    };
+    let dir = TempDir::new("fleet");
+    let listing = run(&mut toolexec(dir.path(), &["--json", "runtimes"]));
+    if !crate::support::runtime_available(&listing, "bubblewrap", TEST, "bubblewrap") {
+        return;
+    }
+    let bubblewrap = listing.json()["runtimes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "bubblewrap")
+        .cloned()
+        .unwrap();
+    let serves_hardened = bubblewrap["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p == "hardened");
+    eprintln!("{TEST}: bubblewrap serves hardened here: {serves_hardened}");
+    let common = format!(
+        "[cluster]\nnats = {}\nname = \"enforced\"\nheartbeat = \"{HEARTBEAT}\"\n",
+        toml_str(nats.url())
+    );
+    let worker_config = dir.write("worker.toml", &common);
+    let worker_config = worker_config.to_str().unwrap();
+    let caller = dir.write(
+        "caller.toml",
+        &format!(
+            "{common}profiles = [\"standard\"]\n\n[[commands]]\nid = \"sbx:where\"\n\
+             description = \"Fails, saying where it ran\"\ninput_schema = {{ type = \"object\" }}\n\
+             argv = [\"sh\", \"-c\", \"echo in-the-sandbox >&2; exit 3\"]\nprofile = \"standard\"\n"
+        ),
+    );
+    let caller = caller.to_str().unwrap();
+
+    let hardened_worker = [
+        "--config",
+        worker_config,
+        "worker",
+        "--unit-profile",
+        "hardened",
+    ];
+    if serves_hardened {
+        let mut w = Background::spawn(&mut toolexec(dir.path(), &hardened_worker));
+        w.wait_stdout_line("worker ");
+    } else {
+        let out = run(&mut toolexec(dir.path(), &hardened_worker));
+        out.expect_code(2);
+        assert!(out.stderr.contains("invalid_request"), "{out}");
+        assert!(
+            out.stderr.contains("cannot run hardened command units"),
+            "{out}"
+        );
+        // The reason, without a code inside the code.
+        assert!(!out.stderr.contains("backend_unavailable"), "{out}");
+    }
+
+    let mut w = Background::spawn(&mut toolexec(
+        dir.path(),
+        &[
+            "--config",
+            worker_config,
+            "worker",
+            "--unit-profile",
+            "standard",
+        ],
+    ));
+    w.wait_stdout_line("worker ");
+    let out = run(&mut toolexec(
+        dir.path(),
+        &["--config", caller, "--json", "run", "sbx:where", "{}"],
+    ));
+    out.expect_code(1);
+    let error: serde_json::Value = serde_json::from_str(&out.stderr).unwrap();
+    assert_eq!(
+        error["error"]["details"]["data"]["runtime"], "fleet/bubblewrap",
+        "{out}"
+    );
+    assert!(out.stderr.contains("in-the-sandbox"), "{out}");
+}
