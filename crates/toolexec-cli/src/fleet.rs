@@ -222,6 +222,19 @@ pub(crate) async fn cluster(
             w.namespaces.join(","),
             w.done
         )?;
+        let mut runs = Vec::new();
+        if let Some(code) = &w.code {
+            runs.push(format!("code {code}"));
+        }
+        if !w.units.is_empty() {
+            runs.push(format!("units {}", w.units.join(",")));
+        }
+        if !w.runtimes.is_empty() {
+            runs.push(format!("runtimes {}", w.runtimes.join(",")));
+        }
+        if !runs.is_empty() {
+            writeln!(out, "  {:<24} {}", "", runs.join("  "))?;
+        }
     }
     writeln!(out, "namespaces:")?;
     for n in &status.namespaces {

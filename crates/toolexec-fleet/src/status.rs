@@ -38,6 +38,14 @@ pub struct WorkerStatus {
     pub done: u64,
     /// Finishing its runs before it exits.
     pub draining: bool,
+    /// The profile of the code runs it takes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The profiles of the sandboxed units it takes.
+    pub units: Vec<String>,
+    /// Its machine's available sandbox runtimes, with the strongest
+    /// profile each serves (`bubblewrap:hardened`).
+    pub runtimes: Vec<String>,
 }
 
 /// One namespace's queue.
@@ -105,6 +113,9 @@ pub async fn status(cluster: &Cluster) -> Result<ClusterStatus, Error> {
             in_flight: a.in_flight,
             done: a.done,
             draining: a.draining,
+            code: a.code,
+            units: a.units,
+            runtimes: a.runtimes,
         });
     }
     workers.sort_by(|a, b| a.id.cmp(&b.id));

@@ -129,6 +129,10 @@ pub(crate) struct Advert {
     /// The profiles of the sandboxed units it takes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) units: Vec<String>,
+    /// The sandbox runtimes available on its machine, each with the
+    /// strongest profile it serves there (`bubblewrap:hardened`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) runtimes: Vec<String>,
     /// The tools it runs, for the gateway's catalog.
     pub(crate) tools: Vec<ToolDef>,
 }

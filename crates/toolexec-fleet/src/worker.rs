@@ -320,6 +320,13 @@ impl Worker {
             draining: self.state.draining.load(Ordering::SeqCst),
             code: self.code.map(|p| p.as_str().to_owned()),
             units: self.units.iter().map(|p| p.as_str().to_owned()).collect(),
+            runtimes: self
+                .runtimes
+                .list()
+                .into_iter()
+                .filter(|r| r.available)
+                .filter_map(|r| Some(format!("{}:{}", r.name, r.profiles.iter().max()?.as_str())))
+                .collect(),
             tools,
         }
     }

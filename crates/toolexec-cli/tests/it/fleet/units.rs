@@ -91,6 +91,17 @@ async fn hardened_units_run_on_workers_of_their_profile() {
         .unwrap();
     assert_eq!(fleet["available"], true, "{listing}");
     assert_eq!(fleet["profiles"], json!(["hardened"]), "{listing}");
+    // The worker advertises what it runs.
+    let status = cli(&["cluster", "status"]);
+    let advert = &status.json()["workers"][0];
+    assert_eq!(advert["units"], json!(["hardened"]), "{status}");
+    assert!(
+        advert["runtimes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("bubblewrap:hardened")),
+        "{status}"
+    );
 
     // A command unit: it ran in the worker's bubblewrap.
     let out = cli(&["run", "sbx:fail", "{}"]);
