@@ -136,12 +136,16 @@ impl FleetClient {
 
     /// Live workers serving `namespace` now.
     pub fn live_workers(&self, namespace: &str) -> usize {
+        self.live_taking(|l| l.namespaces.iter().any(|n| n == namespace))
+    }
+
+    /// Live workers, not draining, that `takes`.
+    fn live_taking(&self, takes: impl Fn(&Live) -> bool) -> usize {
         let fresh = self.cluster.settings.ack_wait();
         self.live
             .lock()
             .values()
-            .filter(|l| l.seen.elapsed() < fresh && !l.draining)
-            .filter(|l| l.namespaces.iter().any(|n| n == namespace))
+            .filter(|l| l.seen.elapsed() < fresh && !l.draining && takes(l))
             .count()
     }
 
@@ -228,24 +232,12 @@ impl FleetClient {
 
     /// Live workers that run code of `profile`.
     pub fn live_code_workers(&self, profile: Profile) -> usize {
-        let fresh = self.cluster.settings.ack_wait();
-        self.live
-            .lock()
-            .values()
-            .filter(|l| l.seen.elapsed() < fresh && !l.draining)
-            .filter(|l| l.code.as_deref() == Some(profile.as_str()))
-            .count()
+        self.live_taking(|l| l.code.as_deref() == Some(profile.as_str()))
     }
 
     /// Live workers that run sandboxed units of `profile`.
     pub fn live_unit_workers(&self, profile: Profile) -> usize {
-        let fresh = self.cluster.settings.ack_wait();
-        self.live
-            .lock()
-            .values()
-            .filter(|l| l.seen.elapsed() < fresh && !l.draining)
-            .filter(|l| l.units.iter().any(|u| u == profile.as_str()))
-            .count()
+        self.live_taking(|l| l.units.iter().any(|u| u == profile.as_str()))
     }
 }
 

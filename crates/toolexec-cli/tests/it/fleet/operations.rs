@@ -190,39 +190,49 @@ async fn nkey_authentication_is_enforced() {
         )
     };
     let good = config("seed");
-    let good = good.to_str().unwrap();
-    let _w = {
-        let mut w = Background::spawn(&mut toolexec(
-            dir.path(),
-            &[
-                "--config",
-                good,
-                "worker",
-                "--namespace",
-                "math",
-                "--id",
-                "k0",
-            ],
-        ));
-        w.wait_stdout_line("worker ");
-        w
-    };
+    let bad = config("other-seed");
+    let _w = admits_and_refuses(
+        &dir,
+        good.to_str().unwrap(),
+        "k0",
+        bad.to_str().unwrap(),
+        &stranger.seed().unwrap(),
+    );
+}
+
+/// Against a server that authenticates: a worker with the `good`
+/// configuration starts and `cluster status` lists it as `id`; the `bad`
+/// one is refused (`backend_unavailable`, `authorization violation`)
+/// without showing `secret`. Returns the worker, still serving `math`.
+fn admits_and_refuses(dir: &TempDir, good: &str, id: &str, bad: &str, secret: &str) -> Background {
+    let mut w = Background::spawn(&mut toolexec(
+        dir.path(),
+        &[
+            "--config",
+            good,
+            "worker",
+            "--namespace",
+            "math",
+            "--id",
+            id,
+        ],
+    ));
+    w.wait_stdout_line("worker ");
     let out = run(&mut toolexec(
         dir.path(),
         &["--config", good, "--json", "cluster", "status"],
     ));
     out.expect_code(0);
-    assert_eq!(out.json()["workers"][0]["id"], "k0", "{out}");
-    let bad = config("other-seed");
+    assert_eq!(out.json()["workers"][0]["id"], id, "{out}");
     let out = run(&mut toolexec(
         dir.path(),
-        &["--config", bad.to_str().unwrap(), "cluster", "status"],
+        &["--config", bad, "cluster", "status"],
     ));
     assert_ne!(out.code(), Some(0), "{out}");
     assert!(out.stderr.contains("backend_unavailable"), "{out}");
     assert!(out.stderr.contains("authorization violation"), "{out}");
-    let seed = stranger.seed().unwrap();
-    assert!(!out.stderr.contains(&seed), "{out}");
+    assert!(!out.stderr.contains(secret), "{out}");
+    w
 }
 
 /// A NATS JWT (`alg: ed25519-nkey`) of `subject`, signed by `issuer`.
@@ -344,28 +354,14 @@ async fn creds_authentication_is_enforced() {
     };
     let good = config("fleet.creds");
     let good = good.to_str().unwrap();
-    let _w = {
-        let mut w = Background::spawn(&mut toolexec(
-            dir.path(),
-            &[
-                "--config",
-                good,
-                "worker",
-                "--namespace",
-                "math",
-                "--id",
-                "j0",
-            ],
-        ));
-        w.wait_stdout_line("worker ");
-        w
-    };
-    let out = run(&mut toolexec(
-        dir.path(),
-        &["--config", good, "--json", "cluster", "status"],
-    ));
-    out.expect_code(0);
-    assert_eq!(out.json()["workers"][0]["id"], "j0", "{out}");
+    let bad = config("other.creds");
+    let _w = admits_and_refuses(
+        &dir,
+        good,
+        "j0",
+        bad.to_str().unwrap(),
+        &stranger.seed().unwrap(),
+    );
     let out = run(&mut toolexec(
         dir.path(),
         &[
@@ -379,14 +375,4 @@ async fn creds_authentication_is_enforced() {
     ));
     out.expect_code(0);
     assert_eq!(out.json()["value"], json!({"result": 5.0}), "{out}");
-
-    let bad = config("other.creds");
-    let out = run(&mut toolexec(
-        dir.path(),
-        &["--config", bad.to_str().unwrap(), "cluster", "status"],
-    ));
-    assert_ne!(out.code(), Some(0), "{out}");
-    assert!(out.stderr.contains("backend_unavailable"), "{out}");
-    assert!(out.stderr.contains("authorization violation"), "{out}");
-    assert!(!out.stderr.contains(&stranger.seed().unwrap()), "{out}");
 }
