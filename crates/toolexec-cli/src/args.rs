@@ -292,7 +292,7 @@ pub(crate) struct RunArgs {
     pub args: Option<String>,
     /// Idempotency key of a call to a fleet tool (`[cluster] namespaces`):
     /// a call with a key already run returns the recorded result.
-    #[arg(long, value_name = "KEY", conflicts_with = "stream")]
+    #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
     #[command(flatten)]
     pub flags: RunFlags,

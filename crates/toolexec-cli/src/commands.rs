@@ -485,7 +485,10 @@ async fn run(exec: &Exec, args: RunArgs, json: bool) -> Result<u8, Failure> {
     if !input.is_object() {
         return Err(Error::invalid_request("args", "ARGS_JSON must be a JSON object").into());
     }
-    let opts = options(&args.flags);
+    let opts = RunOptions {
+        idempotency_key: args.idempotency_key,
+        ..options(&args.flags)
+    };
     if args.flags.stream {
         let request = StreamRequest::Tool {
             id: args.id,
@@ -493,13 +496,7 @@ async fn run(exec: &Exec, args: RunArgs, json: bool) -> Result<u8, Failure> {
         };
         return stream(exec, request, opts, json).await;
     }
-    let output = match args.idempotency_key {
-        Some(key) => {
-            toolexec_fleet::with_idempotency_key(key, exec.run_tool_with(&args.id, input, &opts))
-                .await?
-        }
-        None => exec.run_tool_with(&args.id, input, &opts).await?,
-    };
+    let output = exec.run_tool_with(&args.id, input, &opts).await?;
     let mut out = io::stdout().lock();
     if json {
         render::json(&mut out, &output)?;
@@ -604,7 +601,7 @@ async fn stream(
 fn options(flags: &RunFlags) -> RunOptions {
     RunOptions {
         timeout: flags.timeout,
-        cancel: None,
+        ..RunOptions::default()
     }
 }
 

@@ -96,14 +96,6 @@ impl toolexec_mcp::gateway::TaskJournal for FleetTasks {
         tool.backend().kind() == "fleet"
     }
 
-    fn keyed<'a>(
-        &self,
-        id: &str,
-        call: BoxFuture<'a, toolexec_mcp::gateway::CallAnswer>,
-    ) -> BoxFuture<'a, toolexec_mcp::gateway::CallAnswer> {
-        Box::pin(toolexec_fleet::with_idempotency_key(id.to_owned(), call))
-    }
-
     fn save<'a>(&'a self, id: &'a str, record: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             self.0
@@ -115,6 +107,28 @@ impl toolexec_mcp::gateway::TaskJournal for FleetTasks {
 
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, String>> {
         Box::pin(async move { self.0.load_task(id).await.map_err(|e| e.to_string()) })
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        tool: &'a str,
+        args: &'a serde_json::Value,
+        id: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(self.0.cancel_keyed(tool, args, id))
+    }
+
+    /// Tasks of anonymous callers are not kept (every gateway has them);
+    /// a local (stdio) user's are kept under the host's name too.
+    fn owner(&self, principal: &str) -> Option<String> {
+        if principal == toolexec::telemetry::PrincipalKind::Anonymous.as_str() {
+            return None;
+        }
+        if principal.starts_with("local:") {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            return Some(format!("{principal}@{}", host.trim()));
+        }
+        Some(principal.to_owned())
     }
 }
 

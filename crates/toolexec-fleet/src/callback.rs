@@ -154,7 +154,10 @@ impl Callback {
                 Err(e) => e,
             };
             match e.kind() {
-                RequestErrorKind::TimedOut => continue,
+                RequestErrorKind::TimedOut => {
+                    absent_since = None;
+                    continue;
+                }
                 RequestErrorKind::NoResponders
                     if absent_since.get_or_insert_with(Instant::now).elapsed() >= self.absent =>
                 {
@@ -173,6 +176,9 @@ impl Callback {
                     return Err(self.unavailable("its callback subject is invalid"));
                 }
                 RequestErrorKind::NoResponders | RequestErrorKind::Other => {
+                    if e.kind() == RequestErrorKind::Other {
+                        absent_since = None;
+                    }
                     tracing::debug!(key = %self.key, "asking the caller again: {e}");
                     tokio::select! {
                         () = tokio::time::sleep(pause) => {}
@@ -291,8 +297,8 @@ enum Slot {
 /// asked on, and its answer.
 type Finished = (Option<String>, String, Bytes);
 
-/// An ask waiting for a slot.
-type Queued = (Option<String>, String, Ask);
+/// An ask waiting for a slot, and its size.
+type Queued = (Option<String>, String, Ask, usize);
 
 /// The caller's end: serves one code run's (or unit's) calls back on its
 /// catalog, while the run is awaited. Bounded everywhere: the call keys
@@ -308,6 +314,8 @@ pub(crate) struct Callbacks {
     calls: HashMap<String, Slot>,
     running: FuturesUnordered<BoxFuture<'static, Finished>>,
     queued: VecDeque<Queued>,
+    /// The bytes of the asks queued.
+    queued_bytes: usize,
     /// Answered call keys, oldest first, and the bytes their answers hold.
     held: VecDeque<String>,
     held_bytes: usize,
@@ -325,6 +333,9 @@ const MAX_IN_FLIGHT: usize = 64;
 
 /// Asks waiting for a turn, past which more are refused.
 const MAX_QUEUED: usize = 1024;
+
+/// Bytes of asks waiting for a turn, past which more are refused.
+const MAX_QUEUED_BYTES: usize = 8 << 20;
 
 /// Inboxes waiting on one running call (attempts of the run, and their
 /// retries): the oldest gives way.
@@ -380,6 +391,7 @@ impl Callbacks {
             calls: HashMap::new(),
             running: FuturesUnordered::new(),
             queued: VecDeque::new(),
+            queued_bytes: 0,
             held: VecDeque::new(),
             held_bytes: 0,
             // Room for calls refused past the budget, and no more.
@@ -398,8 +410,9 @@ impl Callbacks {
                 Some((call, inbox, answer)) = self.running.next(), if !self.running.is_empty() => {
                     self.answered(call, inbox, answer);
                     while self.running.len() < MAX_IN_FLIGHT
-                        && let Some((call, inbox, ask)) = self.queued.pop_front()
+                        && let Some((call, inbox, ask, size)) = self.queued.pop_front()
                     {
+                        self.queued_bytes -= size;
                         self.start(call, inbox, ask);
                     }
                 }
@@ -454,10 +467,12 @@ impl Callbacks {
             }
             Ask::Search { .. } | Ask::Describe { .. } => None,
         };
+        let size = message.payload.len();
         if self.running.len() < MAX_IN_FLIGHT {
             self.start(call, inbox, ask);
-        } else if self.queued.len() < MAX_QUEUED {
-            self.queued.push_back((call, inbox, ask));
+        } else if self.queued.len() < MAX_QUEUED && self.queued_bytes + size <= MAX_QUEUED_BYTES {
+            self.queued_bytes += size;
+            self.queued.push_back((call, inbox, ask, size));
         } else {
             if let Some(call) = call {
                 self.calls.remove(&call);

@@ -71,7 +71,16 @@ impl FleetClient {
         args: serde_json::Value,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, Error> {
-        if self.live_now(Serving::Namespace(tool.namespace())).await == 0 {
+        let id = tool.id.to_string();
+        let key = self.key_for(&id, &args, ctx.idempotency_key());
+        let keyed = given_key(ctx.idempotency_key()).is_some();
+        // A keyed run already in the journal is waited for (or its outcome
+        // returned) whether or not a worker is seen now.
+        let known = keyed
+            && journal::read_entry(&self.cluster.journal, &key)
+                .await
+                .is_ok_and(|e| e.is_some());
+        if !known && self.live_now(Serving::Namespace(tool.namespace())).await == 0 {
             // Never queued for nobody: it would run whenever a worker came.
             return Err(unavailable(format!(
                 "no live worker of cluster {} serves namespace {}",
@@ -79,9 +88,8 @@ impl FleetClient {
                 tool.namespace()
             )));
         }
-        let id = tool.id.to_string();
         let run = RunRequest {
-            key: self.key_for(&id, &args),
+            key,
             tool: id,
             args,
             timeout_ms: None,
@@ -89,7 +97,9 @@ impl FleetClient {
             unit: None,
         };
         let subject = self.cluster.names.runs(tool.namespace());
-        self.submit(subject, run, ctx, None).await?.into_result()
+        self.submit(subject, run, keyed, ctx, None)
+            .await?
+            .into_result()
     }
 
     /// Runs a code-mode script on a worker of the fleet that runs code of
@@ -142,7 +152,11 @@ impl FleetClient {
         }
         let code = crate::code::CodeWire::of(request);
         let run = RunRequest {
-            key: self.key_for(CODE_LABEL, &serde_json::to_value(&code).unwrap_or_default()),
+            key: self.key_for(
+                CODE_LABEL,
+                &serde_json::to_value(&code).unwrap_or_default(),
+                None,
+            ),
             tool: CODE_LABEL.to_owned(),
             args: serde_json::Value::Null,
             timeout_ms: None,
@@ -164,7 +178,8 @@ impl FleetClient {
         };
         let ctx = ToolContext::with_cancel(cancel.clone());
         let subject = self.cluster.names.code_runs(profile);
-        match self.submit(subject, run, &ctx, callbacks).await? {
+        let keyed = given_key(None).is_some();
+        match self.submit(subject, run, keyed, &ctx, callbacks).await? {
             Outcome::Code { outcome } => Ok(*outcome),
             other => other
                 .into_result()
@@ -193,7 +208,7 @@ impl FleetClient {
             )));
         }
         let args = serde_json::to_value(&request).unwrap_or_default();
-        let key = self.key_for(UNIT_LABEL, &args);
+        let key = self.key_for(UNIT_LABEL, &args, None);
         let callbacks =
             match Callbacks::listen_on(&self.cluster.client, ctx.host.clone(), &key).await {
                 Ok(callbacks) => callbacks,
@@ -209,7 +224,11 @@ impl FleetClient {
         };
         let tool_ctx = ToolContext::with_cancel(ctx.cancel.clone());
         let subject = self.cluster.names.unit_runs(profile);
-        let mut outcome = match self.submit(subject, run, &tool_ctx, Some(callbacks)).await {
+        let keyed = given_key(None).is_some();
+        let mut outcome = match self
+            .submit(subject, run, keyed, &tool_ctx, Some(callbacks))
+            .await
+        {
             Ok(Outcome::Unit { outcome }) => match RunOutcome::from_value(outcome) {
                 Ok(mut outcome) => {
                     outcome.runtime = format!("{}/{}", crate::runtime::NAME, outcome.runtime);
@@ -247,7 +266,8 @@ impl FleetClient {
             ));
         }
         self.cluster
-            .tasks
+            .tasks()
+            .await?
             .put(id, Bytes::from(record))
             .await
             .map(|_| ())
@@ -260,35 +280,54 @@ impl FleetClient {
             return Ok(None);
         }
         self.cluster
-            .tasks
+            .tasks()
+            .await?
             .get(id)
             .await
             .map(|v| v.map(|b| b.to_vec()))
             .map_err(|e| unavailable(format!("task {id}: {e}")))
     }
 
+    /// Stops the run of `tool` with `args` under idempotency key `given`
+    /// (made by this caller's principal), or keeps it from starting: the
+    /// worker holding it is told, and a run no worker took yet is settled
+    /// as cancelled.
+    pub async fn cancel_keyed(&self, tool: &str, args: &serde_json::Value, given: &str) {
+        let key = self.key_for(tool, args, Some(given));
+        abandon(
+            &self.cluster.client,
+            self.cluster.names.cancel(&key),
+            &self.cluster.journal,
+            &key,
+        )
+        .await;
+    }
+
     /// The run key: the caller's idempotency key, scoped to the caller,
     /// the tool (`label`) and the arguments, else a fresh one. Another
     /// caller, or other arguments, under the same key is another run.
-    fn key_for(&self, label: &str, args: &serde_json::Value) -> String {
-        match IDEMPOTENCY_KEY.try_with(Clone::clone) {
-            Ok(given) => {
+    fn key_for(&self, label: &str, args: &serde_json::Value, explicit: Option<&str>) -> String {
+        match given_key(explicit) {
+            Some(given) => {
                 let caller = toolexec::telemetry::current_caller()
                     .and_then(|c| c.principal.clone())
                     .unwrap_or_default();
                 let args = serde_json::to_vec(args).unwrap_or_default();
                 keyed(&[label.as_bytes(), caller.as_bytes(), &args, given.as_bytes()])
             }
-            Err(_) => random_key(),
+            None => random_key(),
         }
     }
 
     /// Queues `run` on `subject` and waits for its outcome, relaying its
-    /// progress and chunks to `ctx`, and serving its calls back.
+    /// progress and chunks to `ctx`, and serving its calls back. A `keyed`
+    /// run (its key from the caller's idempotency key) whose outcome is
+    /// recorded gets it without queuing again.
     async fn submit(
         &self,
         subject: String,
         run: RunRequest,
+        keyed: bool,
         ctx: &ToolContext,
         mut callbacks: Option<Callbacks>,
     ) -> Result<Outcome, Error> {
@@ -296,7 +335,7 @@ impl FleetClient {
         // The message id: the key, so a publish sent twice is dropped as a
         // duplicate; a fresh one when the key is reopened below.
         let mut message_id = key.clone();
-        if IDEMPOTENCY_KEY.try_with(|_| ()).is_ok() {
+        if keyed {
             let store = &self.cluster.journal;
             let entry = store
                 .entry(key.as_str())
@@ -616,24 +655,34 @@ impl Drop for CancelOnDrop {
         let (client, subject) = (self.client.clone(), std::mem::take(&mut self.subject));
         let (journal, key) = (self.journal.clone(), std::mem::take(&mut self.key));
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = client.publish(subject, Bytes::new()).await;
-                let cancelled = Journal::Done {
-                    worker: ABANDONED.into(),
-                    outcome: Outcome::Err {
-                        error: ErrorBody {
-                            code: ErrorCode::Cancelled,
-                            message: "cancelled: the caller gave up before the run started".into(),
-                            details: None,
-                        },
-                    },
-                };
-                if let Ok(bytes) = serde_json::to_vec(&cancelled) {
-                    // Only where no worker claimed it yet.
-                    let _ = journal.create(key.as_str(), Bytes::from(bytes)).await;
-                }
-            });
+            handle.spawn(async move { abandon(&client, subject, &journal, &key).await });
         }
+    }
+}
+
+/// Tells the worker holding run `key` to stop (on its cancel `subject`),
+/// and settles the run as cancelled where no worker claimed it yet, so no
+/// worker starts it later.
+async fn abandon(
+    client: &async_nats::Client,
+    subject: String,
+    journal: &async_nats::jetstream::kv::Store,
+    key: &str,
+) {
+    let _ = client.publish(subject, Bytes::new()).await;
+    let cancelled = Journal::Done {
+        worker: ABANDONED.into(),
+        outcome: Outcome::Err {
+            error: ErrorBody {
+                code: ErrorCode::Cancelled,
+                message: "cancelled: the caller gave up before the run started".into(),
+                details: None,
+            },
+        },
+    };
+    if let Ok(bytes) = serde_json::to_vec(&cancelled) {
+        // Only where no worker claimed it yet.
+        let _ = journal.create(key, Bytes::from(bytes)).await;
     }
 }
 
@@ -646,6 +695,15 @@ fn keyed(parts: &[&[u8]]) -> String {
         h.update(part);
     }
     hex(&h.finalize()[..16])
+}
+
+/// The caller's idempotency key: the run's own
+/// ([`RunOptions::idempotency_key`](toolexec::RunOptions::idempotency_key)),
+/// else the one [`with_idempotency_key`] set around the call.
+fn given_key(explicit: Option<&str>) -> Option<String> {
+    explicit
+        .map(str::to_owned)
+        .or_else(|| IDEMPOTENCY_KEY.try_with(Clone::clone).ok())
 }
 
 /// A task id as gateways make them: 32 hex digits.

@@ -20,7 +20,9 @@ pub struct Cluster {
     pub(crate) js: jetstream::Context,
     pub(crate) journal: kv::Store,
     pub(crate) workers: kv::Store,
-    pub(crate) tasks: kv::Store,
+    /// The gateways' tasks bucket, opened by the first member that uses it
+    /// (workers never do).
+    pub(crate) tasks: std::sync::Arc<tokio::sync::OnceCell<kv::Store>>,
 }
 
 impl Cluster {
@@ -68,18 +70,6 @@ impl Cluster {
             },
         )
         .await?;
-        let tasks = ensure_bucket(
-            &js,
-            kv::Config {
-                bucket: names.tasks(),
-                description: "toolexec: the gateways' MCP tasks, by task id".into(),
-                history: 1,
-                max_age: settings.journal_ttl,
-                storage: stream::StorageType::File,
-                ..Default::default()
-            },
-        )
-        .await?;
         Ok(Cluster {
             settings,
             names,
@@ -87,8 +77,27 @@ impl Cluster {
             js,
             journal,
             workers,
-            tasks,
+            tasks: Default::default(),
         })
+    }
+
+    /// The gateways' tasks bucket, created if missing.
+    pub(crate) async fn tasks(&self) -> Result<&kv::Store, Error> {
+        self.tasks
+            .get_or_try_init(|| {
+                ensure_bucket(
+                    &self.js,
+                    kv::Config {
+                        bucket: self.names.tasks(),
+                        description: "toolexec: the gateways' MCP tasks, by task id".into(),
+                        history: 1,
+                        max_age: self.settings.journal_ttl,
+                        storage: stream::StorageType::File,
+                        ..Default::default()
+                    },
+                )
+            })
+            .await
     }
 
     /// The settings it was started with.

@@ -383,27 +383,63 @@ async fn execute_unit(
     }
 }
 
-/// Cuts a unit's stdout and stderr (stderr first, then stdout, each at a
-/// character boundary) so the outcome fits in `room` bytes with its other
-/// fields; the cut is reported in the outcome's enforcement.
+/// Cuts a unit's stderr, then (if that is not enough) its stdout, each at
+/// a character boundary and keeping its beginning, so the serialized
+/// outcome fits in `room` bytes; the cut is reported in the outcome's
+/// enforcement.
 fn fit_output(outcome: &mut toolexec_runtime::RunOutcome, room: usize) {
-    let output = outcome.stdout.len() + outcome.stderr.len();
-    if output <= room {
+    let fits =
+        |o: &toolexec_runtime::RunOutcome| serde_json::to_vec(o).is_ok_and(|v| v.len() <= room);
+    if fits(outcome) {
         return;
     }
-    let mut excess = output - room;
-    for text in [&mut outcome.stderr, &mut outcome.stdout] {
-        let mut keep = text.len().saturating_sub(excess);
-        while !text.is_char_boundary(keep) {
-            keep -= 1;
-        }
-        excess = excess.saturating_sub(text.len() - keep);
-        text.truncate(keep);
-    }
+    // Said first: the note is part of what must fit.
     outcome.enforcement.push(toolexec_runtime::Enforcement::by(
         LimitKind::Output,
-        format!("cut to {room} bytes to fit the NATS server's max_payload on the way back"),
+        format!("cut to fit {room} bytes, the NATS server's max_payload, on the way back"),
     ));
+    let floor = |t: &str, mut n: usize| {
+        while !t.is_char_boundary(n) {
+            n -= 1;
+        }
+        n
+    };
+    for stdout in [false, true] {
+        let original = if stdout {
+            std::mem::take(&mut outcome.stdout)
+        } else {
+            std::mem::take(&mut outcome.stderr)
+        };
+        // The longest prefix that fits (the serialized size grows with it).
+        let (mut lo, mut hi) = (0, original.len());
+        while lo < hi {
+            let mid = floor(&original, (lo + hi).div_ceil(2));
+            if mid <= lo {
+                break;
+            }
+            let slot = if stdout {
+                &mut outcome.stdout
+            } else {
+                &mut outcome.stderr
+            };
+            *slot = original[..mid].to_owned();
+            if fits(outcome) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let keep = floor(&original, lo);
+        let slot = if stdout {
+            &mut outcome.stdout
+        } else {
+            &mut outcome.stderr
+        };
+        *slot = original[..keep].to_owned();
+        if fits(outcome) {
+            break;
+        }
+    }
 }
 
 /// Runs the tool, relaying its events to the caller and telling JetStream
@@ -418,6 +454,7 @@ async fn execute(
     let options = RunOptions {
         timeout: run.timeout_ms.map(Duration::from_millis),
         cancel: Some(cancel),
+        ..RunOptions::default()
     };
     let mut events = worker.exec.run_stream(
         StreamRequest::Tool {
@@ -584,12 +621,14 @@ mod tests {
     #[test]
     fn unit_output_is_cut_to_fit_and_says_so() {
         let mut outcome = RunOutcome::new("bubblewrap", RunStatus::Ok);
-        outcome.stdout = "é".repeat(200);
+        // Escaped in JSON: six bytes each.
+        outcome.stdout = "\u{1b}".repeat(200);
         outcome.stderr = "x".repeat(50);
-        fit_output(&mut outcome, 251);
-        assert!(outcome.stdout.len() + outcome.stderr.len() <= 251);
+        let room = 700;
+        fit_output(&mut outcome, room);
+        assert!(serde_json::to_vec(&outcome).unwrap().len() <= room);
         assert!(outcome.stderr.is_empty(), "stderr goes first");
-        assert_eq!(outcome.stdout, "é".repeat(125));
+        assert!(!outcome.stdout.is_empty());
         assert!(outcome.enforcement[0].mechanism.contains("max_payload"));
         let mut small = RunOutcome::new("bubblewrap", RunStatus::Ok);
         small.stdout = "ok".into();

@@ -123,8 +123,8 @@ impl ToolAccess for Exec {
         let id = tool_id.to_owned();
         Box::pin(async move {
             let opts = RunOptions {
-                timeout: None,
                 cancel: Some(cancel),
+                ..RunOptions::default()
             };
             exec.run_tool_with(&id, args, &opts)
                 .await

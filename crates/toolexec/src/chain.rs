@@ -204,7 +204,17 @@ async fn run_steps(
                     tx: tx.clone(),
                     step: Some(i),
                 });
-                pipeline.run(&step.tool_id, args, opts, tx).await
+                match &opts.idempotency_key {
+                    // Each step a run of its own under the chain's key.
+                    Some(key) => {
+                        let step_opts = RunOptions {
+                            idempotency_key: Some(format!("{key}.{i}")),
+                            ..opts.clone()
+                        };
+                        pipeline.run(&step.tool_id, args, &step_opts, tx).await
+                    }
+                    None => pipeline.run(&step.tool_id, args, opts, tx).await,
+                }
             }
             Err(e) => Err(e),
         };

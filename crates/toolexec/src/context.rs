@@ -12,6 +12,7 @@ use crate::stream::StreamEvent;
 pub struct ToolContext {
     cancel: Option<CancellationToken>,
     events: Option<EventTx>,
+    idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -26,11 +27,27 @@ impl ToolContext {
         ToolContext {
             cancel: Some(cancel),
             events: None,
+            idempotency_key: None,
         }
     }
 
-    pub(crate) fn new(cancel: Option<CancellationToken>, events: Option<EventTx>) -> Self {
-        ToolContext { cancel, events }
+    pub(crate) fn new(
+        cancel: Option<CancellationToken>,
+        events: Option<EventTx>,
+        idempotency_key: Option<String>,
+    ) -> Self {
+        ToolContext {
+            cancel,
+            events,
+            idempotency_key,
+        }
+    }
+
+    /// The run's idempotency key
+    /// ([`RunOptions::idempotency_key`](crate::RunOptions::idempotency_key)),
+    /// for a backend that makes runs durable.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
     }
 
     /// True once the caller cancelled the call (or its deadline passed).

@@ -231,8 +231,8 @@ impl Exec {
         let cancel = opts.cancel.clone().unwrap_or_default();
         let guard = cancel.clone().drop_guard();
         let opts = RunOptions {
-            timeout: opts.timeout,
             cancel: Some(cancel),
+            ..opts
         };
         let pipeline = self.pipeline.clone();
         // The run keeps the caller's span and identity on its own task.

@@ -36,6 +36,12 @@ pub struct RunOptions {
     pub timeout: Option<Duration>,
     /// Cancels the call when triggered.
     pub cancel: Option<CancellationToken>,
+    /// The run's idempotency key, for backends that make runs durable (a
+    /// fleet): a run made again under the same key returns the first run's
+    /// outcome instead of running again. Backends read it from
+    /// [`ToolContext::idempotency_key`](crate::ToolContext::idempotency_key);
+    /// a chain's step `i` gets `<key>.<i>`.
+    pub idempotency_key: Option<String>,
 }
 
 impl RunOptions {
@@ -43,7 +49,7 @@ impl RunOptions {
     pub fn timeout(timeout: Duration) -> Self {
         RunOptions {
             timeout: Some(timeout),
-            cancel: None,
+            ..RunOptions::default()
         }
     }
 }
@@ -330,7 +336,7 @@ impl Pipeline {
     ) -> Result<ToolOutput, Error> {
         let tool = entry.tool();
         let timeout = opts.timeout.unwrap_or(self.limits.default_timeout);
-        let ctx = ToolContext::new(opts.cancel.clone(), events);
+        let ctx = ToolContext::new(opts.cancel.clone(), events, opts.idempotency_key.clone());
         let mut out = execute(entry, args, ctx, timeout, opts.cancel.as_ref()).await?;
         out.normalize();
         check_json(

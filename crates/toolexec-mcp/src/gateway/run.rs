@@ -113,10 +113,16 @@ impl Gateway {
     }
 }
 
-/// Run options carrying the client's cancellation.
+/// Run options carrying the client's cancellation, and the key of the
+/// task the run serves, when the task is kept beyond this gateway
+/// ([`TaskKey`](super::tasks::TaskKey)).
 fn run_options(context: &RequestContext<RoleServer>) -> RunOptions {
     RunOptions {
         cancel: Some(context.ct.child_token()),
+        idempotency_key: context
+            .extensions
+            .get::<super::tasks::TaskKey>()
+            .map(|k| k.0.clone()),
         ..RunOptions::default()
     }
 }

@@ -48,6 +48,12 @@ use toolexec::telemetry::CallScope;
 /// A call's answer, as a task ends with it.
 pub type CallAnswer = Result<CallToolResult, McpError>;
 
+/// The idempotency key of the run a journaled task's call makes (its task
+/// id), carried in the call's request extensions to its
+/// [`RunOptions`](toolexec::RunOptions).
+#[derive(Debug, Clone)]
+pub(super) struct TaskKey(pub(super) String);
+
 /// Where tasks are kept beyond one gateway process, and how their calls
 /// resume there (implemented over a fleet's key-value store and its
 /// idempotency keys).
@@ -56,14 +62,21 @@ pub trait TaskJournal: Send + Sync + std::fmt::Debug {
     /// key, they return the first call's outcome instead of running again.
     fn resumable(&self, tool: &toolexec::RegisteredTool) -> bool;
 
-    /// Runs `call` under task `id`'s key.
-    fn keyed<'a>(&self, id: &str, call: BoxFuture<'a, CallAnswer>) -> BoxFuture<'a, CallAnswer>;
-
     /// Keeps task `id`'s record (replacing the one kept).
     fn save<'a>(&'a self, id: &'a str, record: Vec<u8>) -> BoxFuture<'a, Result<(), String>>;
 
     /// Task `id`'s record, if one is kept.
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, String>>;
+
+    /// Stops the run that the call of `tool` with `args` under task `id`'s
+    /// key makes (or keeps it from starting), for a task cancelled from a
+    /// gateway that does not hold it.
+    fn cancel<'a>(&'a self, tool: &'a str, args: &'a Value, id: &'a str) -> BoxFuture<'a, ()>;
+
+    /// The owner a task of `principal` (a principal key) is kept under, or
+    /// `None` when its tasks are not kept (a principal that is not the
+    /// same one across the deployment, such as `anonymous`).
+    fn owner(&self, principal: &str) -> Option<String>;
 }
 
 /// How the gateway turns long calls into tasks.
@@ -156,6 +169,14 @@ pub(super) struct TaskStore {
     tasks: Mutex<HashMap<String, Arc<Entry>>>,
 }
 
+/// A task taken from the journal.
+pub(super) enum Adopted {
+    /// Held here now (ended, or adopted by another request meanwhile).
+    Held,
+    /// Still working: its handle, and its call to resume or cancel.
+    Working(Box<(Running, CallToolRequestParams)>),
+}
+
 /// A task being run: the handle its background end reports to.
 pub(super) struct Running {
     entry: Arc<Entry>,
@@ -223,50 +244,81 @@ impl TaskStore {
         })
     }
 
-    /// Task `id` of `owner` from the journal, taken into this gateway: as
-    /// it ended, or, still working, with a [`Running`] handle for its
-    /// resumed call (and the call). `None` when the journal keeps no such
-    /// task for `owner`, or this gateway holds as many as allowed.
+    /// Task `id` of `principal` from the journal, taken into this gateway:
+    /// as it ended, or, still working, with a [`Running`] handle and its
+    /// call. `Ok(None)` when the journal keeps no such task for it; an
+    /// error (to try again) when the journal cannot be read or this
+    /// gateway holds as many tasks as allowed.
     pub(super) async fn adopt(
         &self,
         id: &str,
-        owner: &str,
+        principal: &str,
         cancel: CancellationToken,
-    ) -> Option<Option<(Running, CallToolRequestParams)>> {
-        let journal = self.journal()?.clone();
+    ) -> Result<Option<Adopted>, McpError> {
+        let Some(journal) = self.journal().cloned() else {
+            return Ok(None);
+        };
+        let Some(owner) = journal.owner(principal) else {
+            return Ok(None);
+        };
+        let retry = |why: String| {
+            McpError::internal_error(
+                format!("task {:?}: {why}; try again", toolexec::telemetry::clip(id)),
+                None,
+            )
+        };
         let bytes = match journal.load(id).await {
             Ok(Some(bytes)) => bytes,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::warn!(task = %toolexec::telemetry::clip(id), "task journal: {e}");
-                return None;
-            }
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(retry(format!("the task journal cannot be read: {e}"))),
         };
-        let record: Record = serde_json::from_slice(&bytes).ok()?;
-        if record.owner != owner {
-            return None;
+        let Ok(record) = serde_json::from_slice::<Record>(&bytes) else {
+            return Ok(None);
+        };
+        let now = millis(SystemTime::now());
+        // A record from the future is not one this deployment wrote.
+        if record.owner != owner
+            || record.created_ms > now + 60_000
+            || record.updated_ms > now + 60_000
+        {
+            return Ok(None);
         }
         let created = from_millis(record.created_ms);
-        if created.elapsed().unwrap_or_default() > self.options.ttl
-            && !matches!(record.state, State::Working)
-        {
-            return None;
-        }
         let working = matches!(record.state, State::Working);
+        if created.elapsed().unwrap_or_default() > self.options.ttl && !working {
+            return Ok(None);
+        }
         let state = (record.state, from_millis(record.updated_ms));
-        let mut running = self.insert(id.to_owned(), record.owner, created, state, cancel)?;
+        let Some(mut running) =
+            self.insert(id.to_owned(), principal.to_owned(), created, state, cancel)
+        else {
+            // Adopted meanwhile by another request, or no room.
+            return match self.get(id, principal) {
+                Ok(_) => Ok(Some(Adopted::Held)),
+                Err(_) => Err(retry("this gateway holds as many tasks as it may".into())),
+            };
+        };
         if !working {
-            return Some(None);
+            return Ok(Some(Adopted::Held));
         }
         running.journaled = Some((journal, record.request.clone()));
-        Some(Some((running, record.request)))
+        Ok(Some(Adopted::Working(Box::new((running, record.request)))))
     }
 
-    /// Keeps `running` in the journal too, as working on `request`.
+    /// Forgets task `id` here (its record stays in the journal).
+    pub(super) fn forget(&self, id: &str) {
+        self.tasks.lock().remove(id);
+    }
+
+    /// Keeps `running` in the journal too, as working on `request`, when
+    /// its owner's tasks are kept.
     pub(super) async fn journal_task(&self, running: &mut Running, request: CallToolRequestParams) {
         let Some(journal) = self.journal().cloned() else {
             return;
         };
+        if journal.owner(&running.entry.owner).is_none() {
+            return;
+        }
         running.journaled = Some((journal, request));
         running.save().await;
     }
@@ -338,14 +390,29 @@ impl Running {
         self.save().await;
     }
 
+    /// Marks the task cancelled, here and in the journal.
+    async fn cancelled(self) {
+        {
+            let mut state = self.entry.state.lock();
+            if matches!(state.0, State::Working) {
+                *state = (State::Cancelled, SystemTime::now());
+            }
+        }
+        self.entry.cancel.cancel();
+        self.save().await;
+    }
+
     /// Puts the task as it stands into the journal, if it keeps it.
     async fn save(&self) {
         let Some((journal, request)) = &self.journaled else {
             return;
         };
+        let Some(owner) = journal.owner(&self.entry.owner) else {
+            return;
+        };
         let (state, updated) = self.entry.state.lock().clone();
         let record = Record {
-            owner: self.entry.owner.clone(),
+            owner,
             created_ms: millis(self.entry.created),
             updated_ms: millis(updated),
             request: request.clone(),
@@ -363,6 +430,11 @@ impl Running {
             return;
         }
         let next = match outcome {
+            // The run was cancelled (here, or from another gateway through
+            // the run itself): so is the task.
+            Ok(result) if error_code(&result) == Some(toolexec::ErrorCode::Cancelled.as_str()) => {
+                State::Cancelled
+            }
             Ok(result) => match serde_json::to_value(result) {
                 Ok(Value::Object(map)) => State::Completed(map),
                 _ => State::Failed(error_object(&McpError::internal_error(
@@ -476,14 +548,11 @@ impl super::server::Gateway {
     ) -> impl Future<Output = CallAnswer> + Send + 'static {
         let mut detached = context.clone();
         detached.ct = cancel.clone();
+        if resumable {
+            detached.extensions.insert(TaskKey(id.to_owned()));
+        }
         let gateway = self.clone();
-        let call: BoxFuture<'static, CallAnswer> =
-            Box::pin(async move { gateway.call(request, &detached).await });
-        let call = match self.shared.tasks.journal() {
-            Some(journal) if resumable => journal.keyed(id, call),
-            _ => call,
-        };
-        CallScope::capture().bind(call)
+        CallScope::capture().bind(async move { gateway.call(request, &detached).await })
     }
 
     /// Whether a task of this call can be kept in the journal and resumed
@@ -503,28 +572,63 @@ impl super::server::Gateway {
     }
 
     /// Task `id` of the calling principal, in this gateway or else from the
-    /// journal (resumed when still working).
+    /// journal: resumed when still working, or, for `cancel`, cancelled
+    /// there (its run stopped) without resuming it.
     async fn find_task(
         &self,
         id: &str,
         owner: &str,
         context: &RequestContext<RoleServer>,
+        cancel_it: bool,
     ) -> Result<(), McpError> {
         let known = self.shared.tasks.get(id, owner);
         if known.is_ok() || self.shared.tasks.journal().is_none() {
             return known.map(|_| ());
         }
         let cancel = CancellationToken::new();
-        match self.shared.tasks.adopt(id, owner, cancel.clone()).await {
-            None => known.map(|_| ()),
-            Some(None) => Ok(()),
-            Some(Some((running, request))) => {
-                tracing::info!(task = %running.id, "resuming a task kept in the journal");
-                let run = tokio::spawn(self.detached_call(id, request, true, context, &cancel));
-                tokio::spawn(async move { running.finish(finished(run.await)).await });
-                Ok(())
+        let (running, request) = match self.shared.tasks.adopt(id, owner, cancel.clone()).await? {
+            None => return known.map(|_| ()),
+            Some(Adopted::Held) => return Ok(()),
+            Some(Adopted::Working(adopted)) => *adopted,
+        };
+        let tool = self
+            .resolve_name(request.name.as_ref())
+            .ok()
+            .flatten()
+            .filter(|_| self.resumable(&request));
+        let Some(tool) = tool else {
+            // Not a call this gateway resumes: the record is not its own.
+            self.shared.tasks.forget(id);
+            return known.map(|_| ());
+        };
+        if cancel_it {
+            let args = request
+                .arguments
+                .clone()
+                .map(Value::Object)
+                .unwrap_or(Value::Null);
+            if let Some(journal) = self.shared.tasks.journal() {
+                journal.cancel(&tool, &args, id).await;
             }
+            running.cancelled().await;
+            return Ok(());
         }
+        tracing::info!(task = %running.id, "resuming a task kept in the journal");
+        let run = tokio::spawn(self.detached_call(id, request, true, context, &cancel));
+        let gateway = self.clone();
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            let answer = finished(run.await);
+            if unsettled(&answer) && !cancel.is_cancelled() {
+                // This gateway could not wait for the run (no slot, no
+                // worker seen yet, NATS away): the task stays working in
+                // the journal, for a later poll to resume.
+                gateway.shared.tasks.forget(&id);
+                return;
+            }
+            running.finish(answer).await;
+        });
+        Ok(())
     }
 
     /// `tasks/get` for the calling principal.
@@ -534,7 +638,7 @@ impl super::server::Gateway {
         context: &RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
         let owner = owner();
-        self.find_task(id, &owner, context).await?;
+        self.find_task(id, &owner, context, false).await?;
         self.shared.tasks.get(id, &owner).map(GetTaskResult::new)
     }
 
@@ -545,7 +649,7 @@ impl super::server::Gateway {
         context: &RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let owner = owner();
-        self.find_task(id, &owner, context).await?;
+        self.find_task(id, &owner, context, true).await?;
         self.shared.tasks.cancel(id, &owner)
     }
 
@@ -555,7 +659,7 @@ impl super::server::Gateway {
         id: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.find_task(id, &owner(), context).await?;
+        self.find_task(id, &owner(), context, false).await?;
         Err(no_input(id))
     }
 }
@@ -582,6 +686,26 @@ fn owner() -> String {
                 .as_str()
                 .to_owned()
         })
+}
+
+/// Whether a resumed call's answer says only that this gateway could not
+/// wait for the run (`backend_unavailable`, or a JSON-RPC error), not how
+/// the run ended.
+fn unsettled(answer: &CallAnswer) -> bool {
+    match answer {
+        Err(_) => true,
+        Ok(result) => error_code(result) == Some(toolexec::ErrorCode::BackendUnavailable.as_str()),
+    }
+}
+
+/// The stable code of an error result (`isError` with the error body).
+fn error_code(result: &CallToolResult) -> Option<&str> {
+    result
+        .structured_content
+        .as_ref()?
+        .get("error")?
+        .get("code")?
+        .as_str()
 }
 
 /// A call's outcome from its task; a panic is an internal error.

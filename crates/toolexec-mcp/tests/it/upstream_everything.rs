@@ -518,6 +518,7 @@ async fn assert_cancellation_is_prompt(exec: &Exec, ns: &str) {
     let opts = RunOptions {
         timeout: None,
         cancel: Some(cancel.clone()),
+        ..RunOptions::default()
     };
     let exec2 = exec.clone();
     let id = format!("{ns}:trigger-long-running-operation");

@@ -130,6 +130,7 @@ async fn python_stdio_server() {
     let opts = RunOptions {
         timeout: None,
         cancel: Some(cancel.clone()),
+        ..RunOptions::default()
     };
     let exec2 = exec.clone();
     let call = tokio::spawn(async move {

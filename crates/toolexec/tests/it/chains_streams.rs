@@ -244,6 +244,7 @@ async fn dropping_a_stream_cancels_the_run() {
     let opts = RunOptions {
         timeout: Some(Duration::from_secs(30)),
         cancel: Some(token.clone()),
+        ..RunOptions::default()
     };
     let stream = exec.run_stream(
         StreamRequest::Tool {
@@ -256,4 +257,66 @@ async fn dropping_a_stream_cancels_the_run() {
     assert!(!token.is_cancelled());
     drop(stream);
     assert!(token.is_cancelled());
+}
+
+/// What a backend sees of the run's idempotency key: the run's own for a
+/// tool, streamed or not; `<key>.<step>` for each step of a chain.
+#[tokio::test]
+async fn the_idempotency_key_reaches_the_backend() {
+    use std::sync::{Arc, Mutex};
+    use toolexec::{Backend, BoxFuture, Call, Error, Tool, ToolOutput};
+
+    struct Keys(Arc<Mutex<Vec<Option<String>>>>);
+    impl Backend for Keys {
+        fn kind(&self) -> &str {
+            "keys"
+        }
+        fn call<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<ToolOutput, Error>> {
+            let key = call.ctx.idempotency_key().map(str::to_owned);
+            self.0.lock().unwrap().push(key);
+            Box::pin(async { Ok(ToolOutput::structured(json!({}))) })
+        }
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let exec = Exec::builder().build();
+    let tool = Tool::builder("k:see")
+        .description("Records the key it is called with")
+        .input_schema(json!({"type": "object"}))
+        .build()
+        .unwrap();
+    exec.catalog()
+        .register(tool, Arc::new(Keys(seen.clone())))
+        .unwrap();
+    let keyed = RunOptions {
+        idempotency_key: Some("order-1".into()),
+        ..RunOptions::default()
+    };
+    exec.run_tool_with("k:see", json!({}), &keyed)
+        .await
+        .unwrap();
+    exec.run_tool("k:see", json!({})).await.unwrap();
+    let mut stream = exec.run_stream(
+        StreamRequest::Tool {
+            id: "k:see".into(),
+            args: json!({}),
+        },
+        keyed.clone(),
+    );
+    while stream.next_event().await.is_some() {}
+    let steps = [
+        ChainStep::new("k:see", json!({})),
+        ChainStep::new("k:see", json!({})),
+    ];
+    exec.run_chain_with(&steps, &keyed).await.unwrap();
+    let key = |k: &str| Some(k.to_owned());
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            key("order-1"),
+            None,
+            key("order-1"),
+            key("order-1.0"),
+            key("order-1.1")
+        ]
+    );
 }

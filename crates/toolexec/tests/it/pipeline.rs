@@ -283,6 +283,7 @@ async fn cancellation_stops_the_call() {
     let opts = RunOptions {
         timeout: None,
         cancel: Some(token.clone()),
+        ..RunOptions::default()
     };
     let canceller = {
         let token = token.clone();
@@ -356,6 +357,7 @@ async fn a_tool_sees_a_cancellation_that_lands_between_polls() {
     let opts = RunOptions {
         timeout: None,
         cancel: Some(token),
+        ..RunOptions::default()
     };
     let err = Exec::new(catalog)
         .run_tool_with("test:racy", json!({}), &opts)

@@ -172,9 +172,29 @@ async fn an_idempotency_key_runs_once() {
         out.expect_code(0);
         assert_eq!(out.json()["value"], json!({"n": 8, "hits": 1}), "{out}");
     }
+    // Streamed runs (a task of their own) carry the key too.
+    for _ in 0..2 {
+        let out = run(&mut toolexec(
+            dir.path(),
+            &[
+                "--config",
+                caller_config,
+                "--json",
+                "run",
+                "ledger:hit",
+                r#"{"n": 9, "sleep_ms": 0}"#,
+                "--idempotency-key",
+                "order-9",
+                "--stream",
+            ],
+        ));
+        out.expect_code(0);
+        assert!(out.stdout.contains(r#""hits":1"#), "{out}");
+    }
     let hits = ledger_hits(ledger_port);
     assert_eq!(hits.get(&7), Some(&1));
     assert_eq!(hits.get(&8), Some(&1));
+    assert_eq!(hits.get(&9), Some(&1));
     // A different key is another call.
     let out = toolexec_fleet::with_idempotency_key(
         "order-7b",
