@@ -142,19 +142,9 @@ fn held_connections_and_piled_up_sessions_get_503() {
 
     // Connections: three clients that never finish their body hold every
     // slot; the next client gets 503 at once.
-    let holders: Vec<TcpStream> = (0..3)
-        .map(|_| {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            write!(
-                s,
-                "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{AUTH}\r\nContent-Type: application/json\r\n\
-                 Content-Length: 1000\r\n\r\n{{"
-            )
-            .unwrap();
-            s
-        })
-        .collect();
-    // Accepted in order, the holders took the slots before this client.
+    let holders: Vec<TcpStream> = (0..3).map(|_| hold(port)).collect();
+    // The holders hold the slots (each checked to be held, not turned away
+    // while a connection of the requests above was still being closed).
     let start = Instant::now();
     let turned_away = loop {
         let response = initialize(port);
@@ -238,4 +228,38 @@ fn token_files_others_can_read_are_refused() {
     let port: u16 = port.parse().unwrap();
     server.wait_listening(port);
     assert_eq!(post_status(port, &[AUTH], INITIALIZE), 200);
+}
+
+/// A connection that sends a request's head and never finishes its body,
+/// once the server holds it: a connection turned away (503, every slot
+/// taken by connections still being closed) is made again.
+fn hold(port: u16) -> TcpStream {
+    let start = Instant::now();
+    loop {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(
+            s,
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{AUTH}\r\nContent-Type: application/json\r\n\
+             Content-Length: 1000\r\n\r\n{{"
+        )
+        .unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        match s.read(&mut byte) {
+            // Nothing said: held.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return s;
+            }
+            answered => {
+                assert!(start.elapsed() < WAIT, "never held: {answered:?}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
 }
