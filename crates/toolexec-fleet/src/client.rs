@@ -73,14 +73,15 @@ impl FleetClient {
     ) -> Result<ToolOutput, Error> {
         let id = tool.id.to_string();
         let key = self.key_for(&id, &args, ctx.idempotency_key());
-        let keyed = given_key(ctx.idempotency_key()).is_some();
+        let prior = self.prior(&key, given_key(ctx.idempotency_key())).await?;
         // A keyed run already in the journal is waited for (or its outcome
-        // returned) whether or not a worker is seen now.
-        let known = keyed
-            && journal::read_entry(&self.cluster.journal, &key)
-                .await
-                .is_ok_and(|e| e.is_some());
-        if !known && self.live_now(Serving::Namespace(tool.namespace())).await == 0 {
+        // returned) whether or not a worker is seen now; one abandoned
+        // before it started is queued again, so needs a worker.
+        let recorded = prior.as_ref().is_some_and(|e| {
+            !matches!(serde_json::from_slice::<Journal>(&e.value),
+                      Ok(Journal::Done { worker, .. }) if worker == ABANDONED)
+        });
+        if !recorded && self.live_now(Serving::Namespace(tool.namespace())).await == 0 {
             // Never queued for nobody: it would run whenever a worker came.
             return Err(unavailable(format!(
                 "no live worker of cluster {} serves namespace {}",
@@ -97,7 +98,7 @@ impl FleetClient {
             unit: None,
         };
         let subject = self.cluster.names.runs(tool.namespace());
-        self.submit(subject, run, keyed, ctx, None)
+        self.submit(subject, run, prior, ctx, None)
             .await?
             .into_result()
     }
@@ -178,8 +179,8 @@ impl FleetClient {
         };
         let ctx = ToolContext::with_cancel(cancel.clone());
         let subject = self.cluster.names.code_runs(profile);
-        let keyed = given_key(None).is_some();
-        match self.submit(subject, run, keyed, &ctx, callbacks).await? {
+        let prior = self.prior(&run.key, given_key(None)).await?;
+        match self.submit(subject, run, prior, &ctx, callbacks).await? {
             Outcome::Code { outcome } => Ok(*outcome),
             other => other
                 .into_result()
@@ -224,9 +225,12 @@ impl FleetClient {
         };
         let tool_ctx = ToolContext::with_cancel(ctx.cancel.clone());
         let subject = self.cluster.names.unit_runs(profile);
-        let keyed = given_key(None).is_some();
+        let prior = match self.prior(&run.key, given_key(None)).await {
+            Ok(prior) => prior,
+            Err(e) => return failed(&e),
+        };
         let mut outcome = match self
-            .submit(subject, run, keyed, &tool_ctx, Some(callbacks))
+            .submit(subject, run, prior, &tool_ctx, Some(callbacks))
             .await
         {
             Ok(Outcome::Unit { outcome }) => match RunOutcome::from_value(outcome) {
@@ -319,15 +323,30 @@ impl FleetClient {
         }
     }
 
+    /// What the journal holds for a run keyed by the caller's idempotency
+    /// key `given` (nothing is read for a run without one: its key is new).
+    async fn prior(&self, key: &str, given: Option<String>) -> Result<Option<kv::Entry>, Error> {
+        if given.is_none() {
+            return Ok(None);
+        }
+        Ok(self
+            .cluster
+            .journal
+            .entry(key)
+            .await
+            .map_err(|e| unavailable(format!("journal read: {e}")))?
+            .filter(|e| e.operation == kv::Operation::Put))
+    }
+
     /// Queues `run` on `subject` and waits for its outcome, relaying its
-    /// progress and chunks to `ctx`, and serving its calls back. A `keyed`
-    /// run (its key from the caller's idempotency key) whose outcome is
-    /// recorded gets it without queuing again.
+    /// progress and chunks to `ctx`, and serving its calls back. A keyed
+    /// run whose outcome is recorded (`prior`, read by [`Self::prior`])
+    /// gets it without queuing again.
     async fn submit(
         &self,
         subject: String,
         run: RunRequest,
-        keyed: bool,
+        prior: Option<kv::Entry>,
         ctx: &ToolContext,
         mut callbacks: Option<Callbacks>,
     ) -> Result<Outcome, Error> {
@@ -335,29 +354,22 @@ impl FleetClient {
         // The message id: the key, so a publish sent twice is dropped as a
         // duplicate; a fresh one when the key is reopened below.
         let mut message_id = key.clone();
-        if keyed {
-            let store = &self.cluster.journal;
-            let entry = store
-                .entry(key.as_str())
-                .await
-                .map_err(|e| unavailable(format!("journal read: {e}")))?
-                .filter(|e| e.operation == kv::Operation::Put);
-            if let Some(entry) = entry {
-                match serde_json::from_slice::<Journal>(&entry.value) {
-                    // Abandoned by a caller before any worker took it: it
-                    // never ran, so a retry runs it (the entry removed only
-                    // if it is still that one).
-                    Ok(Journal::Done { worker, .. }) if worker == ABANDONED => {
-                        let _ = store
-                            .delete_expect_revision(key.as_str(), Some(entry.revision))
-                            .await;
-                        message_id = format!("{key}-{}", random_key());
-                    }
-                    // Already run (a retry with the same idempotency key):
-                    // the recorded outcome, without queuing again.
-                    Ok(Journal::Done { outcome, .. }) => return Ok(outcome),
-                    _ => {}
+        let store = &self.cluster.journal;
+        if let Some(entry) = prior {
+            match serde_json::from_slice::<Journal>(&entry.value) {
+                // Abandoned by a caller before any worker took it: it
+                // never ran, so a retry runs it (the entry removed only
+                // if it is still that one).
+                Ok(Journal::Done { worker, .. }) if worker == ABANDONED => {
+                    let _ = store
+                        .delete_expect_revision(key.as_str(), Some(entry.revision))
+                        .await;
+                    message_id = format!("{key}-{}", random_key());
                 }
+                // Already run (a retry with the same idempotency key):
+                // the recorded outcome, without queuing again.
+                Ok(Journal::Done { outcome, .. }) => return Ok(outcome),
+                _ => {}
             }
         }
         let client = &self.cluster.client;
