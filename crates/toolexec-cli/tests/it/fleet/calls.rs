@@ -155,39 +155,29 @@ async fn an_idempotency_key_runs_once() {
         ),
     );
     let caller_config = caller_config.to_str().unwrap();
+    // `toolexec run ledger:hit ARGS --idempotency-key KEY [MORE]`.
+    let keyed_run = |args: &str, key: &str, more: &[&str]| {
+        let mut all = vec![
+            "--config",
+            caller_config,
+            "--json",
+            "run",
+            "ledger:hit",
+            args,
+            "--idempotency-key",
+            key,
+        ];
+        all.extend_from_slice(more);
+        run(&mut toolexec(dir.path(), &all))
+    };
     for _ in 0..2 {
-        let out = run(&mut toolexec(
-            dir.path(),
-            &[
-                "--config",
-                caller_config,
-                "--json",
-                "run",
-                "ledger:hit",
-                r#"{"n": 8, "sleep_ms": 0}"#,
-                "--idempotency-key",
-                "order-8",
-            ],
-        ));
+        let out = keyed_run(r#"{"n": 8, "sleep_ms": 0}"#, "order-8", &[]);
         out.expect_code(0);
         assert_eq!(out.json()["value"], json!({"n": 8, "hits": 1}), "{out}");
     }
     // Streamed runs (a task of their own) carry the key too.
     for _ in 0..2 {
-        let out = run(&mut toolexec(
-            dir.path(),
-            &[
-                "--config",
-                caller_config,
-                "--json",
-                "run",
-                "ledger:hit",
-                r#"{"n": 9, "sleep_ms": 0}"#,
-                "--idempotency-key",
-                "order-9",
-                "--stream",
-            ],
-        ));
+        let out = keyed_run(r#"{"n": 9, "sleep_ms": 0}"#, "order-9", &["--stream"]);
         out.expect_code(0);
         assert!(out.stdout.contains(r#""hits":1"#), "{out}");
     }
