@@ -70,6 +70,9 @@ pub struct Query {
     pub text: String,
     /// The ids of the tools that answer it.
     pub relevant: Vec<String>,
+    /// Its StableToolBench group (`G1_category`, `G2_instruction`, ...):
+    /// G1 queries need tools of one RapidAPI tool, G2 and G3 of several.
+    pub group: String,
 }
 
 /// Retrieval quality, averaged over queries.
@@ -161,6 +164,7 @@ pub fn load(test: &str) -> Option<(Vec<Tool>, Vec<Query>)> {
                         .collect()
                 })
                 .unwrap_or_default(),
+            group: s(v, "group"),
         })
         .collect();
     assert!(

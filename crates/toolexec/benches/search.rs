@@ -600,6 +600,36 @@ fn benches(c: &mut Criterion) {
     g.finish();
 
     bench_vector_scan(c);
+    bench_fusion(c);
+}
+
+/// Hybrid search's fusion of its two rankings: 100 lexical and 100
+/// semantic hits (half of them in both), spread over 25 namespaces.
+fn bench_fusion(c: &mut Criterion) {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let hits = |rng: &mut Rng, first: usize| -> Vec<(std::sync::Arc<str>, f32)> {
+        let mut v: Vec<(std::sync::Arc<str>, f32)> = (first..first + 100)
+            .map(|i| {
+                let score = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+                (format!("ns{}:tool{i}", i % 25).into(), score)
+            })
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        v
+    };
+    let lexical = hits(&mut rng, 0);
+    let semantic = hits(&mut rng, 50);
+    let mut g = c.benchmark_group("fusion");
+    g.bench_function("fuse_100_and_100", |b| {
+        b.iter(|| {
+            black_box(toolexec::search::fuse(
+                black_box(&lexical),
+                black_box(&semantic),
+                10,
+            ))
+        })
+    });
+    g.finish();
 }
 
 /// The exact scan semantic search makes: 10,000 vectors of 384 components

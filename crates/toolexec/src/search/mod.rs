@@ -28,7 +28,8 @@ mod tests;
 pub use embedding::EmbeddingStatus;
 pub use schema::schema_params;
 pub use semantic::{
-    Embedder, SEMANTIC_WEIGHT, SearchMode, VectorIndex, fuse, passage, query_passages,
+    Embedder, NAMESPACE_WEIGHT, SEMANTIC_WEIGHT, SearchMode, VectorIndex, fuse, passage,
+    query_passages,
 };
 
 use std::cell::RefCell;
