@@ -27,6 +27,8 @@ use rmcp::model::{
 };
 
 use super::meta::DEFAULT_INSTRUCTIONS;
+#[cfg(feature = "upstream")]
+use super::passthrough::Inputs;
 use super::server::Gateway;
 use rmcp::model::CallToolResult;
 
@@ -251,13 +253,13 @@ impl ServerHandler for Gateway {
     ) -> Result<ReadResourceResponse, McpError> {
         self.relaying::<rmcp::model::ReadResourceRequestMethod>()?;
         let uri = request.uri.clone();
+        let inputs = Inputs::of(&context);
         let work = self
             .shared
             .passthrough
-            .read_resource(request, context.ct.clone());
+            .read_resource(request, context.ct.clone(), inputs);
         self.traced("resources/read", Some(&uri), &context, rpc_failure, work)
             .await
-            .map(ReadResourceResponse::Complete)
     }
 
     #[cfg(feature = "upstream")]
@@ -329,13 +331,13 @@ impl ServerHandler for Gateway {
     ) -> Result<GetPromptResponse, McpError> {
         self.relaying::<rmcp::model::GetPromptRequestMethod>()?;
         let name = request.name.clone();
+        let inputs = Inputs::of(&context);
         let work = self
             .shared
             .passthrough
-            .get_prompt(request, context.ct.clone());
+            .get_prompt(request, context.ct.clone(), inputs);
         self.traced("prompts/get", Some(&name), &context, rpc_failure, work)
             .await
-            .map(GetPromptResponse::Complete)
     }
 
     #[cfg(feature = "upstream")]

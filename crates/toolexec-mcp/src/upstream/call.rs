@@ -102,46 +102,21 @@ impl Shared {
             params.meta = Some(meta);
         }
         // One deadline for the whole call, its input rounds included.
-        let deadline = tokio::time::Instant::now() + self.call_timeout;
-        let mut rounds = super::input::Rounds::new(deadline);
-        let rounds_of_call = async {
-            loop {
-                let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
-                let result = self
-                    .request_for(&tool, request, &call.ctx, self.relay.any())
-                    .await
-                    .map_err(|e| match e {
-                        RequestError::Server(data) => Error::ExecutionFailed {
-                            tool: tool.clone(),
-                            message: format!(
-                                "the server answered with JSON-RPC error {}: {}",
-                                data.code.0, data.message
-                            ),
-                            data: Some(json!({"code": data.code.0, "data": data.data})),
-                            panicked: false,
-                        },
-                        RequestError::Local(e) => e,
-                    })?;
-                match result {
-                    // A 2026-07-28 server asks the caller's client for input
-                    // in its result, then takes the call again with the answers.
-                    ServerResult::InputRequiredResult(r) if self.relay.any() => {
-                        let (responses, state) =
-                            self.answer_inputs(&tool, r, &mut rounds, &call.ctx).await?;
-                        params.input_responses = responses;
-                        params.request_state = state;
-                    }
-                    other => return Ok(other),
-                }
-            }
-        };
-        let result = tokio::time::timeout_at(deadline, rounds_of_call)
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let result = self
+            .request_answering(&tool, request, &call.ctx)
             .await
-            .unwrap_or_else(|_| {
-                Err(Error::Timeout {
+            .map_err(|e| match e {
+                RequestError::Server(data) => Error::ExecutionFailed {
                     tool: tool.clone(),
-                    after: self.call_timeout,
-                })
+                    message: format!(
+                        "the server answered with JSON-RPC error {}: {}",
+                        data.code.0, data.message
+                    ),
+                    data: Some(json!({"code": data.code.0, "data": data.data})),
+                    panicked: false,
+                },
+                RequestError::Local(e) => e,
             })?;
         match result {
             ServerResult::CallToolResult(r) => convert::output_from_mcp(&tool, r),
@@ -185,7 +160,7 @@ impl Shared {
     /// [`Shared::request`]; with `linked`, the server's requests to the
     /// client and its log messages during it may be relayed to the client
     /// the request is made for ([`Links`](super::links::Links)).
-    async fn request_for(
+    pub(super) async fn request_for(
         &self,
         label: &str,
         request: ClientRequest,

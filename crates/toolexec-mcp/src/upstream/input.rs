@@ -1,17 +1,19 @@
 //! A 2026-07-28 server's requests for client input: instead of asking the
-//! client during a call, the server answers the call with `input_required`
-//! (sampling, elicitation or roots requests, and an opaque state), and the
-//! client calls again with the answers. toolexec asks the client of the
-//! call for each ([`Asker`], as for a 2025 server's requests) and calls
-//! again, at most [`MAX_ROUNDS`] times.
+//! client during a call, the server answers `tools/call`, `prompts/get` or
+//! `resources/read` with `input_required` (sampling, elicitation or roots
+//! requests, and an opaque state), and the client sends the request again
+//! with the answers. toolexec asks the client of the request for each
+//! ([`Asker`], as for a 2025 server's requests) and sends it again, at most
+//! [`MAX_ROUNDS`] times ([`Shared::request_answering`]).
 
 use std::time::Duration;
 
-use rmcp::model::{InputRequest, InputRequiredResult, InputResponses};
+use rmcp::model::{ClientRequest, InputRequest, InputRequiredResult, InputResponses, ServerResult};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolexec::{Error, ToolContext};
 
+use super::call::RequestError;
 use super::client_requests::Asker;
 use super::links::Target;
 use super::shared::Shared;
@@ -45,6 +47,48 @@ impl Rounds {
 }
 
 impl Shared {
+    /// Sends `request` and, while the server answers it with
+    /// `input_required` (and relays client requests at all), asks the
+    /// client of the request for the inputs and sends it again with the
+    /// answers and the server's state: all within one call timeout.
+    /// `label` names the request in errors (a tool id, or the method and
+    /// server).
+    pub(crate) async fn request_answering(
+        &self,
+        label: &str,
+        mut request: ClientRequest,
+        ctx: &ToolContext,
+    ) -> Result<ServerResult, RequestError> {
+        let deadline = tokio::time::Instant::now() + self.call_timeout;
+        let mut rounds = Rounds::new(deadline);
+        let linked = self.relay.any();
+        let rounds_of_request = async {
+            loop {
+                let result = self
+                    .request_for(label, request.clone(), ctx, linked)
+                    .await?;
+                match result {
+                    ServerResult::InputRequiredResult(r) if linked && takes_inputs(&request) => {
+                        let (responses, state) = self
+                            .answer_inputs(label, r, &mut rounds, ctx)
+                            .await
+                            .map_err(RequestError::Local)?;
+                        with_inputs(&mut request, responses, state);
+                    }
+                    other => return Ok(other),
+                }
+            }
+        };
+        tokio::time::timeout_at(deadline, rounds_of_request)
+            .await
+            .unwrap_or_else(|_| {
+                Err(RequestError::Local(Error::Timeout {
+                    tool: label.to_owned(),
+                    after: self.call_timeout,
+                }))
+            })
+    }
+
     /// Answers one `input_required` result of the call of `tool`: each
     /// input request goes to the client of the call. Returns the answers
     /// and the state to call again with.
@@ -148,6 +192,39 @@ impl Shared {
             )
         })?;
         Ok((Some(answers.into_iter().collect()), result.request_state))
+    }
+}
+
+/// Whether `request` is one a server may answer with `input_required`.
+fn takes_inputs(request: &ClientRequest) -> bool {
+    matches!(
+        request,
+        ClientRequest::CallToolRequest(_)
+            | ClientRequest::GetPromptRequest(_)
+            | ClientRequest::ReadResourceRequest(_)
+    )
+}
+
+/// `request` again, with the client's answers and the server's state.
+fn with_inputs(
+    request: &mut ClientRequest,
+    responses: Option<InputResponses>,
+    state: Option<String>,
+) {
+    match request {
+        ClientRequest::CallToolRequest(r) => {
+            r.params.input_responses = responses;
+            r.params.request_state = state;
+        }
+        ClientRequest::GetPromptRequest(r) => {
+            r.params.input_responses = responses;
+            r.params.request_state = state;
+        }
+        ClientRequest::ReadResourceRequest(r) => {
+            r.params.input_responses = responses;
+            r.params.request_state = state;
+        }
+        _ => {}
     }
 }
 

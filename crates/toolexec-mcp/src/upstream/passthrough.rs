@@ -65,7 +65,8 @@ impl Upstream {
 
     /// Sends one request (`resources/*`, `prompts/*`,
     /// `completion/complete`, ...) as it is and returns the server's
-    /// result. Cancelling `cancel` abandons it and tells the server.
+    /// result, an `input_required` one included. Cancelling `cancel`
+    /// abandons it and tells the server.
     pub async fn relay(
         &self,
         request: ClientRequest,
@@ -74,6 +75,23 @@ impl Upstream {
         let label = format!("{} ({})", request.method(), self.shared.name);
         let ctx = ToolContext::with_cancel(cancel);
         Ok(self.shared.request(&label, request, &ctx).await?)
+    }
+
+    /// [`Upstream::relay`], for a client that cannot be answered with
+    /// `input_required` (one of a revision before 2026-07-28): while the
+    /// server answers `prompts/get` or `resources/read` so, its input
+    /// requests are put to the client of the request (the current
+    /// [`Caller`](toolexec::telemetry::Caller)'s link, as during a tool
+    /// call) and the request is sent again with the answers. Also relays
+    /// a 2025 server's requests to that client during the request.
+    pub async fn relay_answering(
+        &self,
+        request: ClientRequest,
+        cancel: CancellationToken,
+    ) -> Result<ServerResult, RelayError> {
+        let label = format!("{} ({})", request.method(), self.shared.name);
+        let ctx = ToolContext::with_cancel(cancel);
+        Ok(self.shared.request_answering(&label, request, &ctx).await?)
     }
 
     /// The server's notifications about resources and prompts, from now on.

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams,
-    Implementation, ProtocolVersion, ReadResourceRequestParams, ServerNotification,
-    SubscriptionFilter,
+    GetPromptResponse, Implementation, ProtocolVersion, ReadResourceRequestParams,
+    ServerNotification, SubscriptionFilter,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService, Subscription};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -502,7 +502,12 @@ impl rmcp::ClientHandler for Answering {
         _context: rmcp::service::RequestContext<rmcp::RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
         let text = serde_json::to_string(&params).unwrap();
-        assert!(text.contains("Deploy to prod?"), "{text}");
+        assert!(
+            ["Deploy to prod?", "Greet Ada?", "Read fixture://guarded?"]
+                .iter()
+                .any(|m| text.contains(m)),
+            "{text}"
+        );
         Ok(serde_json::from_value(if self.confirm {
             json!({"action": "accept", "content": {"confirm": true}})
         } else {
@@ -537,9 +542,38 @@ impl rmcp::ClientHandler for Answering {
     }
 }
 
+/// The prompt `greet_confirmed` for Ada.
+fn greet_ada() -> GetPromptRequestParams {
+    GetPromptRequestParams::new("modern__greet_confirmed")
+        .with_arguments(json!({"name": "Ada"}).as_object().unwrap().clone())
+}
+
+/// The text of `greet_confirmed` and of `fixture://guarded`, each of which
+/// asks the client for a confirmation first.
+async fn guarded(client: &RunningService<RoleClient, Answering>) -> (String, String) {
+    let prompt = client.get_prompt(greet_ada()).await.expect("prompts/get");
+    let greeted = prompt.messages[0]
+        .content
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_else(|| panic!("{prompt:?}"));
+    let read = client
+        .read_resource(ReadResourceRequestParams::new("fixture://guarded"))
+        .await
+        .expect("resources/read");
+    let read = match &read.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+        other => panic!("{other:?}"),
+    };
+    (greeted, read)
+}
+
 /// A 2026-07-28 upstream asks for client input in its results
-/// (`input_required`): the gateway asks the client of the call, as it relays
-/// a 2025 server's requests, and calls again with the answers.
+/// (`input_required`) to `tools/call`, `prompts/get` and `resources/read`:
+/// for a 2025 client the gateway asks the client of the request, as it
+/// relays a 2025 server's requests, and sends the request again with the
+/// answers; a 2026-07-28 client gets `prompts/get`'s and `resources/read`'s
+/// as they are and answers them itself.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_modern_upstreams_input_requests_reach_the_caller() {
     let test = "a_modern_upstreams_input_requests_reach_the_caller";
@@ -574,6 +608,49 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         assert_eq!(first_text(&r), expected, "{r:?}");
         let r = call(client.peer(), "modern__ask", json!({"question": "why?"})).await;
         assert_eq!(first_text(&r), "model said: echo: why?", "{r:?}");
+        // prompts/get and resources/read ask the same way.
+        let (greeted, read) = guarded(&client).await;
+        let expected = if confirm {
+            ("Hello, Ada", "the guarded text")
+        } else {
+            ("not greeted (decline)", "not read (decline)")
+        };
+        assert_eq!((greeted.as_str(), read.as_str()), expected);
+        client.cancel().await.unwrap();
+    }
+
+    // A 2026-07-28 client gets the server's input_required as it is, and
+    // its answers reach the server unchanged: rmcp's client fulfils the
+    // rounds through its handler.
+    for confirm in [true, false] {
+        let client = Answering { confirm }
+            .serve_with_lifecycle(
+                serve_duplex(gateway.clone(), 1 << 16),
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                },
+            )
+            .await
+            .unwrap();
+        let asked = client
+            .get_prompt_once(greet_ada())
+            .await
+            .expect("prompts/get");
+        let GetPromptResponse::InputRequired(asked) = asked else {
+            panic!("a 2026-07-28 client is answered with input_required: {asked:?}")
+        };
+        let requests = serde_json::to_value(&asked.input_requests).unwrap();
+        assert_eq!(
+            requests["confirm"]["method"], "elicitation/create",
+            "{requests}"
+        );
+        let (greeted, read) = guarded(&client).await;
+        let expected = if confirm {
+            ("Hello, Ada", "the guarded text")
+        } else {
+            ("not greeted (decline)", "not read (decline)")
+        };
+        assert_eq!((greeted.as_str(), read.as_str()), expected);
         client.cancel().await.unwrap();
     }
 
@@ -597,5 +674,20 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         text.starts_with("execution_failed") && text.contains("client input"),
         "{text}"
     );
+    // So do its prompts/get and resources/read, each with a typed error,
+    // and the session keeps working.
+    let e = client.get_prompt(greet_ada()).await.unwrap_err();
+    let e = format!("{e:?}");
+    assert!(
+        e.contains("execution_failed") && e.contains("does not support elicitation/create"),
+        "{e}"
+    );
+    let e = client
+        .read_resource(ReadResourceRequestParams::new("fixture://guarded"))
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("execution_failed"), "{e:?}");
+    let r = call(client.peer(), "modern__add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(first_text(&r), "3", "{r:?}");
     client.cancel().await.unwrap();
 }

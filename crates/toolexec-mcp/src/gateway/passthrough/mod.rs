@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use rmcp::ErrorData as McpError;
-use rmcp::model::{ClientRequest, ServerCapabilities, ServerResult};
+use rmcp::model::{ClientRequest, InputRequiredResult, ServerCapabilities, ServerResult};
+use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -48,6 +49,29 @@ const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1_000;
 /// most this often, so clients asking for made-up URIs cannot make it
 /// list every server on every read.
 const RELEARN_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What becomes of an upstream's `input_required` answer to `prompts/get`
+/// or `resources/read`, by the revision of the client that asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inputs {
+    /// A 2026-07-28 client answers it itself and sends the request again,
+    /// whose answers and state then reach the same server unchanged: it is
+    /// passed back as it is.
+    Returned,
+    /// An earlier client cannot: the gateway asks it for each input (as it
+    /// relays a 2025 server's requests) and sends the request again.
+    Asked,
+}
+
+impl Inputs {
+    /// For the client of the request `context` answers.
+    pub(crate) fn of(context: &RequestContext<RoleServer>) -> Self {
+        match context.protocol_version() {
+            Some(version) if !version.has_initialize() => Inputs::Returned,
+            _ => Inputs::Asked,
+        }
+    }
+}
 
 /// The upstreams a gateway relays, and what it learned about them.
 pub(crate) struct Passthrough {
@@ -218,7 +242,39 @@ impl Passthrough {
             .relay(request, cancel)
             .await
             .map_err(|e| mcp_error(e, upstream.name()))?;
-        T::from_result(result).or_else(|other| decode(*other, &method, upstream.name()))
+        read_answer(result, &method, upstream.name())
+    }
+
+    /// [`Passthrough::relay`] for `prompts/get` and `resources/read`, which
+    /// a server may answer with `input_required`: that answer is returned
+    /// or answered as `inputs` says.
+    async fn relay_inputs<T: Answer>(
+        &self,
+        index: usize,
+        request: ClientRequest,
+        cancel: CancellationToken,
+        inputs: Inputs,
+    ) -> Result<Result<T, InputRequiredResult>, McpError> {
+        let upstream = &self.upstreams[index];
+        let method = request.method().to_owned();
+        let result = match inputs {
+            Inputs::Returned => upstream.relay(request, cancel).await,
+            Inputs::Asked => upstream.relay_answering(request, cancel).await,
+        }
+        .map_err(|e| mcp_error(e, upstream.name()))?;
+        match result {
+            ServerResult::InputRequiredResult(r) if inputs == Inputs::Returned => Ok(Err(r)),
+            // Still asking: this server's client requests are not relayed.
+            ServerResult::InputRequiredResult(_) => Err(McpError::internal_error(
+                format!(
+                    "server {} asked for client input in its answer to {method}, and the \
+                     gateway relays no client requests to it (its `relay` setting)",
+                    upstream.name()
+                ),
+                Some(json!({"code": "execution_failed", "server": upstream.name()})),
+            )),
+            other => read_answer(other, &method, upstream.name()).map(Ok),
+        }
     }
 
     /// Relays each upstream's resource and prompt notifications to the
@@ -460,6 +516,11 @@ impl Answer for serde_json::Value {
     fn from_result(result: ServerResult) -> Result<Self, Box<ServerResult>> {
         Err(Box::new(result))
     }
+}
+
+/// `result` as `T`, the type its method answers with.
+fn read_answer<T: Answer>(result: ServerResult, method: &str, server: &str) -> Result<T, McpError> {
+    T::from_result(result).or_else(|other| decode(*other, method, server))
 }
 
 /// Reads a result as the type its method answers with, when rmcp decoded

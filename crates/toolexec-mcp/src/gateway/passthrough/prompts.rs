@@ -6,7 +6,7 @@
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
-    GetPromptRequestParams, GetPromptResult, ListPromptsRequest, ListPromptsResult,
+    GetPromptRequestParams, GetPromptResponse, ListPromptsRequest, ListPromptsResult,
     PaginatedRequestParams, Reference, ServerCapabilities,
 };
 use serde_json::json;
@@ -15,7 +15,7 @@ use toolexec::policy;
 
 use super::super::names::{NameConflict, SEPARATOR};
 use super::uri::parse_rewritten;
-use super::{MAX_TEMPLATES, Next, Passthrough, due, read_pages};
+use super::{Inputs, MAX_TEMPLATES, Next, Passthrough, due, read_pages};
 
 fn has_prompts(c: &ServerCapabilities) -> bool {
     c.prompts.is_some()
@@ -221,12 +221,14 @@ impl Passthrough {
     }
 
     /// `prompts/get`: relayed to the prompt's server under its own name;
-    /// the messages come back unchanged.
+    /// the messages come back unchanged, and an `input_required` answer
+    /// as `inputs` says.
     pub(crate) async fn get_prompt(
         &self,
         mut params: GetPromptRequestParams,
         cancel: CancellationToken,
-    ) -> Result<GetPromptResult, McpError> {
+        inputs: Inputs,
+    ) -> Result<GetPromptResponse, McpError> {
         let (index, original) = self.prompt_owner(&params.name, cancel.clone()).await?;
         self.authorize(&policy::Target::Prompt {
             namespace: self.upstreams[index].name(),
@@ -235,7 +237,12 @@ impl Passthrough {
         params.meta = None;
         params.name = original;
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-        self.relay(index, request, cancel).await
+        Ok(
+            match self.relay_inputs(index, request, cancel, inputs).await? {
+                Ok(result) => GetPromptResponse::Complete(result),
+                Err(asks) => GetPromptResponse::InputRequired(asks),
+            },
+        )
     }
 
     /// `completion/complete`: for a prompt argument, relayed to the

@@ -9,8 +9,8 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{
     ClientRequest, ListResourceTemplatesRequest, ListResourceTemplatesResult, ListResourcesRequest,
     ListResourcesResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
-    ReadResourceResult, ResourceContents, ServerCapabilities, SubscribeRequestParams,
-    UnsubscribeRequestParams,
+    ReadResourceResponse, ReadResourceResult, ResourceContents, ServerCapabilities,
+    SubscribeRequestParams, UnsubscribeRequestParams,
 };
 #[allow(deprecated)]
 use rmcp::model::{SubscribeRequest, UnsubscribeRequest};
@@ -21,8 +21,8 @@ use toolexec::policy;
 
 use super::uri::{matches_template, parse_rewritten, rewrite};
 use super::{
-    MAX_KNOWN_URIS, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Next, Passthrough, Subscriber,
-    read_pages,
+    Inputs, MAX_KNOWN_URIS, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Next, Passthrough,
+    Subscriber, read_pages,
 };
 
 /// MCP's code for a resource that does not exist.
@@ -182,12 +182,14 @@ impl Passthrough {
     }
 
     /// `resources/read`: relayed to the URI's owner; contents keep the URI
-    /// the client asked for.
+    /// the client asked for, and an `input_required` answer goes as
+    /// `inputs` says.
     pub(crate) async fn read_resource(
         &self,
         params: ReadResourceRequestParams,
         cancel: CancellationToken,
-    ) -> Result<ReadResourceResult, McpError> {
+        inputs: Inputs,
+    ) -> Result<ReadResourceResponse, McpError> {
         let asked = params.uri.clone();
         let target = self.target(&asked, cancel.clone()).await?;
         self.authorize(&policy::Target::Resource {
@@ -198,7 +200,13 @@ impl Passthrough {
         params.meta = None;
         params.uri = target.uri.clone();
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
-        let mut result: ReadResourceResult = self.relay(target.index, request, cancel).await?;
+        let mut result: ReadResourceResult = match self
+            .relay_inputs(target.index, request, cancel, inputs)
+            .await?
+        {
+            Ok(result) => result,
+            Err(asks) => return Ok(ReadResourceResponse::InputRequired(asks)),
+        };
         if asked != target.uri {
             for contents in &mut result.contents {
                 if let ResourceContents::TextResourceContents { uri, .. }
@@ -209,7 +217,7 @@ impl Passthrough {
                 }
             }
         }
-        Ok(result)
+        Ok(ReadResourceResponse::Complete(result))
     }
 
     /// `resources/subscribe`: the owner is subscribed once, however many
