@@ -204,16 +204,17 @@ async fn run_steps(
                     tx: tx.clone(),
                     step: Some(i),
                 });
-                match &opts.idempotency_key {
-                    // Each step a run of its own under the chain's key.
-                    Some(key) => {
-                        let step_opts = RunOptions {
-                            idempotency_key: Some(format!("{key}.{i}")),
-                            ..opts.clone()
-                        };
-                        pipeline.run(&step.tool_id, args, &step_opts, tx).await
-                    }
-                    None => pipeline.run(&step.tool_id, args, opts, tx).await,
+                if opts.idempotency_key.is_none() && opts.client_input.is_none() {
+                    pipeline.run(&step.tool_id, args, opts, tx).await
+                } else {
+                    // Each step a run of its own under the chain's key; the
+                    // client's input answers the call, not its steps.
+                    let step_opts = RunOptions {
+                        idempotency_key: opts.idempotency_key.as_ref().map(|k| format!("{k}.{i}")),
+                        client_input: None,
+                        ..opts.clone()
+                    };
+                    pipeline.run(&step.tool_id, args, &step_opts, tx).await
                 }
             }
             Err(e) => Err(e),

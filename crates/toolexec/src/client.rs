@@ -11,9 +11,25 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::backend::BoxFuture;
+
+/// A caller that answers a tool's requests for client input itself
+/// ([`Error::InputRequired`](crate::Error::InputRequired), MCP 2026-07-28's
+/// `input_required`) sets this on its call
+/// ([`RunOptions::client_input`](crate::RunOptions::client_input)): empty
+/// on a first call; on a call made again, the client's answers by key and
+/// the state the tool asked to get back. A backend then returns
+/// `InputRequired` instead of asking the client during the call, and
+/// reads the answers from [`ToolContext::client_input`](crate::ToolContext::client_input).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClientInput {
+    /// The client's answers, by the keys the tool's requests had.
+    pub responses: Option<Map<String, Value>>,
+    /// The tool's state, sent back as the tool gave it.
+    pub state: Option<String>,
+}
 
 /// Requests and notifications to the client a call came from.
 pub trait ClientRequests: Send + Sync + fmt::Debug {

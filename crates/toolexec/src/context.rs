@@ -4,6 +4,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::ClientInput;
 use crate::stream::StreamEvent;
 
 /// Passed to every backend call. Cheap to clone; a context with no stream
@@ -13,6 +14,7 @@ pub struct ToolContext {
     cancel: Option<CancellationToken>,
     events: Option<EventTx>,
     idempotency_key: Option<String>,
+    client_input: Option<ClientInput>,
 }
 
 #[derive(Debug, Clone)]
@@ -28,6 +30,7 @@ impl ToolContext {
             cancel: Some(cancel),
             events: None,
             idempotency_key: None,
+            client_input: None,
         }
     }
 
@@ -35,11 +38,13 @@ impl ToolContext {
         cancel: Option<CancellationToken>,
         events: Option<EventTx>,
         idempotency_key: Option<String>,
+        client_input: Option<ClientInput>,
     ) -> Self {
         ToolContext {
             cancel,
             events,
             idempotency_key,
+            client_input,
         }
     }
 
@@ -48,6 +53,15 @@ impl ToolContext {
     /// for a backend that makes runs durable.
     pub fn idempotency_key(&self) -> Option<&str> {
         self.idempotency_key.as_deref()
+    }
+
+    /// What the caller answers of the tool's requests for client input,
+    /// when it answers them itself
+    /// ([`RunOptions::client_input`](crate::RunOptions::client_input)): a
+    /// backend that needs input then returns
+    /// [`Error::InputRequired`](crate::Error::InputRequired).
+    pub fn client_input(&self) -> Option<&ClientInput> {
+        self.client_input.as_ref()
     }
 
     /// True once the caller cancelled the call (or its deadline passed).

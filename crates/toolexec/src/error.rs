@@ -46,6 +46,11 @@ pub enum ErrorCode {
     /// idempotent, so it was not run again: it may or may not have taken
     /// effect. The details carry the journal of what did happen.
     Interrupted,
+    /// The tool needs input from the client (an elicitation, a sampled
+    /// message, its roots) before it can answer, and the caller answers
+    /// such requests itself ([`ClientInput`](crate::ClientInput)): the
+    /// details carry the requests and the state to call again with.
+    InputRequired,
 }
 
 impl ErrorCode {
@@ -66,6 +71,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::NotAllowed => "not_allowed",
             ErrorCode::Interrupted => "interrupted",
+            ErrorCode::InputRequired => "input_required",
         }
     }
 }
@@ -286,6 +292,15 @@ pub enum Error {
         /// which frees up when a call ends).
         retry_after: Option<Duration>,
     },
+    /// See [`ErrorCode::InputRequired`].
+    #[error("input_required: tool {tool} needs input from the client before it can answer")]
+    InputRequired {
+        /// The tool that asks.
+        tool: String,
+        /// Its requests and state as its protocol wrote them (MCP's
+        /// `InputRequiredResult`).
+        input: Value,
+    },
     /// See [`ErrorCode::InvalidRequest`].
     #[error("invalid_request: {field}: {message}")]
     InvalidRequest {
@@ -331,6 +346,7 @@ impl Error {
             Error::InvalidRequest { .. } => ErrorCode::InvalidRequest,
             Error::NotAllowed { .. } | Error::Denied { .. } => ErrorCode::NotAllowed,
             Error::Throttled { .. } => ErrorCode::LimitExceeded,
+            Error::InputRequired { .. } => ErrorCode::InputRequired,
             Error::Relayed(body) => body.code,
         }
     }
@@ -455,6 +471,9 @@ impl Error {
                 }),
                 None => serde_json::json!({"limit": limit}),
             }),
+            Error::InputRequired { tool, input } => {
+                Some(serde_json::json!({"tool": tool, "input": input}))
+            }
             Error::Timeout { tool, after } => {
                 Some(serde_json::json!({"tool": tool, "after_ms": after.as_millis() as u64}))
             }

@@ -67,7 +67,7 @@ pub use catalog::{
     Catalog, CatalogEvent, ListRequest, NamespaceInfo, Page, RegisteredTool, SearchResult,
 };
 pub use chain::{ChainResult, ChainStep, StepResult, parse_chain};
-pub use client::{ClientError, ClientLink, ClientRequests};
+pub use client::{ClientError, ClientInput, ClientLink, ClientRequests};
 pub use context::ToolContext;
 pub use docs::{DetailLevel, ToolDescription, ToolDocs, ToolExample};
 pub use error::{Error, ErrorBody, ErrorCode, LimitKind, ValidationFailure};

@@ -42,6 +42,11 @@ pub struct RunOptions {
     /// [`ToolContext::idempotency_key`](crate::ToolContext::idempotency_key);
     /// a chain's step `i` gets `<key>.<i>`.
     pub idempotency_key: Option<String>,
+    /// Set by a caller that answers a tool's requests for client input
+    /// itself ([`ClientInput`](crate::ClientInput)); `None` for a caller
+    /// that is asked during the call, or not at all. A chain's steps do not
+    /// get it.
+    pub client_input: Option<crate::ClientInput>,
 }
 
 impl RunOptions {
@@ -336,7 +341,12 @@ impl Pipeline {
     ) -> Result<ToolOutput, Error> {
         let tool = entry.tool();
         let timeout = opts.timeout.unwrap_or(self.limits.default_timeout);
-        let ctx = ToolContext::new(opts.cancel.clone(), events, opts.idempotency_key.clone());
+        let ctx = ToolContext::new(
+            opts.cancel.clone(),
+            events,
+            opts.idempotency_key.clone(),
+            opts.client_input.clone(),
+        );
         let mut out = execute(entry, args, ctx, timeout, opts.cancel.as_ref()).await?;
         out.normalize();
         check_json(

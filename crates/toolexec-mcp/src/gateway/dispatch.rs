@@ -2,7 +2,7 @@
 //! catalog tool, and answers the meta-tools that are not runs (search,
 //! namespaces, docs) and `execute_code`.
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::{Value, json};
@@ -21,12 +21,13 @@ use super::server::Gateway;
 impl Gateway {
     /// Answers one `tools/call`: a protocol error for an unknown tool or
     /// meta-tool arguments that do not fit its schema, else a result
-    /// (`isError` for tool and pipeline failures).
+    /// (`isError` for tool and pipeline failures), or a tool's requests for
+    /// client input to a client that answers them itself.
     pub(super) async fn call(
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let expose = self.shared.options.expose;
         let name = request.name.as_ref();
         let args = request.arguments;
@@ -51,9 +52,9 @@ impl Gateway {
         name: &str,
         args: Option<JsonObject>,
         context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let bad = |m: String| McpError::invalid_params(m, None);
-        match name {
+        let result: Result<CallToolResult, McpError> = match name {
             meta::SEARCH_TOOLS => {
                 let a: meta::SearchArgs = meta::parse(name, args).map_err(bad)?;
                 let limit = a.limit.unwrap_or(meta::DEFAULT_SEARCH_LIMIT);
@@ -93,9 +94,9 @@ impl Gateway {
             }
             meta::RUN_TOOL => {
                 let a: meta::RunArgs = meta::parse(name, args).map_err(bad)?;
-                Ok(self
+                return Ok(self
                     .run_tool(a.tool_id, a.args.unwrap_or(Value::Null), context)
-                    .await)
+                    .await);
             }
             meta::RUN_CHAIN => {
                 let a: meta::ChainArgs = meta::parse(name, args).map_err(bad)?;
@@ -111,7 +112,8 @@ impl Gateway {
                 format!("unknown tool: {name:?}"),
                 None,
             )),
-        }
+        };
+        result.map(CallToolResponse::from)
     }
 
     /// Adds the tool's TypeScript declaration (`typescript`) to a

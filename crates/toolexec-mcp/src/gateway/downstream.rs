@@ -39,6 +39,15 @@ enum Outgoing {
     Flush(oneshot::Sender<()>),
 }
 
+/// Whether the client of the request `context` answers a server's
+/// requests for input itself, from an `input_required` result (2026-07-28),
+/// rather than being asked during the request.
+pub(super) fn answers_inputs_itself(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
+}
+
 /// The client of one request.
 pub(super) struct Downstream {
     peer: Peer<RoleServer>,

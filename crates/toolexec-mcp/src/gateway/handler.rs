@@ -30,7 +30,7 @@ use super::meta::DEFAULT_INSTRUCTIONS;
 #[cfg(feature = "upstream")]
 use super::passthrough::Inputs;
 use super::server::Gateway;
-use rmcp::model::CallToolResult;
+use toolexec::ClientInput;
 
 impl Gateway {
     /// Without upstreams to relay, `M` is not a method of this server
@@ -124,7 +124,7 @@ impl ServerHandler for Gateway {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.clone();
         if self.offers_task(&context) {
@@ -140,11 +140,24 @@ impl ServerHandler for Gateway {
                 .traced("tools/call", Some(&name), &context, failed, work)
                 .await;
         }
-        let failed = |r: &Result<CallToolResult, McpError>| match r {
-            Ok(result) if result.is_error == Some(true) => Some("tool_error"),
+        let failed = |r: &Result<CallToolResponse, McpError>| match r {
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+                Some("tool_error")
+            }
             Ok(_) => None,
             Err(_) => Some("jsonrpc_error"),
         };
+        // A 2026-07-28 client answers a tool's requests for input itself:
+        // its answers (on a call made again) go to the tool.
+        if super::downstream::answers_inputs_itself(&context) {
+            context.extensions.insert(ClientInput {
+                responses: request
+                    .input_responses
+                    .as_ref()
+                    .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+                state: request.request_state.clone(),
+            });
+        }
         self.traced(
             "tools/call",
             Some(&name),
@@ -153,7 +166,6 @@ impl ServerHandler for Gateway {
             self.call(request, &context),
         )
         .await
-        .map(CallToolResponse::from)
     }
 
     fn accepted_subscription_filter(

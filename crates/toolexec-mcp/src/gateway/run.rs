@@ -6,10 +6,12 @@
 //! [`RunLimits`]: super::RunLimits
 
 use rmcp::RoleServer;
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResponse, CallToolResult, InputRequiredResult};
 use rmcp::service::RequestContext;
 use serde_json::Value;
-use toolexec::{ChainStep, ErrorBody, ErrorCode, RunOptions, RunResult, StreamRequest};
+use toolexec::{
+    ChainStep, ClientInput, ErrorBody, ErrorCode, RunOptions, RunResult, StreamRequest,
+};
 
 use super::limits::RunPermit;
 use super::relay::Relay;
@@ -37,16 +39,17 @@ impl Gateway {
     }
 
     /// Runs the tool `id` and shapes its output as its published output
-    /// schema says.
+    /// schema says; a tool's requests for client input go to a client that
+    /// answers them itself as `input_required`.
     pub(super) async fn run_tool(
         &self,
         id: String,
         args: Value,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> CallToolResponse {
         let _permit = match self.run_permit(context).await {
             Ok(permit) => permit,
-            Err(refused) => return refused,
+            Err(refused) => return refused.into(),
         };
         let shape = self
             .exec()
@@ -60,7 +63,7 @@ impl Gateway {
                 let relay = Relay::new(self, token, context, None);
                 match relay.run(StreamRequest::Tool { id, args }, opts).await {
                     Ok(RunResult::Tool(out)) => Ok(out),
-                    Ok(RunResult::Chain(c)) => return result::chain(&c),
+                    Ok(RunResult::Chain(c)) => return result::chain(&c).into(),
                     Err(body) => Err(body),
                 }
             }
@@ -71,8 +74,11 @@ impl Gateway {
                 .map_err(|e| e.to_body()),
         };
         match outcome {
-            Ok(out) => result::tool_output(shape, out),
-            Err(body) => result::error(&body),
+            Ok(out) => result::tool_output(shape, out).into(),
+            Err(body) => match input_required(&body, context) {
+                Some(asks) => CallToolResponse::InputRequired(asks),
+                None => result::error(&body).into(),
+            },
         }
     }
 
@@ -113,9 +119,10 @@ impl Gateway {
     }
 }
 
-/// Run options carrying the client's cancellation, and the key of the
-/// task the run serves, when the task is kept beyond this gateway
-/// ([`TaskKey`](super::tasks::TaskKey)).
+/// Run options carrying the client's cancellation, the key of the task
+/// the run serves, when the task is kept beyond this gateway
+/// ([`TaskKey`](super::tasks::TaskKey)), and the input of a client that
+/// answers a tool's requests for it itself (a 2026-07-28 client).
 fn run_options(context: &RequestContext<RoleServer>) -> RunOptions {
     RunOptions {
         cancel: Some(context.ct.child_token()),
@@ -123,6 +130,19 @@ fn run_options(context: &RequestContext<RoleServer>) -> RunOptions {
             .extensions
             .get::<super::tasks::TaskKey>()
             .map(|k| k.0.clone()),
+        client_input: context.extensions.get::<ClientInput>().cloned(),
         ..RunOptions::default()
     }
+}
+
+/// The tool's requests for client input, as the server wrote them, when
+/// the run failed for want of them and its client answers them itself.
+fn input_required(
+    body: &ErrorBody,
+    context: &RequestContext<RoleServer>,
+) -> Option<InputRequiredResult> {
+    if body.code != ErrorCode::InputRequired || context.extensions.get::<ClientInput>().is_none() {
+        return None;
+    }
+    serde_json::from_value(body.details.as_ref()?.get("input")?.clone()).ok()
 }

@@ -463,12 +463,13 @@ fn error_object(e: &McpError) -> JsonObject {
     map
 }
 
-/// The refusal of `tasks/update`: the gateway never waits for input.
+/// The refusal of `tasks/update`: a task of the gateway never waits for
+/// input (its call cannot be answered with `input_required`).
 pub(super) fn no_input(id: &str) -> McpError {
     McpError::new(
         ErrorCode::INVALID_PARAMS,
         format!(
-            "task {:?} asks for no input: the gateway never answers a call with input_required",
+            "task {:?} asks for no input: the gateway's tasks never wait for client input",
             toolexec::telemetry::clip(id)
         ),
         None,
@@ -552,7 +553,17 @@ impl super::server::Gateway {
             detached.extensions.insert(TaskKey(id.to_owned()));
         }
         let gateway = self.clone();
-        CallScope::capture().bind(async move { gateway.call(request, &detached).await })
+        CallScope::capture().bind(async move {
+            match gateway.call(request, &detached).await? {
+                CallToolResponse::Complete(result) => Ok(result),
+                // A task's call carries no client input (see `call_or_task`),
+                // so no tool answers it with input_required.
+                _ => Err(McpError::internal_error(
+                    "a task's call asked for client input",
+                    None,
+                )),
+            }
+        })
     }
 
     /// Whether a task of this call can be kept in the journal and resumed

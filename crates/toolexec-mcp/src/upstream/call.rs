@@ -101,6 +101,15 @@ impl Shared {
             }
             params.meta = Some(meta);
         }
+        // A caller that answers input requests itself sends its answers with
+        // the call again.
+        if let Some(input) = call.ctx.client_input() {
+            params.input_responses = input
+                .responses
+                .as_ref()
+                .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+            params.request_state = input.state.clone();
+        }
         // One deadline for the whole call, its input rounds included.
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let result = self
@@ -120,6 +129,12 @@ impl Shared {
             })?;
         match result {
             ServerResult::CallToolResult(r) => convert::output_from_mcp(&tool, r),
+            ServerResult::InputRequiredResult(r) if call.ctx.client_input().is_some() => {
+                Err(Error::InputRequired {
+                    tool,
+                    input: serde_json::to_value(r).unwrap_or_default(),
+                })
+            }
             ServerResult::InputRequiredResult(r) => Err(Error::ExecutionFailed {
                 tool,
                 message: "the server asked for client input (elicitation or sampling), which \

@@ -50,7 +50,10 @@ impl Shared {
     /// Sends `request` and, while the server answers it with
     /// `input_required` (and relays client requests at all), asks the
     /// client of the request for the inputs and sends it again with the
-    /// answers and the server's state: all within one call timeout.
+    /// answers and the server's state: all within one call timeout. For a
+    /// caller that answers such requests itself (`ctx` has a
+    /// [`ClientInput`](toolexec::ClientInput)), the first `input_required`
+    /// is the result.
     /// `label` names the request in errors (a tool id, or the method and
     /// server).
     pub(crate) async fn request_answering(
@@ -62,13 +65,16 @@ impl Shared {
         let deadline = tokio::time::Instant::now() + self.call_timeout;
         let mut rounds = Rounds::new(deadline);
         let linked = self.relay.any();
+        let answered_here = linked && ctx.client_input().is_none();
         let rounds_of_request = async {
             loop {
                 let result = self
                     .request_for(label, request.clone(), ctx, linked)
                     .await?;
                 match result {
-                    ServerResult::InputRequiredResult(r) if linked && takes_inputs(&request) => {
+                    ServerResult::InputRequiredResult(r)
+                        if answered_here && takes_inputs(&request) =>
+                    {
                         let (responses, state) = self
                             .answer_inputs(label, r, &mut rounds, ctx)
                             .await

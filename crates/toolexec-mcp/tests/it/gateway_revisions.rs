@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams,
-    GetPromptResponse, Implementation, ProtocolVersion, ReadResourceRequestParams,
-    ServerNotification, SubscriptionFilter,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ProtocolVersion,
+    ReadResourceRequestParams, ServerNotification, SubscriptionFilter,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService, Subscription};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -572,8 +572,8 @@ async fn guarded(client: &RunningService<RoleClient, Answering>) -> (String, Str
 /// (`input_required`) to `tools/call`, `prompts/get` and `resources/read`:
 /// for a 2025 client the gateway asks the client of the request, as it
 /// relays a 2025 server's requests, and sends the request again with the
-/// answers; a 2026-07-28 client gets `prompts/get`'s and `resources/read`'s
-/// as they are and answers them itself.
+/// answers; a 2026-07-28 client gets them as they are, answers them itself
+/// and sends its request again, whose answers reach the server.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_modern_upstreams_input_requests_reach_the_caller() {
     let test = "a_modern_upstreams_input_requests_reach_the_caller";
@@ -622,16 +622,26 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
     // A 2026-07-28 client gets the server's input_required as it is, and
     // its answers reach the server unchanged: rmcp's client fulfils the
     // rounds through its handler.
-    for confirm in [true, false] {
-        let client = Answering { confirm }
-            .serve_with_lifecycle(
-                serve_duplex(gateway.clone(), 1 << 16),
-                ClientLifecycleMode::Discover {
-                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-                },
-            )
-            .await
-            .unwrap();
+    // Over a pipe and over streamable HTTP (stateless requests).
+    let (addr, shutdown) =
+        support::start_http(gateway.clone(), HttpAuth::Bearer(Secret::new("mrtr-token"))).await;
+    let url = format!("http://{addr}/mcp");
+    for (confirm, over_http) in [(true, false), (false, false), (true, true), (false, true)] {
+        let lifecycle = ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        };
+        let answering = Answering { confirm };
+        let client = if over_http {
+            let http = support::rmcp_http_transport(
+                StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .auth_header("mrtr-token"),
+            );
+            answering.serve_with_lifecycle(http, lifecycle).await
+        } else {
+            let pipe = serve_duplex(gateway.clone(), 1 << 16);
+            answering.serve_with_lifecycle(pipe, lifecycle).await
+        }
+        .unwrap();
         let asked = client
             .get_prompt_once(greet_ada())
             .await
@@ -644,6 +654,26 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
             requests["confirm"]["method"], "elicitation/create",
             "{requests}"
         );
+        // tools/call too, through the pipeline: the first answer asks, the
+        // call made again with the answers completes.
+        let deploy = CallToolRequestParams::new("modern__deploy")
+            .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone());
+        let asked = client.call_tool_once(deploy.clone()).await.unwrap();
+        assert!(
+            matches!(asked, CallToolResponse::InputRequired(_)),
+            "{asked:?}"
+        );
+        let r = client.call_tool(deploy).await.unwrap();
+        let expected = if confirm {
+            "deployed to prod"
+        } else {
+            "not deployed (decline)"
+        };
+        assert_eq!(first_text(&r), expected, "{r:?}");
+        let ask = CallToolRequestParams::new("modern__ask")
+            .with_arguments(json!({"question": "why?"}).as_object().unwrap().clone());
+        let r = client.call_tool(ask).await.unwrap();
+        assert_eq!(first_text(&r), "model said: echo: why?", "{r:?}");
         let (greeted, read) = guarded(&client).await;
         let expected = if confirm {
             ("Hello, Ada", "the guarded text")
@@ -654,16 +684,7 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         client.cancel().await.unwrap();
     }
 
-    // A 2026-07-28 client takes no requests from the gateway (it would be
-    // asked through input_required): the call fails, saying so.
-    let client = modern_client(serve_duplex(gateway.clone(), 1 << 16)).await;
-    let r = call(client.peer(), "modern__deploy", json!({"env": "prod"})).await;
-    let text = first_text(&r);
-    assert!(
-        r.is_error == Some(true) && text.contains("does not support elicitation/create"),
-        "{r:?}"
-    );
-    client.cancel().await.unwrap();
+    shutdown.cancel();
 
     // A client that cannot answer: the call fails with a typed error.
     let client = ().serve(serve_duplex(gateway, 1 << 16)).await.unwrap();

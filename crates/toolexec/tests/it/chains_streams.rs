@@ -320,3 +320,66 @@ async fn the_idempotency_key_reaches_the_backend() {
         ]
     );
 }
+
+/// A caller's answers to a tool's input requests reach the tool it calls
+/// (streamed or not), never a chain's steps: they answer one call.
+#[tokio::test]
+async fn client_input_reaches_the_called_tool_only() {
+    use std::sync::{Arc, Mutex};
+    use toolexec::{Backend, BoxFuture, Call, ClientInput, Error, Tool, ToolOutput};
+
+    struct Inputs(Arc<Mutex<Vec<Option<ClientInput>>>>);
+    impl Backend for Inputs {
+        fn kind(&self) -> &str {
+            "inputs"
+        }
+        fn call<'a>(&'a self, call: Call<'a>) -> BoxFuture<'a, Result<ToolOutput, Error>> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(call.ctx.client_input().cloned());
+            Box::pin(async { Ok(ToolOutput::structured(json!({}))) })
+        }
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let exec = Exec::builder().build();
+    let tool = Tool::builder("k:see")
+        .description("Records the client input it is called with")
+        .input_schema(json!({"type": "object"}))
+        .build()
+        .unwrap();
+    exec.catalog()
+        .register(tool, Arc::new(Inputs(seen.clone())))
+        .unwrap();
+    let input = ClientInput {
+        responses: json!({"confirm": {"action": "accept"}})
+            .as_object()
+            .cloned(),
+        state: Some("opaque".into()),
+    };
+    let answering = RunOptions {
+        client_input: Some(input.clone()),
+        ..RunOptions::default()
+    };
+    exec.run_tool_with("k:see", json!({}), &answering)
+        .await
+        .unwrap();
+    let mut stream = exec.run_stream(
+        StreamRequest::Tool {
+            id: "k:see".into(),
+            args: json!({}),
+        },
+        answering.clone(),
+    );
+    while stream.next_event().await.is_some() {}
+    exec.run_tool("k:see", json!({})).await.unwrap();
+    let steps = [
+        ChainStep::new("k:see", json!({})),
+        ChainStep::new("k:see", json!({})),
+    ];
+    exec.run_chain_with(&steps, &answering).await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [Some(input.clone()), Some(input), None, None, None]
+    );
+}

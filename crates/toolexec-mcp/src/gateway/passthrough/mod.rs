@@ -66,9 +66,10 @@ pub(crate) enum Inputs {
 impl Inputs {
     /// For the client of the request `context` answers.
     pub(crate) fn of(context: &RequestContext<RoleServer>) -> Self {
-        match context.protocol_version() {
-            Some(version) if !version.has_initialize() => Inputs::Returned,
-            _ => Inputs::Asked,
+        if super::downstream::answers_inputs_itself(context) {
+            Inputs::Returned
+        } else {
+            Inputs::Asked
         }
     }
 }
