@@ -376,6 +376,6 @@ impl ServerHandler for Gateway {
 }
 
 /// `error.type` for a JSON-RPC error answer.
-fn rpc_failure<T>(r: &Result<T, McpError>) -> Option<&'static str> {
+pub(super) fn rpc_failure<T>(r: &Result<T, McpError>) -> Option<&'static str> {
     r.is_err().then_some("jsonrpc_error")
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rmcp::model::{ServerNotification, SubscriptionFilter, ToolListChangedNotification};
 use rmcp::service::SubscriptionContext;
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 use super::server::Gateway;
 
@@ -21,6 +21,12 @@ pub(super) const MAX_LISTENERS: usize = 1024;
 /// Most watches started for acknowledged listeners not yet served; the
 /// oldest is dropped past that (a listener that finds none starts its own).
 const MAX_PENDING_LISTENS: usize = 64;
+/// Most resources one listener is subscribed to (as one session may be).
+#[cfg(feature = "upstream")]
+const MAX_LISTENED_RESOURCES: usize = 1_000;
+/// `resources/updated` waiting for one listener; more are dropped.
+#[cfg(feature = "upstream")]
+const UPDATE_BACKLOG: usize = 256;
 
 /// What one listener watches, started before it is acknowledged.
 pub(super) struct Watch {
@@ -85,10 +91,12 @@ impl Gateway {
 
     /// What a 2026-07-28 client may listen for: tool list changes when
     /// tools are published directly, and the upstreams' prompt and resource
-    /// list changes when some upstream offers prompts or resources.
-    /// Resource subscriptions are not accepted: the acknowledgment leaves
-    /// them out, and `resources/updated` reaches only the sessions of
-    /// earlier revisions that used `resources/subscribe`.
+    /// list changes and resource updates (`resourceSubscriptions`, the
+    /// first [`MAX_LISTENED_RESOURCES`]) when some upstream offers prompts
+    /// or resources. Which upstream owns each resource, and whether the
+    /// caller may read it, are decided as the listener starts
+    /// ([`Gateway::serve_listen`]): rmcp asks for this filter without the
+    /// request.
     pub(super) fn listenable(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         let mut accepted = SubscriptionFilter::new();
         let asked = |flag: Option<bool>| (flag == Some(true)).then_some(true);
@@ -104,6 +112,10 @@ impl Gateway {
                 }
                 if passthrough.offers(|c| c.resources.is_some()) {
                     accepted.resources_list_changed = asked(requested.resources_list_changed);
+                    accepted.resource_subscriptions = requested
+                        .resource_subscriptions
+                        .as_ref()
+                        .map(|uris| uris.iter().take(MAX_LISTENED_RESOURCES).cloned().collect());
                 }
             }
         }
@@ -123,7 +135,11 @@ impl Gateway {
 
     /// Serves one `subscriptions/listen` until the client ends it: each
     /// accepted kind of list change, a tool burst coalesced as for
-    /// initialized clients.
+    /// initialized clients, and `resources/updated` of the accepted
+    /// resources. Those are subscribed first, for the client's caller: a
+    /// resource no upstream owns, or that the caller may not read, ends the
+    /// listener at once with the error (the acknowledgment came before,
+    /// from rmcp), and nothing stays subscribed.
     pub(super) async fn serve_listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let Ok(_slot) = self.shared.listeners.clone().try_acquire_owned() else {
             return Err(McpError::internal_error(
@@ -145,9 +161,23 @@ impl Gateway {
             accepted.prompts_list_changed == Some(true)
                 || accepted.resources_list_changed == Some(true)
         });
+        #[cfg(feature = "upstream")]
+        let (mut updates, _held) = match self.listen_to_resources(&context).await? {
+            Some((rx, held)) => (Some(rx), Some(held)),
+            None => (None, None),
+        };
+        #[cfg(not(feature = "upstream"))]
+        let mut updates: Option<mpsc::Receiver<String>> = None;
         loop {
             let changed = tokio::select! {
                 _ = context.cancelled() => return Ok(()),
+                Some(uri) = next_update(updates.as_mut()) => {
+                    ServerNotification::ResourceUpdatedNotification(
+                        rmcp::model::ResourceUpdatedNotification::new(
+                            rmcp::model::ResourceUpdatedNotificationParam::new(uri),
+                        ),
+                    )
+                }
                 Some(r) = recv(tools.as_mut()) => match r {
                     Err(broadcast::error::RecvError::Closed) => return Ok(()),
                     _ => {
@@ -181,6 +211,46 @@ impl Gateway {
                 return Ok(());
             }
         }
+    }
+
+    /// Subscribes a listener to the resources it was accepted for, as its
+    /// caller: the updates come on the receiver while the guard lives.
+    #[cfg(feature = "upstream")]
+    async fn listen_to_resources(
+        &self,
+        context: &SubscriptionContext,
+    ) -> Result<
+        Option<(
+            mpsc::Receiver<String>,
+            super::passthrough::ListenerSubscriptions,
+        )>,
+        McpError,
+    > {
+        let Some(uris) = context
+            .accepted()
+            .resource_subscriptions
+            .as_ref()
+            .filter(|uris| !uris.is_empty())
+        else {
+            return Ok(None);
+        };
+        let (tx, rx) = mpsc::channel(UPDATE_BACKLOG);
+        let request = context.request_context();
+        let id = super::session::listener_id();
+        let work = self
+            .shared
+            .passthrough
+            .subscribe_listener(id, uris, tx, request.ct.clone());
+        let held = self
+            .traced(
+                "subscriptions/listen",
+                None,
+                request,
+                super::handler::rpc_failure,
+                work,
+            )
+            .await?;
+        Ok(Some((rx, held)))
     }
 
     /// The upstreams' list changes, when there are upstreams.
@@ -244,6 +314,14 @@ fn all_list_notifications(accepted: &SubscriptionFilter) -> Vec<ServerNotificati
 #[cfg(not(feature = "upstream"))]
 fn list_notification(_: ListNotice, _: &SubscriptionFilter) -> Option<ServerNotification> {
     None
+}
+
+/// The next resource update of `rx`; never when there is none to watch.
+async fn next_update(rx: Option<&mut mpsc::Receiver<String>>) -> Option<String> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The next event of `rx`, or never when there is none to watch.

@@ -9,6 +9,16 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 #[allow(deprecated)]
 use rmcp::model::LoggingLevel;
 
+/// Session and listener ids: unique within the process.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// An id no session or other listener has, for a 2026-07-28 listener's
+/// resource subscriptions.
+#[cfg(feature = "upstream")]
+pub(super) fn listener_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Per-connection state.
 pub(super) struct Session {
     /// Unique within the process: names the connection's subscriptions.
@@ -25,9 +35,8 @@ pub(super) struct Session {
 impl Session {
     /// A new connection's state: log messages from `info` up.
     pub(super) fn new() -> Arc<Self> {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
         Arc::new(Session {
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             min_level: AtomicU8::new(level_index(LoggingLevel::Info)),
             principal: std::sync::OnceLock::new(),
         })

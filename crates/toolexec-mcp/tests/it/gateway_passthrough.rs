@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    ArgumentInfo, CallToolRequestParams, CompleteRequestParams, ErrorCode, GetPromptRequestParams,
-    PaginatedRequestParams, Reference, ResourceContents, ResourceUpdatedNotificationParam,
-    SubscribeRequestParams, UnsubscribeRequestParams,
+    ArgumentInfo, CallToolRequestParams, ClientCapabilities, ClientConfig, CompleteRequestParams,
+    ErrorCode, GetPromptRequestParams, Implementation, PaginatedRequestParams, ProtocolVersion,
+    Reference, ResourceContents, ResourceUpdatedNotificationParam, ServerNotification,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -526,4 +527,113 @@ async fn unprefixed_servers_that_share_names_conflict() {
         "{names:?}"
     );
     client.cancel().await.unwrap();
+}
+
+/// A 2026-07-28 client listens for updates of resources
+/// (`subscriptions/listen` with `resourceSubscriptions`): the owner is
+/// subscribed while the listener is open, its `resources/updated` reaches
+/// the listener under the URI the client asked for, and the owner is
+/// unsubscribed when the listener ends. A resource no server owns ends the
+/// listener with the server's typed error, and leaves nothing subscribed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2026_listener_gets_resource_updates() {
+    let Some(python) = toolexec_testkit::deps(
+        "a_2026_listener_gets_resource_updates",
+        &["TOOLEXEC_PYTHON"],
+    )
+    .map(|mut v| v.remove(0)) else {
+        return;
+    };
+    let options = GatewayOptions {
+        expose: Expose::All,
+        ..GatewayOptions::default()
+    };
+    let (client, _notes, _upstreams, gateway) = setup_with(&python, options).await;
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let modern = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("listener", "1"),
+    )
+    .with_protocol_version(ProtocolVersion::V_2026_07_28)
+    .serve_with_lifecycle(
+        client_io,
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .expect("server/discover");
+    let subscribed = |uris: &[&str]| {
+        let mut filter = SubscriptionFilter::new();
+        filter.resource_subscriptions = Some(uris.iter().map(|u| u.to_string()).collect());
+        filter
+    };
+    // What a server is subscribed to, once it is so (subscribing and
+    // unsubscribing finish after the acknowledgment and the end).
+    let until = |tool: &'static str, expected: serde_json::Value| {
+        let client = &client;
+        async move {
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let now = call(client, tool, json!({})).await;
+                if now == expected {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "{now} never became {expected}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    let rewritten = "toolexec://two/test%3A%2F%2Fstatic%2Ftext";
+    let mut listener = modern
+        .peer()
+        .listen(subscribed(&[rewritten]))
+        .await
+        .unwrap();
+    assert_eq!(
+        listener.acknowledged().resource_subscriptions,
+        Some(vec![rewritten.to_owned()])
+    );
+    until(
+        "two__subscriptions",
+        json!({"result": ["test://static/text"]}),
+    )
+    .await;
+    // An update of a resource not listened to is not relayed; one of the
+    // listened resource is, under the client's URI.
+    call(&client, "two__touch", json!({"uri": "test://two/only"})).await;
+    call(&client, "two__touch", json!({"uri": "test://static/text"})).await;
+    match tokio::time::timeout(WAIT, listener.next()).await {
+        Ok(Ok(Some(ServerNotification::ResourceUpdatedNotification(n)))) => {
+            assert_eq!(n.params.uri, rewritten)
+        }
+        other => panic!("expected resources/updated, got {other:?}"),
+    }
+    listener.cancel().await.unwrap();
+    until("two__subscriptions", json!({"result": []})).await;
+
+    // test://one/only is owned; nothing://here is not: the listener ends
+    // with resource-not-found, and `one` is left unsubscribed (it was
+    // subscribed first).
+    let mut listener = modern
+        .peer()
+        .listen(subscribed(&["test://one/only", "nothing://here"]))
+        .await
+        .unwrap();
+    match tokio::time::timeout(WAIT, listener.next()).await {
+        // -32602: the 2026-07-28 code for an unknown resource (SEP-2164).
+        Ok(Err(ServiceError::McpError(e))) => {
+            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+            assert_eq!(e.data, Some(json!({"uri": "nothing://here"})));
+        }
+        other => panic!("expected the listener to end with an error, got {other:?}"),
+    }
+    until("one__subscriptions", json!({"result": []})).await;
+    modern.cancel().await.unwrap();
 }

@@ -7,12 +7,13 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     ArgumentInfo, CallToolRequestParams, CallToolResult, CompleteRequestParams, ErrorCode,
     GetPromptRequestParams, ReadResourceRequestParams, Reference, SubscribeRequestParams,
 };
-use rmcp::service::RunningService;
+use rmcp::service::{ClientServiceExt, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::{Value, json};
@@ -331,6 +332,39 @@ async fn upstream_prompts_and_resources_follow_the_policy() {
             .await,
         "no-static",
     );
+    // So is a 2026-07-28 listener's: rmcp acknowledges the filter before the
+    // gateway knows the caller, and the listener then ends with the refusal.
+    let modern = rmcp::model::ClientConfig::new(
+        Default::default(),
+        rmcp::model::Implementation::new("ops-listener", "1"),
+    )
+    .with_protocol_version(rmcp::model::ProtocolVersion::V_2026_07_28)
+    .serve_with_lifecycle(
+        support::rmcp_http_transport(
+            StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
+                .auth_header("ops-secret"),
+        ),
+        rmcp::service::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .expect("server/discover over HTTP");
+    let listen = |uri: &str| {
+        let mut filter = rmcp::model::SubscriptionFilter::new();
+        filter.resource_subscriptions = Some(vec![uri.to_owned()]);
+        modern.peer().listen(filter)
+    };
+    let mut denied = listen("test://static/text").await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(10), denied.next())
+        .await
+        .expect("the listener ends in time");
+    rpc_refused(ended, "no-static");
+    let mut allowed = listen("test://one/only").await.unwrap();
+    let open = tokio::time::timeout(Duration::from_millis(300), allowed.next()).await;
+    assert!(open.is_err(), "the allowed listener stays open: {open:?}");
+    allowed.cancel().await.unwrap();
+    modern.cancel().await.unwrap();
 
     let complete = |r: Reference| CompleteRequestParams::new(r, ArgumentInfo::new("language", "p"));
     rpc_refused(

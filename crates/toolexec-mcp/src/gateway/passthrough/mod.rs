@@ -13,6 +13,8 @@
 
 mod prompts;
 mod resources;
+
+pub(crate) use resources::ListenerSubscriptions;
 mod uri;
 
 use std::collections::{HashMap, HashSet};
@@ -109,13 +111,56 @@ pub(crate) struct Passthrough {
     stop: CancellationToken,
 }
 
-/// One downstream session subscribed to a resource.
+/// One downstream session or listener subscribed to a resource.
 #[derive(Clone)]
 struct Subscriber {
+    /// The session (`resources/subscribe`) or listener
+    /// (`subscriptions/listen`) id.
     session: u64,
-    peer: Peer<RoleServer>,
+    to: Deliver,
     /// The URI the client subscribed with (rewritten on a collision).
     uri: String,
+}
+
+/// Where a subscriber's `resources/updated` goes.
+#[derive(Clone)]
+pub(crate) enum Deliver {
+    /// An initialized session (`resources/subscribe`): a notification to
+    /// its client.
+    Session(Peer<RoleServer>),
+    /// A 2026-07-28 listener (`subscriptions/listen` with
+    /// `resourceSubscriptions`): the URI, to its stream.
+    Listener(tokio::sync::mpsc::Sender<String>),
+}
+
+impl Deliver {
+    /// Whether nobody receives there any more.
+    fn is_closed(&self) -> bool {
+        match self {
+            Deliver::Session(peer) => peer.is_transport_closed(),
+            Deliver::Listener(tx) => tx.is_closed(),
+        }
+    }
+
+    /// Sends `resources/updated` for `uri`; a listener that is behind
+    /// misses it (as a slow client misses notifications).
+    fn send(self, uri: String) {
+        match self {
+            Deliver::Session(peer) => {
+                tokio::spawn(async move {
+                    let param = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
+                    if let Err(e) = peer.notify_resource_updated(param).await {
+                        tracing::debug!(error = %e, "could not send resources/updated");
+                    }
+                });
+            }
+            Deliver::Listener(tx) => {
+                if tx.try_send(uri).is_err() {
+                    tracing::debug!("a resources/updated for a slow listener was dropped");
+                }
+            }
+        }
+    }
 }
 
 impl Passthrough {
@@ -315,16 +360,11 @@ impl Passthrough {
                     let Some(list) = subs.get_mut(&(index, uri)) else {
                         return;
                     };
-                    list.retain(|s| !s.peer.is_transport_closed());
+                    list.retain(|s| !s.to.is_closed());
                     list.clone()
                 };
                 for s in subscribers {
-                    tokio::spawn(async move {
-                        let param = rmcp::model::ResourceUpdatedNotificationParam::new(s.uri);
-                        if let Err(e) = s.peer.notify_resource_updated(param).await {
-                            tracing::debug!(error = %e, "could not send resources/updated");
-                        }
-                    });
+                    s.to.send(s.uri);
                 }
             }
             UpstreamNotice::ResourcesChanged | UpstreamNotice::PromptsChanged => {

@@ -2,6 +2,8 @@
 //! `resources/subscribe` and `resources/unsubscribe`, relayed to the
 //! upstream that owns each URI.
 
+use std::sync::Arc;
+
 use rmcp::ErrorData as McpError;
 // resources/subscribe and unsubscribe are deprecated by the 2026-07-28
 // revision (subscriptions/listen) but current in 2025-11-25, which the
@@ -16,14 +18,47 @@ use rmcp::model::{
 use rmcp::model::{SubscribeRequest, UnsubscribeRequest};
 use rmcp::{Peer, RoleServer};
 use serde_json::json;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolexec::policy;
 
 use super::uri::{matches_template, parse_rewritten, rewrite};
 use super::{
-    Inputs, MAX_KNOWN_URIS, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Next, Passthrough,
-    Subscriber, read_pages,
+    Deliver, Inputs, MAX_KNOWN_URIS, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Next,
+    Passthrough, Subscriber, read_pages,
 };
+
+/// A 2026-07-28 listener's resource subscriptions
+/// ([`Passthrough::subscribe_listener`]): released when dropped, and the
+/// upstream unsubscribed (in the background) from those no one else holds.
+pub(crate) struct ListenerSubscriptions {
+    passthrough: Arc<Passthrough>,
+    id: u64,
+    keys: Vec<(usize, String)>,
+}
+
+impl Drop for ListenerSubscriptions {
+    #[allow(deprecated)] // see the imports
+    fn drop(&mut self) {
+        for key in std::mem::take(&mut self.keys) {
+            if !self.passthrough.drop_subscriber(&key, self.id) {
+                continue;
+            }
+            let (index, uri) = key;
+            let upstream = self.passthrough.upstreams[index].clone();
+            let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+                UnsubscribeRequestParams::new(uri),
+            ));
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    if let Err(e) = upstream.relay(request, CancellationToken::new()).await {
+                        tracing::debug!(server = upstream.name(), error = ?e, "resources/unsubscribe failed");
+                    }
+                });
+            }
+        }
+    }
+}
 
 /// MCP's code for a resource that does not exist.
 const RESOURCE_NOT_FOUND: i32 = -32002;
@@ -222,7 +257,6 @@ impl Passthrough {
 
     /// `resources/subscribe`: the owner is subscribed once, however many
     /// downstream sessions subscribe.
-    #[allow(deprecated)] // see the imports
     pub(crate) async fn subscribe(
         &self,
         session: u64,
@@ -230,6 +264,53 @@ impl Passthrough {
         uri: String,
         cancel: CancellationToken,
     ) -> Result<(), McpError> {
+        self.subscribe_as(session, Deliver::Session(peer), uri, cancel)
+            .await
+            .map(drop)
+    }
+
+    /// The resource subscriptions of a 2026-07-28 listener (`id`, unique
+    /// among sessions and listeners): each of `uris` is routed and
+    /// authorized for the current caller and subscribed as
+    /// [`Passthrough::subscribe`] does, its updates sent to `to`. All or
+    /// none: on the first failure the ones made are released. They last
+    /// until the returned guard is dropped.
+    pub(crate) async fn subscribe_listener(
+        self: &Arc<Self>,
+        id: u64,
+        uris: &[String],
+        to: mpsc::Sender<String>,
+        cancel: CancellationToken,
+    ) -> Result<ListenerSubscriptions, McpError> {
+        let mut held = ListenerSubscriptions {
+            passthrough: self.clone(),
+            id,
+            keys: Vec::with_capacity(uris.len()),
+        };
+        for uri in uris {
+            let key = self
+                .subscribe_as(
+                    id,
+                    Deliver::Listener(to.clone()),
+                    uri.clone(),
+                    cancel.clone(),
+                )
+                .await?;
+            held.keys.push(key);
+        }
+        Ok(held)
+    }
+
+    /// Subscribes `session` to `uri`, delivered `to`; the key it is held
+    /// under.
+    #[allow(deprecated)] // see the imports
+    async fn subscribe_as(
+        &self,
+        session: u64,
+        to: Deliver,
+        uri: String,
+        cancel: CancellationToken,
+    ) -> Result<(usize, String), McpError> {
         let target = self.target(&uri, cancel.clone()).await?;
         self.authorize(&policy::Target::Resource {
             namespace: self.upstreams[target.index].name(),
@@ -251,8 +332,8 @@ impl Passthrough {
                 ));
             }
             let list = subs.entry(key.clone()).or_default();
-            list.retain(|s| !s.peer.is_transport_closed() && s.session != session);
-            list.push(Subscriber { session, peer, uri });
+            list.retain(|s| !s.to.is_closed() && s.session != session);
+            list.push(Subscriber { session, to, uri });
             list.len() == 1
         };
         if first {
@@ -266,7 +347,7 @@ impl Passthrough {
                 return Err(e);
             }
         }
-        Ok(())
+        Ok(key)
     }
 
     /// `resources/unsubscribe`: the owner is unsubscribed when no session
@@ -297,7 +378,7 @@ impl Passthrough {
             return false;
         };
         let before = list.len();
-        list.retain(|s| s.session != session && !s.peer.is_transport_closed());
+        list.retain(|s| s.session != session && !s.to.is_closed());
         let last = list.is_empty() && before > 0;
         if list.is_empty() {
             subs.remove(key);
