@@ -127,6 +127,17 @@ impl ServerHandler for Gateway {
         mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.clone();
+        // A 2026-07-28 client answers a tool's requests for input itself:
+        // its answers (on a call made again) go to the tool.
+        if super::downstream::answers_inputs_itself(&context) {
+            context.extensions.insert(ClientInput {
+                responses: request
+                    .input_responses
+                    .as_ref()
+                    .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+                state: request.request_state.clone(),
+            });
+        }
         if self.offers_task(&context) {
             let failed = |r: &Result<CallToolResponse, McpError>| match r {
                 Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
@@ -147,17 +158,6 @@ impl ServerHandler for Gateway {
             Ok(_) => None,
             Err(_) => Some("jsonrpc_error"),
         };
-        // A 2026-07-28 client answers a tool's requests for input itself:
-        // its answers (on a call made again) go to the tool.
-        if super::downstream::answers_inputs_itself(&context) {
-            context.extensions.insert(ClientInput {
-                responses: request
-                    .input_responses
-                    .as_ref()
-                    .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
-                state: request.request_state.clone(),
-            });
-        }
         self.traced(
             "tools/call",
             Some(&name),

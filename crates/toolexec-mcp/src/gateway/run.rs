@@ -19,6 +19,32 @@ use super::result::{self, Shape};
 use super::server::Gateway;
 
 impl Gateway {
+    /// The requests for client input of the upstream MCP server behind the
+    /// tool `id`, as the server wrote them, when its run failed for want of
+    /// them and the client answers them itself. Only that tool's own
+    /// (`details.tool`): an `input_required` relayed from elsewhere (a
+    /// worker, a sandbox) stays an error.
+    fn input_required(
+        &self,
+        id: &str,
+        body: &ErrorBody,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<InputRequiredResult> {
+        if body.code != ErrorCode::InputRequired
+            || context.extensions.get::<ClientInput>().is_none()
+        {
+            return None;
+        }
+        let details = body.details.as_ref()?;
+        let entry = self.exec().catalog().get(id).ok()?;
+        if entry.backend().kind() != "mcp"
+            || details.get("tool")?.as_str()? != entry.tool().id.to_string()
+        {
+            return None;
+        }
+        serde_json::from_value(details.get("input")?.clone()).ok()
+    }
+
     /// A slot for one tool run
     /// ([`GatewayOptions::runs`](super::GatewayOptions::runs)), or the
     /// result to answer with: `backend_unavailable` when the line is full,
@@ -58,6 +84,7 @@ impl Gateway {
             .map(|e| Shape::of(e.tool().output_schema.as_ref()))
             .unwrap_or(Shape::Undeclared);
         let opts = run_options(context);
+        let id_of_call = id.clone();
         let outcome = match context.meta.get_progress_token() {
             Some(token) => {
                 let relay = Relay::new(self, token, context, None);
@@ -75,7 +102,7 @@ impl Gateway {
         };
         match outcome {
             Ok(out) => result::tool_output(shape, out).into(),
-            Err(body) => match input_required(&body, context) {
+            Err(body) => match self.input_required(&id_of_call, &body, context) {
                 Some(asks) => CallToolResponse::InputRequired(asks),
                 None => result::error(&body).into(),
             },
@@ -133,16 +160,4 @@ fn run_options(context: &RequestContext<RoleServer>) -> RunOptions {
         client_input: context.extensions.get::<ClientInput>().cloned(),
         ..RunOptions::default()
     }
-}
-
-/// The tool's requests for client input, as the server wrote them, when
-/// the run failed for want of them and its client answers them itself.
-fn input_required(
-    body: &ErrorBody,
-    context: &RequestContext<RoleServer>,
-) -> Option<InputRequiredResult> {
-    if body.code != ErrorCode::InputRequired || context.extensions.get::<ClientInput>().is_none() {
-        return None;
-    }
-    serde_json::from_value(body.details.as_ref()?.get("input")?.clone()).ok()
 }

@@ -508,10 +508,10 @@ impl super::server::Gateway {
         let mut run =
             tokio::spawn(self.detached_call(&id, request.clone(), resumable, context, &cancel));
         tokio::select! {
-            joined = &mut run => return finished(joined).map(Into::into),
+            joined = &mut run => return finished(joined),
             _ = context.ct.cancelled() => {
                 cancel.cancel();
-                return finished(run.await).map(Into::into);
+                return finished(run.await);
             }
             _ = tokio::time::sleep(self.shared.tasks.options.after) => {}
         }
@@ -519,21 +519,26 @@ impl super::server::Gateway {
         let Some(mut running) = self.shared.tasks.create(id, owner, cancel.clone()) else {
             // As many tasks as allowed: answered as usual.
             tokio::select! {
-                joined = &mut run => return finished(joined).map(Into::into),
+                joined = &mut run => return finished(joined),
                 _ = context.ct.cancelled() => {
                     cancel.cancel();
-                    return finished(run.await).map(Into::into);
+                    return finished(run.await);
                 }
             }
         };
         if resumable {
             // Kept before the client learns of it: a gateway that dies
-            // after answering leaves a task another one can resume.
+            // after answering leaves a task another one can resume. Not
+            // with the client's answers to a server's input requests: they
+            // answered this request, not a resumed one.
+            let mut request = request;
+            request.input_responses = None;
+            request.request_state = None;
             self.shared.tasks.journal_task(&mut running, request).await;
         }
         let created = self.shared.tasks.created(&running);
         abandoned.disarm();
-        tokio::spawn(async move { running.finish(finished(run.await)).await });
+        tokio::spawn(async move { running.finish(for_task(finished(run.await))).await });
         Ok(CallToolResponse::Task(created))
     }
 
@@ -546,24 +551,14 @@ impl super::server::Gateway {
         resumable: bool,
         context: &RequestContext<RoleServer>,
         cancel: &CancellationToken,
-    ) -> impl Future<Output = CallAnswer> + Send + 'static {
+    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + Send + 'static {
         let mut detached = context.clone();
         detached.ct = cancel.clone();
         if resumable {
             detached.extensions.insert(TaskKey(id.to_owned()));
         }
         let gateway = self.clone();
-        CallScope::capture().bind(async move {
-            match gateway.call(request, &detached).await? {
-                CallToolResponse::Complete(result) => Ok(result),
-                // A task's call carries no client input (see `call_or_task`),
-                // so no tool answers it with input_required.
-                _ => Err(McpError::internal_error(
-                    "a task's call asked for client input",
-                    None,
-                )),
-            }
-        })
+        CallScope::capture().bind(async move { gateway.call(request, &detached).await })
     }
 
     /// Whether a task of this call can be kept in the journal and resumed
@@ -629,7 +624,7 @@ impl super::server::Gateway {
         let gateway = self.clone();
         let id = id.to_owned();
         tokio::spawn(async move {
-            let answer = finished(run.await);
+            let answer = for_task(finished(run.await));
             if unsettled(&answer) && !cancel.is_cancelled() {
                 // This gateway could not wait for the run (no slot, no
                 // worker seen yet, NATS away): the task stays working in
@@ -719,10 +714,33 @@ fn error_code(result: &CallToolResult) -> Option<&str> {
         .as_str()
 }
 
+/// What a task ends with when its call did: a task never waits for
+/// input, so a server's `input_required` that comes after the call became a
+/// task (before, the client gets it as the call's answer) ends it with
+/// that error.
+fn for_task(answer: Result<CallToolResponse, McpError>) -> CallAnswer {
+    match answer? {
+        CallToolResponse::Complete(result) => Ok(result),
+        CallToolResponse::InputRequired(asks) => Ok(super::result::error(&toolexec::ErrorBody {
+            code: toolexec::ErrorCode::InputRequired,
+            message: "input_required: the tool asked for client input after its call became a \
+                      task, and a task does not wait for input; call it again without a task"
+                .into(),
+            details: serde_json::to_value(asks)
+                .ok()
+                .map(|input| json!({ "input": input })),
+        })),
+        other => Err(McpError::internal_error(
+            format!("a task's call answered with {other:?}"),
+            None,
+        )),
+    }
+}
+
 /// A call's outcome from its task; a panic is an internal error.
 fn finished(
-    joined: Result<Result<CallToolResult, McpError>, tokio::task::JoinError>,
-) -> Result<CallToolResult, McpError> {
+    joined: Result<Result<CallToolResponse, McpError>, tokio::task::JoinError>,
+) -> Result<CallToolResponse, McpError> {
     joined.unwrap_or_else(|e| {
         Err(McpError::internal_error(
             format!("the call ended abnormally: {e}"),

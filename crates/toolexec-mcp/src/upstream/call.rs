@@ -130,10 +130,18 @@ impl Shared {
         match result {
             ServerResult::CallToolResult(r) => convert::output_from_mcp(&tool, r),
             ServerResult::InputRequiredResult(r) if call.ctx.client_input().is_some() => {
-                Err(Error::InputRequired {
-                    tool,
-                    input: serde_json::to_value(r).unwrap_or_default(),
-                })
+                match self.returned_inputs(r) {
+                    Ok(r) => Err(Error::InputRequired {
+                        tool,
+                        input: serde_json::to_value(r).unwrap_or_default(),
+                    }),
+                    Err(why) => Err(Error::ExecutionFailed {
+                        tool,
+                        message: why,
+                        data: None,
+                        panicked: false,
+                    }),
+                }
             }
             ServerResult::InputRequiredResult(r) => Err(Error::ExecutionFailed {
                 tool,

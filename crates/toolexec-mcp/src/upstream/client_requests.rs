@@ -114,13 +114,7 @@ impl Asker<'_> {
                 None,
             )
         };
-        let relayed = match method {
-            "sampling/createMessage" => self.relay.sampling,
-            "elicitation/create" => self.relay.elicitation,
-            "roots/list" => self.relay.roots,
-            _ => false,
-        };
-        if !relayed {
+        if !self.relay.allows(method) {
             return Err(refused(if self.relay.any() {
                 "this server is not configured to relay it".to_owned()
             } else {
@@ -132,21 +126,7 @@ impl Asker<'_> {
         let (link, ended) = target.map_err(refused)?;
         let mut params = serde_json::to_value(params)
             .map_err(|e| ErrorData::internal_error(format!("encoding {method}: {e}"), None))?;
-        if let Value::Object(map) = &mut params {
-            // Through the gateway, "this server" is every server behind it:
-            // a client must not mix their context into this one's request.
-            if method == "sampling/createMessage"
-                && map.get("includeContext").is_some_and(|c| c != "none")
-            {
-                map.insert("includeContext".to_owned(), Value::from("none"));
-            }
-            let meta = map
-                .entry("_meta")
-                .or_insert_with(|| Value::Object(Default::default()));
-            if let Value::Object(meta) = meta {
-                meta.insert(SERVER_META_KEY.to_owned(), Value::from(server));
-            }
-        }
+        for_client(method, &mut params, server);
         if !link.supports(method, &params) {
             return Err(to_error_data(ClientError::Unsupported {
                 method: method.to_owned(),
@@ -166,6 +146,26 @@ impl Asker<'_> {
             ))),
         };
         answer.map_err(to_error_data)
+    }
+}
+
+/// The parameters of the request `method` as a client of the gateway gets
+/// it from `server`: no sampling context (through the gateway, "this
+/// server" is every server behind it, and a client must not mix their
+/// context into this one's request), and the server's name in `_meta`.
+pub(crate) fn for_client(method: &str, params: &mut Value, server: &str) {
+    if let Value::Object(map) = params {
+        if method == "sampling/createMessage"
+            && map.get("includeContext").is_some_and(|c| c != "none")
+        {
+            map.insert("includeContext".to_owned(), Value::from("none"));
+        }
+        let meta = map
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Value::Object(meta) = meta {
+            meta.insert(SERVER_META_KEY.to_owned(), Value::from(server));
+        }
     }
 }
 

@@ -61,6 +61,16 @@ pub struct ClientRelay {
 }
 
 impl ClientRelay {
+    /// Whether the client request `method` is relayed.
+    pub(crate) fn allows(&self, method: &str) -> bool {
+        match method {
+            "sampling/createMessage" => self.sampling,
+            "elicitation/create" => self.elicitation,
+            "roots/list" => self.roots,
+            _ => false,
+        }
+    }
+
     /// Nothing relayed, nothing declared.
     pub const NONE: ClientRelay = ClientRelay {
         sampling: false,

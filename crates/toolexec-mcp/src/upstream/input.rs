@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{Error, ToolContext};
 
 use super::call::RequestError;
-use super::client_requests::Asker;
+use super::client_requests::{Asker, for_client};
 use super::links::Target;
 use super::shared::Shared;
 
@@ -93,6 +93,43 @@ impl Shared {
                     after: self.call_timeout,
                 }))
             })
+    }
+
+    /// `result` as a caller that answers input itself gets it: each
+    /// request one this server's `relay` setting allows (at most
+    /// [`MAX_INPUTS`]), prepared as for a client asked during a call
+    /// (no sampling context, the server's name in `_meta`); else why it
+    /// cannot be.
+    pub(crate) fn returned_inputs(
+        &self,
+        result: InputRequiredResult,
+    ) -> Result<InputRequiredResult, String> {
+        let mut value = serde_json::to_value(&result).map_err(|e| e.to_string())?;
+        if let Some(Value::Object(requests)) = value.get_mut("inputRequests") {
+            if requests.len() > MAX_INPUTS {
+                return Err(format!(
+                    "the server asked for {} client inputs at once; at most {MAX_INPUTS} are relayed",
+                    requests.len()
+                ));
+            }
+            for (key, request) in requests.iter_mut() {
+                let method = request
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                if !self.relay.allows(&method) {
+                    return Err(format!(
+                        "the server asked for {method:?} (input {key:?}), which this server is not \
+                         configured to relay to clients (its `relay` setting)"
+                    ));
+                }
+                if let Some(params) = request.get_mut("params") {
+                    for_client(&method, params, &self.name);
+                }
+            }
+        }
+        serde_json::from_value(value).map_err(|e| e.to_string())
     }
 
     /// Answers one `input_required` result of the call of `tool`: each

@@ -94,6 +94,17 @@ impl Upstream {
         Ok(self.shared.request_answering(&label, request, &ctx).await?)
     }
 
+    /// An `input_required` answer of this server as a client that answers
+    /// input itself (2026-07-28) gets it: only requests this server's
+    /// `relay` setting allows, at most 8, prepared as for a client asked
+    /// during a call; else why it cannot have it.
+    pub fn returned_inputs(
+        &self,
+        result: rmcp::model::InputRequiredResult,
+    ) -> Result<rmcp::model::InputRequiredResult, String> {
+        self.shared.returned_inputs(result)
+    }
+
     /// The server's notifications about resources and prompts, from now on.
     /// A receiver that falls behind skips the oldest (see
     /// [`broadcast::Receiver`]).

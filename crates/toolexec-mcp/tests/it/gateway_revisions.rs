@@ -489,10 +489,12 @@ async fn listeners_are_bounded() {
 }
 
 /// A client of the gateway that answers elicitation (confirming or not, as
-/// told) and sampling (echoing the question).
+/// told) and sampling (echoing the question), and declares the tasks
+/// extension when told.
 #[derive(Clone)]
 struct Answering {
     confirm: bool,
+    tasks: bool,
 }
 
 impl rmcp::ClientHandler for Answering {
@@ -535,7 +537,11 @@ impl rmcp::ClientHandler for Answering {
     }
 
     fn get_info(&self) -> ClientConfig {
-        let mut caps = ClientCapabilities::default();
+        let mut caps = if self.tasks {
+            ClientCapabilities::builder().enable_tasks().build()
+        } else {
+            ClientCapabilities::default()
+        };
         caps.sampling = Some(Default::default());
         caps.elicitation = Some(Default::default());
         ClientConfig::new(caps, Implementation::new("answering", "1"))
@@ -595,10 +601,13 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         vec![modern],
     );
     for confirm in [true, false] {
-        let client = Answering { confirm }
-            .serve(serve_duplex(gateway.clone(), 1 << 16))
-            .await
-            .unwrap();
+        let client = Answering {
+            confirm,
+            tasks: false,
+        }
+        .serve(serve_duplex(gateway.clone(), 1 << 16))
+        .await
+        .unwrap();
         let r = call(client.peer(), "modern__deploy", json!({"env": "prod"})).await;
         let expected = if confirm {
             "deployed to prod"
@@ -626,11 +635,18 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
     let (addr, shutdown) =
         support::start_http(gateway.clone(), HttpAuth::Bearer(Secret::new("mrtr-token"))).await;
     let url = format!("http://{addr}/mcp");
-    for (confirm, over_http) in [(true, false), (false, false), (true, true), (false, true)] {
+    // A client with the tasks extension gets input_required too, when the
+    // call asks before it would become a task.
+    for (confirm, over_http, tasks) in [
+        (true, false, false),
+        (false, false, true),
+        (true, true, true),
+        (false, true, false),
+    ] {
         let lifecycle = ClientLifecycleMode::Discover {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         };
-        let answering = Answering { confirm };
+        let answering = Answering { confirm, tasks };
         let client = if over_http {
             let http = support::rmcp_http_transport(
                 StreamableHttpClientTransportConfig::with_uri(url.as_str())
@@ -685,6 +701,53 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
     }
 
     shutdown.cancel();
+
+    // What a server's `relay` setting does not relay is not passed to a
+    // 2026-07-28 client either: here sampling, which the gateway does not
+    // declare to this server (so the server itself refuses to ask; one that
+    // asked anyway would be refused by the gateway, `returned_inputs`).
+    let mut config = modern_upstream("nosampling", &v[0], &v[1]);
+    config.relay = toolexec_mcp::upstream::ClientRelay {
+        sampling: false,
+        ..toolexec_mcp::upstream::ClientRelay::GATEWAY
+    };
+    let catalog = Arc::new(Catalog::new());
+    let guarded_upstream = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
+    let guarded_gateway = Gateway::with_upstreams(
+        Exec::new(catalog),
+        GatewayOptions {
+            expose: Expose::All,
+            ..GatewayOptions::default()
+        },
+        vec![guarded_upstream],
+    );
+    let client = Answering {
+        confirm: true,
+        tasks: false,
+    }
+    .serve_with_lifecycle(
+        serve_duplex(guarded_gateway, 1 << 16),
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .unwrap();
+    let ask = CallToolRequestParams::new("nosampling__ask")
+        .with_arguments(json!({"question": "why?"}).as_object().unwrap().clone());
+    let r = client.call_tool(ask).await.unwrap();
+    let text = first_text(&r);
+    assert!(
+        r.is_error == Some(true)
+            && text.starts_with("execution_failed")
+            && text.contains("sampling/createMessage"),
+        "{r:?}"
+    );
+    let deploy = CallToolRequestParams::new("nosampling__deploy")
+        .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone());
+    let r = client.call_tool(deploy).await.unwrap();
+    assert_eq!(first_text(&r), "deployed to prod", "{r:?}");
+    client.cancel().await.unwrap();
 
     // A client that cannot answer: the call fails with a typed error.
     let client = ().serve(serve_duplex(gateway, 1 << 16)).await.unwrap();

@@ -309,7 +309,14 @@ impl Passthrough {
         }
         .map_err(|e| mcp_error(e, upstream.name()))?;
         match result {
-            ServerResult::InputRequiredResult(r) if inputs == Inputs::Returned => Ok(Err(r)),
+            ServerResult::InputRequiredResult(r) if inputs == Inputs::Returned => {
+                upstream.returned_inputs(r).map(Err).map_err(|why| {
+                    McpError::internal_error(
+                        format!("server {}: {why}", upstream.name()),
+                        Some(json!({"code": "execution_failed", "server": upstream.name()})),
+                    )
+                })
+            }
             // Still asking: this server's client requests are not relayed.
             ServerResult::InputRequiredResult(_) => Err(McpError::internal_error(
                 format!(

@@ -236,6 +236,11 @@ impl Passthrough {
         })?;
         params.meta = None;
         params.name = original;
+        if inputs == Inputs::Asked {
+            // Only a client that is answered with input_required answers it.
+            params.input_responses = None;
+            params.request_state = None;
+        }
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         Ok(
             match self.relay_inputs(index, request, cancel, inputs).await? {

@@ -234,6 +234,11 @@ impl Passthrough {
         let mut params = params;
         params.meta = None;
         params.uri = target.uri.clone();
+        if inputs == Inputs::Asked {
+            // Only a client that is answered with input_required answers it.
+            params.input_responses = None;
+            params.request_state = None;
+        }
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
         let mut result: ReadResourceResult = match self
             .relay_inputs(target.index, request, cancel, inputs)
