@@ -6,7 +6,7 @@
 //! [`RunLimits`]: super::RunLimits
 
 use rmcp::RoleServer;
-use rmcp::model::{CallToolResponse, CallToolResult, InputRequiredResult};
+use rmcp::model::{CallToolResponse, CallToolResult};
 use rmcp::service::RequestContext;
 use serde_json::Value;
 use toolexec::{
@@ -18,18 +18,22 @@ use super::relay::Relay;
 use super::result::{self, Shape};
 use super::server::Gateway;
 
+#[cfg(feature = "upstream")]
+use super::passthrough::Round;
+
 impl Gateway {
-    /// The requests for client input of the upstream MCP server behind the
-    /// tool `id`, as the server wrote them, when its run failed for want of
-    /// them and the client answers them itself. Only that tool's own
-    /// (`details.tool`): an `input_required` relayed from elsewhere (a
-    /// worker, a sandbox) stays an error.
+    /// The answer to a 2026-07-28 client whose call of `id` failed for
+    /// want of the input its upstream MCP server asks for: the server's
+    /// requests, their state sealed to this tool and caller. Only that
+    /// tool's own (`details.tool`): an `input_required` relayed from
+    /// elsewhere (a worker, a sandbox) stays an error.
+    #[cfg(feature = "upstream")]
     fn input_required(
         &self,
         id: &str,
         body: &ErrorBody,
         context: &RequestContext<RoleServer>,
-    ) -> Option<InputRequiredResult> {
+    ) -> Option<CallToolResponse> {
         if body.code != ErrorCode::InputRequired
             || context.extensions.get::<ClientInput>().is_none()
         {
@@ -37,12 +41,87 @@ impl Gateway {
         }
         let details = body.details.as_ref()?;
         let entry = self.exec().catalog().get(id).ok()?;
-        if entry.backend().kind() != "mcp"
-            || details.get("tool")?.as_str()? != entry.tool().id.to_string()
-        {
+        let tool_id = entry.tool().id.to_string();
+        if entry.backend().kind() != "mcp" || details.get("tool")?.as_str()? != tool_id {
             return None;
         }
-        serde_json::from_value(details.get("input")?.clone()).ok()
+        let asks: rmcp::model::InputRequiredResult =
+            serde_json::from_value(details.get("input")?.clone()).ok()?;
+        let round = Round {
+            method: "tools/call",
+            server: entry.tool().namespace(),
+            target: &tool_id,
+        };
+        Some(match self.shared.passthrough.seal_inputs(round, asks) {
+            Ok(asks) => CallToolResponse::InputRequired(asks),
+            Err(e) => result::error(&ErrorBody {
+                code: ErrorCode::ExecutionFailed,
+                message: format!("execution_failed: tool {tool_id}: {}", e.message),
+                details: None,
+            })
+            .into(),
+        })
+    }
+
+    /// Without upstream servers no tool asks for input.
+    #[cfg(not(feature = "upstream"))]
+    fn input_required(
+        &self,
+        _: &str,
+        _: &ErrorBody,
+        _: &RequestContext<RoleServer>,
+    ) -> Option<CallToolResponse> {
+        None
+    }
+
+    /// The client input a run of `id` takes: a 2026-07-28 client's answers,
+    /// and the server's own state opened from the `requestState` the
+    /// gateway sealed for this tool and caller (else the error result).
+    #[cfg(feature = "upstream")]
+    fn client_input(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<ClientInput>, CallToolResult> {
+        let Some(input) = context.extensions.get::<ClientInput>() else {
+            return Ok(None);
+        };
+        let mut input = input.clone();
+        if let Some(sealed) = input.state.take() {
+            let entry = self
+                .exec()
+                .catalog()
+                .get(id)
+                .map_err(|e| result::error(&e.to_body()))?;
+            let tool_id = entry.tool().id.to_string();
+            let round = Round {
+                method: "tools/call",
+                server: entry.tool().namespace(),
+                target: &tool_id,
+            };
+            input.state = self
+                .shared
+                .passthrough
+                .open_inputs(round, &sealed)
+                .map_err(|e| {
+                    result::error(&ErrorBody {
+                        code: ErrorCode::InvalidRequest,
+                        message: format!("invalid_request: requestState: {}", e.message),
+                        details: Some(serde_json::json!({"field": "requestState"})),
+                    })
+                })?;
+        }
+        Ok(Some(input))
+    }
+
+    /// Without upstream servers no tool takes client input.
+    #[cfg(not(feature = "upstream"))]
+    fn client_input(
+        &self,
+        _: &str,
+        _: &RequestContext<RoleServer>,
+    ) -> Result<Option<ClientInput>, CallToolResult> {
+        Ok(None)
     }
 
     /// A slot for one tool run
@@ -83,7 +162,11 @@ impl Gateway {
             .get(&id)
             .map(|e| Shape::of(e.tool().output_schema.as_ref()))
             .unwrap_or(Shape::Undeclared);
-        let opts = run_options(context);
+        let mut opts = run_options(context);
+        opts.client_input = match self.client_input(&id, context) {
+            Ok(input) => input,
+            Err(refused) => return refused.into(),
+        };
         let id_of_call = id.clone();
         let outcome = match context.meta.get_progress_token() {
             Some(token) => {
@@ -102,10 +185,9 @@ impl Gateway {
         };
         match outcome {
             Ok(out) => result::tool_output(shape, out).into(),
-            Err(body) => match self.input_required(&id_of_call, &body, context) {
-                Some(asks) => CallToolResponse::InputRequired(asks),
-                None => result::error(&body).into(),
-            },
+            Err(body) => self
+                .input_required(&id_of_call, &body, context)
+                .unwrap_or_else(|| result::error(&body).into()),
         }
     }
 
@@ -146,10 +228,9 @@ impl Gateway {
     }
 }
 
-/// Run options carrying the client's cancellation, the key of the task
-/// the run serves, when the task is kept beyond this gateway
-/// ([`TaskKey`](super::tasks::TaskKey)), and the input of a client that
-/// answers a tool's requests for it itself (a 2026-07-28 client).
+/// Run options carrying the client's cancellation, and the key of the
+/// task the run serves, when the task is kept beyond this gateway
+/// ([`TaskKey`](super::tasks::TaskKey)).
 fn run_options(context: &RequestContext<RoleServer>) -> RunOptions {
     RunOptions {
         cancel: Some(context.ct.child_token()),
@@ -157,7 +238,6 @@ fn run_options(context: &RequestContext<RoleServer>) -> RunOptions {
             .extensions
             .get::<super::tasks::TaskKey>()
             .map(|k| k.0.clone()),
-        client_input: context.extensions.get::<ClientInput>().cloned(),
         ..RunOptions::default()
     }
 }

@@ -675,10 +675,48 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         let deploy = CallToolRequestParams::new("modern__deploy")
             .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone());
         let asked = client.call_tool_once(deploy.clone()).await.unwrap();
-        assert!(
-            matches!(asked, CallToolResponse::InputRequired(_)),
-            "{asked:?}"
-        );
+        let CallToolResponse::InputRequired(asked) = asked else {
+            panic!("a 2026-07-28 client is answered with input_required: {asked:?}")
+        };
+        // The state comes sealed to this tool and caller: sent back with
+        // another tool, another method or altered, it is refused.
+        let sealed = asked.request_state.clone().expect("a sealed state");
+        let answers: rmcp::model::InputResponses = [(
+            "confirm".to_owned(),
+            json!({"action": "accept", "content": {"confirm": true}}),
+        )]
+        .into_iter()
+        .collect();
+        let mut elsewhere = CallToolRequestParams::new("modern__ask")
+            .with_arguments(json!({"question": "why?"}).as_object().unwrap().clone());
+        elsewhere.input_responses = Some(answers.clone());
+        elsewhere.request_state = Some(sealed.clone());
+        let mut altered = deploy.clone();
+        altered.input_responses = Some(answers);
+        altered.request_state = Some(format!("{sealed}A"));
+        for refused in [elsewhere, altered] {
+            match client.call_tool_once(refused).await.unwrap() {
+                CallToolResponse::Complete(r) => {
+                    let text = first_text(&r);
+                    assert!(
+                        r.is_error == Some(true)
+                            && text.starts_with("invalid_request")
+                            && text.contains("requestState"),
+                        "{r:?}"
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut prompt = greet_ada();
+        prompt.request_state = Some(sealed);
+        match client.get_prompt_once(prompt).await {
+            Err(rmcp::ServiceError::McpError(e)) => {
+                assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{e:?}");
+                assert!(e.message.contains("requestState"), "{e:?}");
+            }
+            other => panic!("{other:?}"),
+        }
         let r = client.call_tool(deploy).await.unwrap();
         let expected = if confirm {
             "deployed to prod"

@@ -11,9 +11,11 @@
 //! published by the later one as `toolexec://<server>/<percent-encoded
 //! URI>`, which reads back from that server (the collision is logged once).
 
+mod input_state;
 mod prompts;
 mod resources;
 
+pub(crate) use input_state::Round;
 pub(crate) use resources::ListenerSubscriptions;
 mod uri;
 
@@ -109,6 +111,8 @@ pub(crate) struct Passthrough {
     list_changes: tokio::sync::broadcast::Sender<UpstreamNotice>,
     /// Stops the notice relays when the gateway goes.
     stop: CancellationToken,
+    /// Seals the state of the input rounds handed to 2026-07-28 clients.
+    input_states: input_state::InputStates,
 }
 
 /// One downstream session or listener subscribed to a resource.
@@ -182,6 +186,7 @@ impl Passthrough {
             started: AtomicBool::new(false),
             list_changes: tokio::sync::broadcast::channel(16).0,
             stop: CancellationToken::new(),
+            input_states: input_state::InputStates::new(),
         }
     }
 
@@ -291,12 +296,14 @@ impl Passthrough {
         read_answer(result, &method, upstream.name())
     }
 
-    /// [`Passthrough::relay`] for `prompts/get` and `resources/read`, which
-    /// a server may answer with `input_required`: that answer is returned
-    /// or answered as `inputs` says.
+    /// [`Passthrough::relay`] for `prompts/get` and `resources/read` of
+    /// `target` (the prompt's name on its server, the URI), which a server
+    /// may answer with `input_required`: that answer is returned (its state
+    /// sealed to the round) or answered as `inputs` says.
     async fn relay_inputs<T: Answer>(
         &self,
         index: usize,
+        target: &str,
         request: ClientRequest,
         cancel: CancellationToken,
         inputs: Inputs,
@@ -310,12 +317,18 @@ impl Passthrough {
         .map_err(|e| mcp_error(e, upstream.name()))?;
         match result {
             ServerResult::InputRequiredResult(r) if inputs == Inputs::Returned => {
-                upstream.returned_inputs(r).map(Err).map_err(|why| {
+                let r = upstream.returned_inputs(r).map_err(|why| {
                     McpError::internal_error(
                         format!("server {}: {why}", upstream.name()),
                         Some(json!({"code": "execution_failed", "server": upstream.name()})),
                     )
-                })
+                })?;
+                let round = Round {
+                    method: &method,
+                    server: upstream.name(),
+                    target,
+                };
+                self.seal_inputs(round, r).map(Err)
             }
             // Still asking: this server's client requests are not relayed.
             ServerResult::InputRequiredResult(_) => Err(McpError::internal_error(
@@ -327,6 +340,22 @@ impl Passthrough {
                 Some(json!({"code": "execution_failed", "server": upstream.name()})),
             )),
             other => read_answer(other, &method, upstream.name()).map(Ok),
+        }
+    }
+
+    /// The server's own state in a 2026-07-28 client's `requestState`, when
+    /// it is the one the gateway sealed for this round and caller
+    /// ([`Passthrough::open_inputs`]); a client of an earlier revision
+    /// sends none (what it sends is dropped).
+    fn opened_state(
+        &self,
+        round: Round<'_>,
+        inputs: Inputs,
+        state: Option<String>,
+    ) -> Result<Option<String>, McpError> {
+        match (inputs, state) {
+            (Inputs::Returned, Some(sealed)) => self.open_inputs(round, &sealed),
+            _ => Ok(None),
         }
     }
 

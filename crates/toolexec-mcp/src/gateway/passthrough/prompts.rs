@@ -15,7 +15,7 @@ use toolexec::policy;
 
 use super::super::names::{NameConflict, SEPARATOR};
 use super::uri::parse_rewritten;
-use super::{Inputs, MAX_TEMPLATES, Next, Passthrough, due, read_pages};
+use super::{Inputs, MAX_TEMPLATES, Next, Passthrough, Round, due, read_pages};
 
 fn has_prompts(c: &ServerCapabilities) -> bool {
     c.prompts.is_some()
@@ -235,15 +235,23 @@ impl Passthrough {
             name: &original,
         })?;
         params.meta = None;
-        params.name = original;
+        let round = Round {
+            method: "prompts/get",
+            server: self.upstreams[index].name(),
+            target: &original,
+        };
+        params.request_state = self.opened_state(round, inputs, params.request_state.take())?;
         if inputs == Inputs::Asked {
             // Only a client that is answered with input_required answers it.
             params.input_responses = None;
-            params.request_state = None;
         }
+        params.name = original.clone();
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         Ok(
-            match self.relay_inputs(index, request, cancel, inputs).await? {
+            match self
+                .relay_inputs(index, &original, request, cancel, inputs)
+                .await?
+            {
                 Ok(result) => GetPromptResponse::Complete(result),
                 Err(asks) => GetPromptResponse::InputRequired(asks),
             },

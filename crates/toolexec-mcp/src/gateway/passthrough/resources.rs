@@ -25,7 +25,7 @@ use toolexec::policy;
 use super::uri::{matches_template, parse_rewritten, rewrite};
 use super::{
     Deliver, Inputs, MAX_KNOWN_URIS, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Next,
-    Passthrough, Subscriber, read_pages,
+    Passthrough, Round, Subscriber, read_pages,
 };
 
 /// A 2026-07-28 listener's resource subscriptions
@@ -234,14 +234,19 @@ impl Passthrough {
         let mut params = params;
         params.meta = None;
         params.uri = target.uri.clone();
+        let round = Round {
+            method: "resources/read",
+            server: self.upstreams[target.index].name(),
+            target: &target.uri,
+        };
+        params.request_state = self.opened_state(round, inputs, params.request_state.take())?;
         if inputs == Inputs::Asked {
             // Only a client that is answered with input_required answers it.
             params.input_responses = None;
-            params.request_state = None;
         }
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
         let mut result: ReadResourceResult = match self
-            .relay_inputs(target.index, request, cancel, inputs)
+            .relay_inputs(target.index, &target.uri, request, cancel, inputs)
             .await?
         {
             Ok(result) => result,
