@@ -190,6 +190,7 @@ mod session;
 mod shared;
 mod sse;
 mod supervisor;
+mod watched;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -105,6 +105,98 @@ impl Upstream {
         self.shared.returned_inputs(result)
     }
 
+    /// Asks the server for `notifications/resources/updated` of `uri` (as
+    /// [`UpstreamNotice::ResourceUpdated`]): `resources/subscribe` before
+    /// 2026-07-28; at 2026-07-28, its listener's `resourceSubscriptions`,
+    /// once the server acknowledged a listener with it (one without it is
+    /// the server's refusal). Within the server's call timeout.
+    #[allow(deprecated)] // resources/subscribe: legacy in 2026-07-28, current in 2025-11-25
+    pub async fn subscribe_resource(
+        &self,
+        uri: &str,
+        cancel: CancellationToken,
+    ) -> Result<(), RelayError> {
+        if !self.is_modern() {
+            let request = ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(
+                rmcp::model::SubscribeRequestParams::new(uri),
+            ));
+            return self.relay(request, cancel).await.map(drop);
+        }
+        let watched = &self.shared.router.watched;
+        let generation = watched.add(uri);
+        let label = || format!("resources/subscribe ({})", self.shared.name);
+        let accepted = tokio::select! {
+            accepted = tokio::time::timeout(
+                self.shared.call_timeout,
+                watched.accepted(generation, uri),
+            ) => accepted,
+            _ = cancel.cancelled() => {
+                watched.remove(uri);
+                return Err(RelayError::Local(toolexec::Error::Cancelled { tool: label() }));
+            }
+        };
+        match accepted {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                watched.remove(uri);
+                Err(RelayError::Server(ErrorData::invalid_params(
+                    format!(
+                        "server {} did not accept a subscription to {uri}",
+                        self.shared.name
+                    ),
+                    Some(serde_json::json!({"uri": uri})),
+                )))
+            }
+            Err(_) => {
+                watched.remove(uri);
+                Err(RelayError::Local(toolexec::Error::Timeout {
+                    tool: label(),
+                    after: self.shared.call_timeout,
+                }))
+            }
+        }
+    }
+
+    /// Stops the updates of `uri` [`Upstream::subscribe_resource`] asked
+    /// for: at 2026-07-28, once a listener without it was acknowledged (or
+    /// the server's call timeout passed: it opens without it all the same).
+    #[allow(deprecated)] // resources/unsubscribe: legacy in 2026-07-28, current in 2025-11-25
+    pub async fn unsubscribe_resource(
+        &self,
+        uri: &str,
+        cancel: CancellationToken,
+    ) -> Result<(), RelayError> {
+        if !self.is_modern() {
+            let request = ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(
+                rmcp::model::UnsubscribeRequestParams::new(uri),
+            ));
+            return self.relay(request, cancel).await.map(drop);
+        }
+        let watched = &self.shared.router.watched;
+        if let Some(generation) = watched.remove(uri) {
+            tokio::select! {
+                _ = tokio::time::timeout(
+                    self.shared.call_timeout,
+                    watched.accepted(generation, uri),
+                ) => {}
+                _ = cancel.cancelled() => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the session speaks 2026-07-28 (no `initialize`).
+    fn is_modern(&self) -> bool {
+        self.shared
+            .connected_peer()
+            .ok()
+            .and_then(|(peer, _)| {
+                peer.peer_info()
+                    .map(|i| !i.protocol_version.has_initialize())
+            })
+            .unwrap_or(false)
+    }
+
     /// The server's notifications about resources and prompts, from now on.
     /// A receiver that falls behind skips the oldest (see
     /// [`broadcast::Receiver`]).

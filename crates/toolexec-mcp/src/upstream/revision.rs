@@ -63,12 +63,16 @@ impl Era {
     }
 }
 
-/// A 2026-07-28 server sends list changes only to a listener
-/// (`subscriptions/listen`), not to the session as earlier revisions do:
-/// one listener per session passes them to the handler, as the session's
-/// own notifications would be. A listener the server refuses or ends is
-/// opened again (after a pause that grows to 30 s), and what may have
-/// changed meanwhile is read again. It ends with the session.
+/// A 2026-07-28 server sends list changes, and updates of the resources
+/// subscribed to, only to a listener (`subscriptions/listen`), not to the
+/// session as earlier revisions do: one listener per session passes them
+/// to the handler, as the session's own notifications would be. Its
+/// `resourceSubscriptions` are the router's watched URIs
+/// ([`Watched`](super::watched::Watched)); when they change it opens again
+/// at once, and each acknowledgment says which the server accepted. A
+/// listener the server refuses or ends is opened again (after a pause that
+/// grows to 30 s), and what may have changed meanwhile is read again. It
+/// ends with the session.
 pub(super) fn listen_for_changes(running: &Running, handler: Handler) {
     let peer = running.peer().clone();
     let modern = peer
@@ -78,16 +82,30 @@ pub(super) fn listen_for_changes(running: &Running, handler: Handler) {
         return;
     }
     tokio::spawn(async move {
-        let filter = SubscriptionFilter::builder()
-            .tools_list_changed()
-            .prompts_list_changed()
-            .resources_list_changed()
-            .build();
+        let watched = &handler.router.watched;
+        let mut changes = watched.changes();
         let mut pause = std::time::Duration::from_secs(1);
         let mut first = true;
         while !peer.is_transport_closed() {
-            match peer.listen(filter.clone()).await {
+            changes.mark_unchanged();
+            let (generation, uris) = watched.current();
+            let mut filter = SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .resources_list_changed()
+                .build();
+            if !uris.is_empty() {
+                filter.resource_subscriptions = Some(uris.into_iter().collect());
+            }
+            let mut reopen = false;
+            match peer.listen(filter).await {
                 Ok(mut subscription) => {
+                    let accepted = subscription
+                        .acknowledged()
+                        .resource_subscriptions
+                        .clone()
+                        .unwrap_or_default();
+                    watched.acknowledge(generation, accepted.into_iter().collect());
                     if !first {
                         // Changes while no listener was open are not lost.
                         handler.tools_changed();
@@ -96,7 +114,16 @@ pub(super) fn listen_for_changes(running: &Running, handler: Handler) {
                     }
                     let opened = std::time::Instant::now();
                     loop {
-                        match subscription.next().await {
+                        let next = tokio::select! {
+                            next = subscription.next() => next,
+                            changed = changes.changed() => {
+                                if changed.is_ok() {
+                                    reopen = true;
+                                }
+                                break;
+                            }
+                        };
+                        match next {
                             Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
                                 handler.tools_changed()
                             }
@@ -106,6 +133,9 @@ pub(super) fn listen_for_changes(running: &Running, handler: Handler) {
                             Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
                                 handler.router.publish(UpstreamNotice::ResourcesChanged)
                             }
+                            Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => handler
+                                .router
+                                .publish(UpstreamNotice::ResourceUpdated { uri: n.params.uri }),
                             Ok(Some(_)) => {}
                             Ok(None) => {
                                 tracing::debug!(server = %handler.server, "the server ended the list-change listener");
@@ -117,17 +147,30 @@ pub(super) fn listen_for_changes(running: &Running, handler: Handler) {
                             }
                         }
                     }
+                    if reopen {
+                        // The watched resources changed: a listener with
+                        // the new set, now.
+                        let _ = subscription.cancel().await;
+                        continue;
+                    }
                     // A listener that lived long was no flapping one.
                     if opened.elapsed() > std::time::Duration::from_secs(60) {
                         pause = std::time::Duration::from_secs(1);
                     }
                 }
                 Err(e) => {
+                    // Nothing is watched until a listener is accepted.
+                    watched.acknowledge(generation, Default::default());
                     tracing::warn!(server = %handler.server, error = %e, "subscriptions/listen refused: list changes of this server are not seen until it is accepted");
                 }
             }
             first = false;
-            tokio::time::sleep(pause).await;
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                // A subscription waits for a listener: do not make it wait
+                // out the pause.
+                _ = changes.changed() => {}
+            }
             pause = (pause * 2).min(std::time::Duration::from_secs(30));
         }
     });

@@ -59,6 +59,8 @@ pub(crate) struct Router {
     pub(crate) tools_changed: Notify,
     /// Resource and prompt notifications, for whoever relays them.
     pub(crate) notices: broadcast::Sender<UpstreamNotice>,
+    /// The resources a 2026-07-28 server's listener asks updates of.
+    pub(crate) watched: super::watched::Watched,
 }
 
 impl Router {
@@ -71,6 +73,7 @@ impl Router {
             relay,
             tools_changed: Notify::new(),
             notices: broadcast::Sender::new(NOTICE_BUFFER),
+            watched: super::watched::Watched::default(),
         }
     }
 }

@@ -813,3 +813,87 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
     assert_eq!(first_text(&r), "3", "{r:?}");
     client.cancel().await.unwrap();
 }
+
+/// Records the `resources/updated` a client of the gateway gets.
+#[derive(Clone)]
+struct Updates(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl rmcp::ClientHandler for Updates {
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        let _ = self.0.send(params.uri);
+    }
+}
+
+/// A 2026-07-28 upstream has no `resources/subscribe`: a client's
+/// subscription through the gateway becomes a `resourceSubscriptions` of
+/// the upstream's listener, whose `resources/updated` reaches the client;
+/// unsubscribed, the updates stop.
+#[tokio::test(flavor = "multi_thread")]
+#[allow(deprecated)] // resources/subscribe: legacy in 2026-07-28, current in 2025-11-25
+async fn subscriptions_to_a_modern_upstream() {
+    let test = "subscriptions_to_a_modern_upstream";
+    let Some(v) = toolexec_testkit::deps(test, &["TOOLEXEC_NODE22", "TOOLEXEC_NODE_MODULES"])
+    else {
+        return;
+    };
+    let catalog = Arc::new(Catalog::new());
+    let modern = Upstream::connect(modern_upstream("modern", &v[0], &v[1]), catalog.clone())
+        .await
+        .unwrap();
+    assert_eq!(modern.protocol_version().as_deref(), Some("2026-07-28"));
+    let gateway = Gateway::with_upstreams(
+        Exec::new(catalog),
+        GatewayOptions {
+            expose: Expose::All,
+            ..GatewayOptions::default()
+        },
+        vec![Arc::new(modern)],
+    );
+    let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
+    let client = Updates(tx)
+        .serve(serve_duplex(gateway, 1 << 16))
+        .await
+        .unwrap();
+    client
+        .subscribe(rmcp::model::SubscribeRequestParams::new("fixture://hello"))
+        .await
+        .expect("subscribed through the upstream's listener");
+    call(
+        client.peer(),
+        "modern__touch",
+        json!({"uri": "fixture://guarded"}),
+    )
+    .await;
+    call(
+        client.peer(),
+        "modern__touch",
+        json!({"uri": "fixture://hello"}),
+    )
+    .await;
+    let uri = tokio::time::timeout(Duration::from_secs(10), updates.recv())
+        .await
+        .expect("an update in time")
+        .unwrap();
+    assert_eq!(uri, "fixture://hello");
+    client
+        .unsubscribe(rmcp::model::UnsubscribeRequestParams::new(
+            "fixture://hello",
+        ))
+        .await
+        .unwrap();
+    // Unsubscribed once the server acknowledged a listener without it: an
+    // update after that is not relayed.
+    call(
+        client.peer(),
+        "modern__touch",
+        json!({"uri": "fixture://hello"}),
+    )
+    .await;
+    let late = tokio::time::timeout(Duration::from_millis(500), updates.recv()).await;
+    assert!(late.is_err(), "an update after unsubscribing: {late:?}");
+    client.cancel().await.unwrap();
+}

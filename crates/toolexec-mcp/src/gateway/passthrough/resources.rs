@@ -5,17 +5,11 @@
 use std::sync::Arc;
 
 use rmcp::ErrorData as McpError;
-// resources/subscribe and unsubscribe are deprecated by the 2026-07-28
-// revision (subscriptions/listen) but current in 2025-11-25, which the
-// gateway and the upstream client speak.
 use rmcp::model::{
     ClientRequest, ListResourceTemplatesRequest, ListResourceTemplatesResult, ListResourcesRequest,
     ListResourcesResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
     ReadResourceResponse, ReadResourceResult, ResourceContents, ServerCapabilities,
-    SubscribeRequestParams, UnsubscribeRequestParams,
 };
-#[allow(deprecated)]
-use rmcp::model::{SubscribeRequest, UnsubscribeRequest};
 use rmcp::{Peer, RoleServer};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -25,7 +19,7 @@ use toolexec::policy;
 use super::uri::{matches_template, parse_rewritten, rewrite};
 use super::{
     Deliver, Inputs, MAX_KNOWN_URIS, MAX_SUBSCRIPTIONS_PER_SESSION, MAX_TEMPLATES, Next,
-    Passthrough, Round, Subscriber, read_pages,
+    Passthrough, Round, Subscriber, mcp_error, read_pages,
 };
 
 /// A 2026-07-28 listener's resource subscriptions
@@ -38,7 +32,6 @@ pub(crate) struct ListenerSubscriptions {
 }
 
 impl Drop for ListenerSubscriptions {
-    #[allow(deprecated)] // see the imports
     fn drop(&mut self) {
         for key in std::mem::take(&mut self.keys) {
             if !self.passthrough.drop_subscriber(&key, self.id) {
@@ -46,12 +39,12 @@ impl Drop for ListenerSubscriptions {
             }
             let (index, uri) = key;
             let upstream = self.passthrough.upstreams[index].clone();
-            let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
-                UnsubscribeRequestParams::new(uri),
-            ));
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
-                    if let Err(e) = upstream.relay(request, CancellationToken::new()).await {
+                    let unsubscribed = upstream
+                        .unsubscribe_resource(&uri, CancellationToken::new())
+                        .await;
+                    if let Err(e) = unsubscribed {
                         tracing::debug!(server = upstream.name(), error = ?e, "resources/unsubscribe failed");
                     }
                 });
@@ -311,9 +304,9 @@ impl Passthrough {
         Ok(held)
     }
 
-    /// Subscribes `session` to `uri`, delivered `to`; the key it is held
-    /// under.
-    #[allow(deprecated)] // see the imports
+    /// Subscribes `session` to `uri`, delivered `to`, the owner once
+    /// ([`Upstream::subscribe_resource`](crate::upstream::Upstream::subscribe_resource));
+    /// the key it is held under.
     async fn subscribe_as(
         &self,
         session: u64,
@@ -347,14 +340,10 @@ impl Passthrough {
             list.len() == 1
         };
         if first {
-            let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
-                SubscribeRequestParams::new(target.uri),
-            ));
-            let answer: Result<serde_json::Value, McpError> =
-                self.relay(target.index, request, cancel).await;
-            if let Err(e) = answer {
+            let upstream = &self.upstreams[target.index];
+            if let Err(e) = upstream.subscribe_resource(&target.uri, cancel).await {
                 self.drop_subscriber(&key, session);
-                return Err(e);
+                return Err(mcp_error(e, upstream.name()));
             }
         }
         Ok(key)
@@ -362,7 +351,6 @@ impl Passthrough {
 
     /// `resources/unsubscribe`: the owner is unsubscribed when no session
     /// is left subscribed.
-    #[allow(deprecated)] // see the imports
     pub(crate) async fn unsubscribe(
         &self,
         session: u64,
@@ -372,10 +360,11 @@ impl Passthrough {
         let target = self.target(&uri, cancel.clone()).await?;
         let key = (target.index, target.uri.clone());
         if self.drop_subscriber(&key, session) {
-            let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
-                UnsubscribeRequestParams::new(target.uri),
-            ));
-            let _: serde_json::Value = self.relay(target.index, request, cancel).await?;
+            let upstream = &self.upstreams[target.index];
+            upstream
+                .unsubscribe_resource(&target.uri, cancel)
+                .await
+                .map_err(|e| mcp_error(e, upstream.name()))?;
         }
         Ok(())
     }
