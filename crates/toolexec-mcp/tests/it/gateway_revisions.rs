@@ -548,6 +548,32 @@ impl rmcp::ClientHandler for Answering {
     }
 }
 
+/// `deploy`, `ask`, `greet_confirmed` and `fixture://guarded` through
+/// `client`, whose handler confirms or not as told: each asks the client
+/// first (however the gateway passes the question on), then answers.
+async fn answered_as_told(client: &RunningService<RoleClient, Answering>, confirm: bool) {
+    let deploy = CallToolRequestParams::new("modern__deploy")
+        .with_arguments(json!({"env": "prod"}).as_object().unwrap().clone());
+    let r = client.call_tool(deploy).await.unwrap();
+    let expected = if confirm {
+        "deployed to prod"
+    } else {
+        "not deployed (decline)"
+    };
+    assert_eq!(first_text(&r), expected, "{r:?}");
+    let ask = CallToolRequestParams::new("modern__ask")
+        .with_arguments(json!({"question": "why?"}).as_object().unwrap().clone());
+    let r = client.call_tool(ask).await.unwrap();
+    assert_eq!(first_text(&r), "model said: echo: why?", "{r:?}");
+    let (greeted, read) = guarded(client).await;
+    let expected = if confirm {
+        ("Hello, Ada", "the guarded text")
+    } else {
+        ("not greeted (decline)", "not read (decline)")
+    };
+    assert_eq!((greeted.as_str(), read.as_str()), expected);
+}
+
 /// The prompt `greet_confirmed` for Ada.
 fn greet_ada() -> GetPromptRequestParams {
     GetPromptRequestParams::new("modern__greet_confirmed")
@@ -608,23 +634,7 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         .serve(serve_duplex(gateway.clone(), 1 << 16))
         .await
         .unwrap();
-        let r = call(client.peer(), "modern__deploy", json!({"env": "prod"})).await;
-        let expected = if confirm {
-            "deployed to prod"
-        } else {
-            "not deployed (decline)"
-        };
-        assert_eq!(first_text(&r), expected, "{r:?}");
-        let r = call(client.peer(), "modern__ask", json!({"question": "why?"})).await;
-        assert_eq!(first_text(&r), "model said: echo: why?", "{r:?}");
-        // prompts/get and resources/read ask the same way.
-        let (greeted, read) = guarded(&client).await;
-        let expected = if confirm {
-            ("Hello, Ada", "the guarded text")
-        } else {
-            ("not greeted (decline)", "not read (decline)")
-        };
-        assert_eq!((greeted.as_str(), read.as_str()), expected);
+        answered_as_told(&client, confirm).await;
         client.cancel().await.unwrap();
     }
 
@@ -717,24 +727,7 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
             }
             other => panic!("{other:?}"),
         }
-        let r = client.call_tool(deploy).await.unwrap();
-        let expected = if confirm {
-            "deployed to prod"
-        } else {
-            "not deployed (decline)"
-        };
-        assert_eq!(first_text(&r), expected, "{r:?}");
-        let ask = CallToolRequestParams::new("modern__ask")
-            .with_arguments(json!({"question": "why?"}).as_object().unwrap().clone());
-        let r = client.call_tool(ask).await.unwrap();
-        assert_eq!(first_text(&r), "model said: echo: why?", "{r:?}");
-        let (greeted, read) = guarded(&client).await;
-        let expected = if confirm {
-            ("Hello, Ada", "the guarded text")
-        } else {
-            ("not greeted (decline)", "not read (decline)")
-        };
-        assert_eq!((greeted.as_str(), read.as_str()), expected);
+        answered_as_told(&client, confirm).await;
         client.cancel().await.unwrap();
     }
 
