@@ -548,6 +548,22 @@ impl rmcp::ClientHandler for Answering {
     }
 }
 
+/// A gateway publishing every tool directly in front of the 2026-07-28
+/// upstream `config` (checked to speak that revision).
+async fn gateway_in_front_of(config: UpstreamConfig) -> Gateway {
+    let catalog = Arc::new(Catalog::new());
+    let upstream = Upstream::connect(config, catalog.clone()).await.unwrap();
+    assert_eq!(upstream.protocol_version().as_deref(), Some("2026-07-28"));
+    Gateway::with_upstreams(
+        Exec::new(catalog),
+        GatewayOptions {
+            expose: Expose::All,
+            ..GatewayOptions::default()
+        },
+        vec![Arc::new(upstream)],
+    )
+}
+
 /// `deploy`, `ask`, `greet_confirmed` and `fixture://guarded` through
 /// `client`, whose handler confirms or not as told: each asks the client
 /// first (however the gateway passes the question on), then answers.
@@ -613,19 +629,9 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
     else {
         return;
     };
-    let catalog = Arc::new(Catalog::new());
     let mut config = modern_upstream("modern", &v[0], &v[1]);
     config.relay = toolexec_mcp::upstream::ClientRelay::GATEWAY;
-    let modern = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
-    assert_eq!(modern.protocol_version().as_deref(), Some("2026-07-28"));
-    let gateway = Gateway::with_upstreams(
-        Exec::new(catalog),
-        GatewayOptions {
-            expose: Expose::All,
-            ..GatewayOptions::default()
-        },
-        vec![modern],
-    );
+    let gateway = gateway_in_front_of(config).await;
     for confirm in [true, false] {
         let client = Answering {
             confirm,
@@ -742,16 +748,7 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         sampling: false,
         ..toolexec_mcp::upstream::ClientRelay::GATEWAY
     };
-    let catalog = Arc::new(Catalog::new());
-    let guarded_upstream = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
-    let guarded_gateway = Gateway::with_upstreams(
-        Exec::new(catalog),
-        GatewayOptions {
-            expose: Expose::All,
-            ..GatewayOptions::default()
-        },
-        vec![guarded_upstream],
-    );
+    let guarded_gateway = gateway_in_front_of(config).await;
     let client = Answering {
         confirm: true,
         tasks: false,
@@ -833,19 +830,7 @@ async fn subscriptions_to_a_modern_upstream() {
     else {
         return;
     };
-    let catalog = Arc::new(Catalog::new());
-    let modern = Upstream::connect(modern_upstream("modern", &v[0], &v[1]), catalog.clone())
-        .await
-        .unwrap();
-    assert_eq!(modern.protocol_version().as_deref(), Some("2026-07-28"));
-    let gateway = Gateway::with_upstreams(
-        Exec::new(catalog),
-        GatewayOptions {
-            expose: Expose::All,
-            ..GatewayOptions::default()
-        },
-        vec![Arc::new(modern)],
-    );
+    let gateway = gateway_in_front_of(modern_upstream("modern", &v[0], &v[1])).await;
     let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
     let client = Updates(tx)
         .serve(serve_duplex(gateway, 1 << 16))
