@@ -32,6 +32,7 @@ use opentelemetry_sdk::trace::{
     SpanLinks,
 };
 use parking_lot::RwLock;
+use toolexec::ErrorCode;
 use toolexec::telemetry::{CallRecord, CallSpan, CallTracer, Propagation, TraceContext};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -295,7 +296,7 @@ impl CallTracer for CallSpans {
             duration: record.duration,
             validation: record.validation,
             names: self.names.get(record),
-            error: record.error.map(|e| e.code().as_str()),
+            outcome: record.error.map(|e| e.code()),
             arguments: self
                 .arguments
                 .zip(record.arguments)
@@ -312,7 +313,8 @@ pub(crate) struct CallEnd {
     duration: Duration,
     validation: Duration,
     names: ToolNames,
-    error: Option<&'static str>,
+    /// The error's code; `None` on success.
+    outcome: Option<ErrorCode>,
     arguments: Option<String>,
 }
 
@@ -443,10 +445,15 @@ impl CallEnd {
         if let Some(args) = self.arguments {
             attributes.push(KeyValue::new("gen_ai.tool.call.arguments", args));
         }
-        let status = match self.error {
-            Some(code) => {
-                attributes.push(KeyValue::new("error.type", code));
+        let status = match self.outcome {
+            Some(code) if code.is_failure() => {
+                attributes.push(KeyValue::new("error.type", code.as_str()));
                 Status::error("")
+            }
+            // Not a failure (the call asks its client for input).
+            Some(code) => {
+                attributes.push(KeyValue::new("toolexec.outcome", code.as_str()));
+                Status::Unset
             }
             None => Status::Unset,
         };
@@ -639,6 +646,35 @@ mod tests {
                     },
                 )
                 .unwrap();
+            // A backend whose call asks its client for input: not a failure.
+            struct Asks;
+            impl toolexec::Backend for Asks {
+                fn kind(&self) -> &str {
+                    "asks"
+                }
+                fn call<'a>(
+                    &'a self,
+                    call: toolexec::Call<'a>,
+                ) -> toolexec::BoxFuture<'a, Result<toolexec::ToolOutput, toolexec::Error>>
+                {
+                    let tool = call.tool.id.to_string();
+                    Box::pin(async move {
+                        Err(toolexec::Error::InputRequired {
+                            tool,
+                            input: json!({"inputRequests": {}}),
+                        })
+                    })
+                }
+            }
+            catalog
+                .register(
+                    toolexec::Tool::builder("t:asks")
+                        .description("Asks its client")
+                        .build()
+                        .unwrap(),
+                    Arc::new(Asks),
+                )
+                .unwrap();
             catalog
                 .tool("t:hang", "Never answers", |_: Value| async move {
                     std::future::pending::<()>().await;
@@ -697,6 +733,8 @@ mod tests {
                 assert!(gone.is_err());
                 let args = json!({"api_token": "s3cret", "text": "x".repeat(100)});
                 exec.run_tool("t:enters", args).await.unwrap();
+                let asked = exec.run_tool("t:asks", json!({})).await.unwrap_err();
+                assert_eq!(asked.code(), toolexec::ErrorCode::InputRequired);
             });
             // A remote parent that is not sampled: nothing of it is kept.
             let unsampled = tracing::info_span!(target: "toolexec::test", "unsampled");
@@ -796,6 +834,16 @@ mod tests {
         // A call dropped mid-flight still ends its span, as cancelled.
         assert_eq!(hang.parent_span_id, id(root));
         assert_eq!(attribute(hang, "error.type").as_deref(), Some("cancelled"));
+        assert!(matches!(hang.status, Status::Error { .. }), "{hang:#?}");
+        // A call that asks its client for input did not fail: no error
+        // status, the outcome named.
+        let asks = find("execute_tool t:asks");
+        assert_eq!(asks.status, Status::Unset, "{asks:#?}");
+        assert_eq!(attribute(asks, "error.type"), None);
+        assert_eq!(
+            attribute(asks, "toolexec.outcome").as_deref(),
+            Some("input_required")
+        );
         assert_eq!(
             sent("in early", 0),
             parent(&early.span_context.trace_id().to_string(), early, "01")
@@ -814,6 +862,6 @@ mod tests {
             ),
             "{spans:#?}"
         );
-        assert_eq!(spans.len(), 11, "{spans:#?}");
+        assert_eq!(spans.len(), 12, "{spans:#?}");
     }
 }

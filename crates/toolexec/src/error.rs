@@ -74,6 +74,14 @@ impl ErrorCode {
             ErrorCode::InputRequired => "input_required",
         }
     }
+
+    /// False for an outcome that is not a failure of the call
+    /// ([`InputRequired`](ErrorCode::InputRequired): the call asks its
+    /// client for input and goes on when called again). Telemetry marks a
+    /// call's span as an error only when this is true.
+    pub const fn is_failure(self) -> bool {
+        !matches!(self, ErrorCode::InputRequired)
+    }
 }
 
 impl fmt::Display for ErrorCode {

@@ -137,6 +137,7 @@ fn call_span(id: &str, namespace: &str, backend: &str) -> tracing::Span {
         gen_ai.tool.call.arguments = Empty,
         error.type = Empty,
         otel.status_code = Empty,
+        toolexec.outcome = Empty,
     )
 }
 
@@ -299,9 +300,15 @@ impl Pipeline {
         error: Option<&Error>,
     ) {
         call.reported.set(true);
-        if let Some(e) = error {
-            call.span.record("error.type", e.code().as_str());
-            call.span.record("otel.status_code", "ERROR");
+        match error.map(Error::code) {
+            Some(code) if code.is_failure() => {
+                call.span.record("error.type", code.as_str());
+                call.span.record("otel.status_code", "ERROR");
+            }
+            Some(code) => {
+                call.span.record("toolexec.outcome", code.as_str());
+            }
+            None => {}
         }
         let own = match &call.span {
             CallTrace::Own(span, tracer) => Some((span, *tracer)),

@@ -52,15 +52,17 @@ impl Gateway {
             server: entry.tool().namespace(),
             target: &tool_id,
         };
-        Some(match self.shared.passthrough.seal_inputs(round, asks) {
-            Ok(asks) => CallToolResponse::InputRequired(asks),
-            Err(e) => result::error(&ErrorBody {
-                code: ErrorCode::ExecutionFailed,
-                message: format!("execution_failed: tool {tool_id}: {}", e.message),
-                details: None,
-            })
-            .into(),
-        })
+        Some(
+            match self.shared.passthrough.input_states.seal(round, asks) {
+                Ok(asks) => CallToolResponse::InputRequired(asks),
+                Err(e) => result::error(&ErrorBody {
+                    code: ErrorCode::ExecutionFailed,
+                    message: format!("execution_failed: tool {tool_id}: {}", e.message),
+                    details: None,
+                })
+                .into(),
+            },
+        )
     }
 
     /// Without upstream servers no tool asks for input.
@@ -102,7 +104,8 @@ impl Gateway {
             input.state = self
                 .shared
                 .passthrough
-                .open_inputs(round, &sealed)
+                .input_states
+                .open(round, &sealed)
                 .map_err(|e| {
                     result::error(&ErrorBody {
                         code: ErrorCode::InvalidRequest,

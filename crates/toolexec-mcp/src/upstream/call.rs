@@ -79,7 +79,9 @@ impl Shared {
             error.type = tracing::field::Empty,
         );
         let result = self.send_call(remote, call).instrument(span.clone()).await;
-        if let Err(e) = &result {
+        if let Err(e) = &result
+            && e.code().is_failure()
+        {
             span.record("error.type", e.code().as_str());
         }
         result

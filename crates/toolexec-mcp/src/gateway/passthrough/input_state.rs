@@ -13,8 +13,6 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{InputRequiredResult, RequestStateCodec, SealOptions};
 use serde_json::json;
 
-use super::Passthrough;
-
 /// How long a sealed state can be sent back.
 const STATE_TTL: Duration = Duration::from_secs(3600);
 
@@ -58,14 +56,14 @@ impl Round<'_> {
     }
 }
 
-impl Passthrough {
+impl InputStates {
     /// `result` as its client gets it: its state sealed to `round`.
-    pub(crate) fn seal_inputs(
+    pub(crate) fn seal(
         &self,
         round: Round<'_>,
         mut result: InputRequiredResult,
     ) -> Result<InputRequiredResult, McpError> {
-        let Some(codec) = &self.input_states.codec else {
+        let Some(codec) = &self.codec else {
             return Err(McpError::internal_error(
                 format!(
                     "server {} asked for client input, and this gateway has no key to seal \
@@ -86,13 +84,8 @@ impl Passthrough {
     /// to `round` and the current caller; otherwise an `invalid_params`
     /// error naming `requestState` (one answer for every reason, as the
     /// codec asks).
-    pub(crate) fn open_inputs(
-        &self,
-        round: Round<'_>,
-        sealed: &str,
-    ) -> Result<Option<String>, McpError> {
+    pub(crate) fn open(&self, round: Round<'_>, sealed: &str) -> Result<Option<String>, McpError> {
         let opened = self
-            .input_states
             .codec
             .as_ref()
             .and_then(|codec| codec.open_with(sealed, &round.bound()).ok())
@@ -107,5 +100,88 @@ impl Passthrough {
                 Some(json!({"code": "invalid_request", "field": "requestState"})),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use toolexec::telemetry::{Caller, PrincipalKind, with_caller};
+
+    use super::*;
+
+    fn caller(kind: PrincipalKind, principal: Option<&str>) -> Arc<Caller> {
+        Arc::new(Caller {
+            principal: principal.map(str::to_owned),
+            kind,
+            ..Caller::default()
+        })
+    }
+
+    const ROUND: Round<'static> = Round {
+        method: "tools/call",
+        server: "files",
+        target: "files:delete",
+    };
+
+    /// A state sealed for one caller and round opens for that caller and
+    /// round only: another principal (or the anonymous caller), another
+    /// method, server or target, and a state altered by one character are
+    /// each refused with the same `invalid_params` naming `requestState`.
+    #[tokio::test]
+    async fn a_sealed_state_opens_only_for_its_caller_and_round() {
+        let states = InputStates::new();
+        let alice = caller(PrincipalKind::Subject, Some("alice"));
+        let asks = InputRequiredResult::new(None, Some("server-state-7".into()));
+        let sealed = with_caller(alice.clone(), async { states.seal(ROUND, asks) })
+            .await
+            .unwrap()
+            .request_state
+            .unwrap();
+        assert!(!sealed.contains("server-state-7"), "{sealed}");
+
+        let opened = with_caller(alice.clone(), async { states.open(ROUND, &sealed) }).await;
+        assert_eq!(opened.unwrap().as_deref(), Some("server-state-7"));
+
+        let refused = |r: Result<Option<String>, McpError>| {
+            let e = r.unwrap_err();
+            assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{e:?}");
+            assert_eq!(e.data.unwrap()["field"], "requestState");
+        };
+        // Another principal, the same name under another kind, and nobody.
+        for other in [
+            caller(PrincipalKind::Subject, Some("mallory")),
+            caller(PrincipalKind::Token, Some("alice")),
+            caller(PrincipalKind::Anonymous, None),
+        ] {
+            refused(with_caller(other, async { states.open(ROUND, &sealed) }).await);
+        }
+        refused(states.open(ROUND, &sealed));
+        // The same caller, another round.
+        for round in [
+            Round {
+                method: "prompts/get",
+                ..ROUND
+            },
+            Round {
+                server: "other",
+                ..ROUND
+            },
+            Round {
+                target: "files:read",
+                ..ROUND
+            },
+        ] {
+            refused(with_caller(alice.clone(), async { states.open(round, &sealed) }).await);
+        }
+        // Altered, or sealed by another gateway process.
+        let mut altered = sealed.clone().into_bytes();
+        let last = altered.len() - 1;
+        altered[last] = if altered[last] == b'A' { b'B' } else { b'A' };
+        let altered = String::from_utf8(altered).unwrap();
+        refused(with_caller(alice.clone(), async { states.open(ROUND, &altered) }).await);
+        let elsewhere = InputStates::new();
+        refused(with_caller(alice, async { elsewhere.open(ROUND, &sealed) }).await);
     }
 }

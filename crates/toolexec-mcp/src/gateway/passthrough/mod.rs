@@ -112,7 +112,7 @@ pub(crate) struct Passthrough {
     /// Stops the notice relays when the gateway goes.
     stop: CancellationToken,
     /// Seals the state of the input rounds handed to 2026-07-28 clients.
-    input_states: input_state::InputStates,
+    pub(crate) input_states: input_state::InputStates,
 }
 
 /// One downstream session or listener subscribed to a resource.
@@ -328,7 +328,7 @@ impl Passthrough {
                     server: upstream.name(),
                     target,
                 };
-                self.seal_inputs(round, r).map(Err)
+                self.input_states.seal(round, r).map(Err)
             }
             // Still asking: this server's client requests are not relayed.
             ServerResult::InputRequiredResult(_) => Err(McpError::internal_error(
@@ -345,7 +345,7 @@ impl Passthrough {
 
     /// The server's own state in a 2026-07-28 client's `requestState`, when
     /// it is the one the gateway sealed for this round and caller
-    /// ([`Passthrough::open_inputs`]); a client of an earlier revision
+    /// ([`InputStates::open`](input_state::InputStates::open)); a client of an earlier revision
     /// sends none (what it sends is dropped).
     fn opened_state(
         &self,
@@ -354,7 +354,7 @@ impl Passthrough {
         state: Option<String>,
     ) -> Result<Option<String>, McpError> {
         match (inputs, state) {
-            (Inputs::Returned, Some(sealed)) => self.open_inputs(round, &sealed),
+            (Inputs::Returned, Some(sealed)) => self.input_states.open(round, &sealed),
             _ => Ok(None),
         }
     }
