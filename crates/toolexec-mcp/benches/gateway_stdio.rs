@@ -15,7 +15,9 @@
 //! 3. `import`: `toolexec serve` importing 10,000 tools from an upstream
 //!    server (this binary in server mode), then `search_tools` over them;
 //! 4. `resources`: `resources/read` of a 1 MiB resource from a bare rmcp
-//!    server, directly and through `toolexec serve`, alternating.
+//!    server, directly, through a byte relay (this binary copying the pipes,
+//!    no parsing), through the bare rmcp relay and through `toolexec
+//!    serve`, alternating.
 //!
 //! Reference rows, all served by this binary in a child mode
 //! (`TOOLEXEC_BENCH_UPSTREAM`): a bare rmcp server with `add` (the floor of
@@ -1071,49 +1073,62 @@ async fn read_big(peer: &Peer<RoleClient>) -> Result<Duration, String> {
 }
 
 async fn resources(deps: &Deps, s: &Settings) -> Result<String, String> {
-    let proxy = deps.gateway("resources", &[], &[("rs", &deps.bare)])?;
-    let direct = connect(deps, "resources-direct", &deps.bare).await?;
-    let proxied = connect(deps, "resources-proxy", &proxy).await?;
+    let gateway = deps.gateway("resources", &[], &[("rs", &deps.bare)])?;
+    let bytes = Program::new(&deps.bare.command, &[]).env(UPSTREAM_ENV, "bytes");
+    let paths = [
+        (
+            "direct",
+            connect(deps, "resources-direct", &deps.bare).await?,
+        ),
+        (
+            "through a byte relay (floor: copies, no parsing)",
+            connect(deps, "resources-bytes", &bytes).await?,
+        ),
+        (
+            "through a bare rmcp relay (floor of a typed proxy)",
+            connect(deps, "resources-relay", &deps.relay(&deps.bare)).await?,
+        ),
+        (
+            "through `toolexec serve`",
+            connect(deps, "resources-proxy", &gateway).await?,
+        ),
+    ];
     let reads = (s.calls / 10).clamp(PROXY_ROUNDS, 1000);
     for _ in 0..20 {
-        read_big(direct.peer()).await?;
-        read_big(proxied.peer()).await?;
+        for (_, conn) in &paths {
+            read_big(conn.peer()).await?;
+        }
     }
     let per_round = reads.div_ceil(PROXY_ROUNDS);
-    let (mut d, mut p) = (Vec::new(), Vec::new());
+    let mut lat: Vec<Vec<Duration>> = paths.iter().map(|_| Vec::new()).collect();
     for _ in 0..PROXY_ROUNDS {
-        for _ in 0..per_round {
-            d.push(read_big(direct.peer()).await?);
-        }
-        for _ in 0..per_round {
-            p.push(read_big(proxied.peer()).await?);
+        for ((_, conn), lat) in paths.iter().zip(&mut lat) {
+            for _ in 0..per_round {
+                lat.push(read_big(conn.peer()).await?);
+            }
         }
     }
-    let (d, p) = (Stats::of(d), Stats::of(p));
-    let overhead = p.p50.as_secs_f64() / d.p50.as_secs_f64() - 1.0;
-    eprintln!(
-        "   direct p50 {} proxied p50 {} overhead {:.1} %",
-        us(d.p50),
-        us(p.p50),
-        overhead * 100.0
-    );
+    let stats: Vec<Stats> = lat.into_iter().map(Stats::of).collect();
+    let direct = stats[0].p50.as_secs_f64();
     let mut out = format!(
-        "\n### 4. `resources/read` of 1 MiB through the gateway\n\n{} reads each way of a 1 MiB text resource from a bare rmcp server, in {PROXY_ROUNDS} alternating rounds, directly and through `toolexec serve`.\n\n| path | p50 | p90 / p99 | mean |\n|---|---|---|---|\n",
+        "\n### 4. `resources/read` of 1 MiB through the gateway\n\n{} reads each way of a 1 MiB text resource from a bare rmcp server, in {PROXY_ROUNDS} alternating rounds: directly, through two floors (a process that only copies the bytes, and a bare rmcp proxy) and through `toolexec serve`.\n\n| path | p50 | p90 / p99 | mean | overhead at p50 |\n|---|---|---|---|---|\n",
         per_round * PROXY_ROUNDS
     );
-    for (label, st) in [("direct", &d), ("through `toolexec serve`", &p)] {
+    for ((label, _), st) in paths.iter().zip(&stats) {
+        let overhead = (st.p50.as_secs_f64() / direct - 1.0) * 100.0;
+        eprintln!("   {label}: p50 {} ({overhead:+.1} %)", us(st.p50));
         let _ = writeln!(
             out,
-            "| {label} | {} | {} / {} | {} |",
+            "| {label} | {} | {} / {} | {} | {overhead:+.1} % |",
             us(st.p50),
             us(st.p90),
             us(st.p99),
             us(st.mean)
         );
     }
-    let _ = writeln!(out, "\nOverhead at p50: **{:.1} %**.", overhead * 100.0);
-    direct.close().await;
-    proxied.close().await;
+    for (_, conn) in paths {
+        conn.close().await;
+    }
     Ok(out)
 }
 
@@ -1707,8 +1722,21 @@ mod upstream {
         fn get_info(&self) -> ServerConfig {
             let mut capabilities = ServerCapabilities::default();
             capabilities.tools = Some(ToolsCapability::default());
+            capabilities.resources = Some(Default::default());
             ServerConfig::new(capabilities)
                 .with_server_info(Implementation::new("toolexec-bench-relay", "0"))
+        }
+
+        async fn read_resource(
+            &self,
+            request: rmcp::model::ReadResourceRequestParams,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+            self.peer
+                .read_resource(request)
+                .await
+                .map(rmcp::model::ReadResourceResponse::Complete)
+                .map_err(|e| McpError::internal_error(e.to_string(), None))
         }
 
         async fn list_tools(
@@ -1748,9 +1776,49 @@ mod upstream {
         }
     }
 
-    /// `mode`: the number of generated tools to list besides `add`, or
-    /// `relay`.
+    /// Copies bytes from `from` to `to` through a 64 KiB buffer until
+    /// `from` ends: what any proxy process must at least do with a message
+    /// (read it into its memory and write it out), with no parsing.
+    fn copy_bytes(mut from: impl std::io::Read, mut to: impl std::io::Write) {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).and_then(|()| to.flush()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A byte relay in front of this binary as a bare server: one thread
+    /// per direction copying the pipes (no MCP, no Tokio), the floor of any
+    /// proxy that runs as its own process.
+    fn byte_relay() {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .env(UPSTREAM_ENV, "0")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the relayed upstream");
+        let (to_child, from_child) = (child.stdin.take(), child.stdout.take());
+        let down = std::thread::spawn(move || {
+            copy_bytes(std::io::stdin().lock(), to_child.expect("stdin"));
+        });
+        copy_bytes(from_child.expect("stdout"), std::io::stdout().lock());
+        let _ = down.join();
+        let _ = child.wait();
+    }
+
+    /// `mode`: the number of generated tools to list besides `add`,
+    /// `gateway`, `relay` or `bytes`.
     pub(super) fn main(mode: &str) {
+        if mode == "bytes" {
+            byte_relay();
+            return;
+        }
         let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
         rt.block_on(async {
             if mode == "gateway" {
