@@ -21,3 +21,5 @@
 pub mod gateway;
 #[cfg(feature = "upstream")]
 pub mod upstream;
+#[cfg(feature = "upstream")]
+mod verbatim;

@@ -20,4 +20,5 @@ mod search;
 mod serve;
 mod serve_auth;
 mod serve_hostile;
+mod serve_verbatim;
 mod telemetry;

@@ -33,6 +33,11 @@ pub(crate) const PY_DEMO_UPSTREAM: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/py_demo_upstream.py"
 );
+/// A stdio server of the standard library only, answering exact bytes.
+pub(crate) const PY_RAW_UPSTREAM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/py_raw_upstream.py"
+);
 pub(crate) const PY_SERVE_CLIENT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/py_serve_client.py"
@@ -446,6 +451,16 @@ impl StdioSession {
     pub(crate) fn request(
         &mut self,
         id: u64,
+        method: &str,
+        params: serde_json::Value,
+    ) -> serde_json::Value {
+        self.request_with_id(id.into(), method, params)
+    }
+
+    /// [`StdioSession::request`] with any JSON-RPC id.
+    pub(crate) fn request_with_id(
+        &mut self,
+        id: serde_json::Value,
         method: &str,
         params: serde_json::Value,
     ) -> serde_json::Value {

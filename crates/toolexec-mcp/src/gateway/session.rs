@@ -2,7 +2,7 @@
 //! (`logging/setLevel`), which decides whether streamed chunks are relayed.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 // MCP logging is deprecated by SEP-2577 (2026-07-28) but current in the
 // 2025-11-25 revision the gateway speaks; chunks are relayed as log messages.
@@ -29,6 +29,9 @@ pub(super) struct Session {
     /// Who is on the other end when the transport says so without
     /// per-request credentials (stdio: the local user).
     principal: std::sync::OnceLock<&'static str>,
+    /// The transport writes large results kept by an upstream's transport
+    /// in place of their placeholders (`crate::verbatim`).
+    verbatim: AtomicBool,
 }
 
 #[allow(deprecated)]
@@ -39,6 +42,7 @@ impl Session {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             min_level: AtomicU8::new(level_index(LoggingLevel::Info)),
             principal: std::sync::OnceLock::new(),
+            verbatim: AtomicBool::new(false),
         })
     }
 
@@ -50,6 +54,18 @@ impl Session {
     /// The connection's principal, when its transport set one.
     pub(super) fn principal(&self) -> Option<&'static str> {
         self.principal.get().copied()
+    }
+
+    /// Says the connection's transport releases verbatim results.
+    #[cfg(feature = "upstream")]
+    pub(super) fn set_verbatim(&self) {
+        self.verbatim.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether large results may be relayed verbatim to this connection.
+    #[cfg_attr(not(feature = "upstream"), allow(dead_code))]
+    pub(super) fn verbatim(&self) -> bool {
+        self.verbatim.load(Ordering::Relaxed)
     }
 
     /// `logging/setLevel`: send log messages from `level` up.

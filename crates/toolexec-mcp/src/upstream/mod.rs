@@ -174,6 +174,7 @@
 //! `toolexec_mcp::upstream::stderr`) unfiltered.
 
 mod call;
+mod child;
 mod client_requests;
 mod config;
 mod convert;

@@ -26,8 +26,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use rmcp::RoleClient;
 use rmcp::model::{
-    GetExtensions, GetMeta, JsonRpcMessage, ProgressNotificationParam, ProgressToken,
-    ServerNotification,
+    ClientNotification, GetExtensions, GetMeta, JsonRpcMessage, ProgressNotificationParam,
+    ProgressToken, ServerNotification,
 };
 use rmcp::service::{InboundStreamOrigin, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -37,6 +37,7 @@ use toolexec::ToolContext;
 use super::config::ClientRelay;
 use super::links::{ForClient, Links, Target};
 use super::passthrough::UpstreamNotice;
+use crate::verbatim::{Verbatim, Wanted};
 
 /// A server's notification that a URL-mode elicitation finished.
 const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
@@ -139,11 +140,25 @@ pub(crate) struct WatchProgress(pub(crate) ToolContext, pub(crate) Option<ForCli
 pub(crate) struct InOrder<T> {
     inner: T,
     router: Arc<Router>,
+    /// Where a request marked [`Verbatim`] is recorded, when the transport
+    /// below relays answers verbatim.
+    wanted: Option<Arc<Wanted>>,
 }
 
 impl<T> InOrder<T> {
     pub(crate) fn new(inner: T, router: Arc<Router>) -> Self {
-        InOrder { inner, router }
+        InOrder {
+            inner,
+            router,
+            wanted: None,
+        }
+    }
+
+    /// Records the requests marked [`Verbatim`] in `wanted`, which the
+    /// transport below reads.
+    pub(crate) fn verbatim(mut self, wanted: Arc<Wanted>) -> Self {
+        self.wanted = Some(wanted);
+        self
     }
 }
 
@@ -158,6 +173,21 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        match (&item, &self.wanted) {
+            (JsonRpcMessage::Request(r), Some(wanted))
+                if r.request.extensions().get::<Verbatim>().is_some() =>
+            {
+                wanted.add(&r.id);
+            }
+            (JsonRpcMessage::Notification(n), Some(wanted)) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    wanted.take(id);
+                }
+            }
+            _ => {}
+        }
         if let JsonRpcMessage::Request(r) = &item
             && let Some(WatchProgress(ctx, caller)) = r.request.extensions().get::<WatchProgress>()
         {

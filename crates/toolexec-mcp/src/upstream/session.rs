@@ -3,7 +3,6 @@
 //! (list changes, resource updates), and tool listing.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::Arc;
 
 #[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, current in 2025-11-25.
@@ -16,11 +15,11 @@ use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
     RequestContext, RunningService,
 };
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, InsufficientScopeError, StreamableHttpClient,
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient};
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
@@ -28,10 +27,13 @@ use tokio::sync::OnceCell;
 use toolexec::Secret;
 
 use super::UpstreamTransport;
+use super::child::ChildStdio;
 use super::oauth::{Authorizer, Exchanger, SignedIn, UpstreamOAuth};
 use super::passthrough::UpstreamNotice;
 use super::routing::{InOrder, Router};
 use toolexec_http::tls::Tls;
+
+use crate::verbatim::Wanted;
 
 /// Most `tools/list` pages followed before giving up on a server whose
 /// cursors never end.
@@ -450,15 +452,12 @@ async fn open_session(
             if let Some(dir) = cwd {
                 cmd.current_dir(dir);
             }
-            let (child, stderr) = TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
+            let wanted = Arc::new(Wanted::default());
+            let (child, stderr) = ChildStdio::spawn(cmd, wanted.clone())
                 .map_err(|e| ConnectError::transient(format!("cannot start {command:?}: {e}")))?;
             let pid = child.id();
-            if let Some(stderr) = stderr {
-                forward_stderr(handler.server.clone(), stderr);
-            }
-            let transport = InOrder::new(child, handler.router.clone());
+            forward_stderr(handler.server.clone(), stderr);
+            let transport = InOrder::new(child, handler.router.clone()).verbatim(wanted);
             let running = handler
                 .serve_with_lifecycle(transport, lifecycle)
                 .await

@@ -211,12 +211,15 @@ impl Passthrough {
 
     /// `resources/read`: relayed to the URI's owner; contents keep the URI
     /// the client asked for, and an `input_required` answer goes as
-    /// `inputs` says.
+    /// `inputs` says. With `verbatim` (the connection's transport releases
+    /// kept results), a large result may come back as a placeholder that
+    /// the transport replaces with the server's bytes.
     pub(crate) async fn read_resource(
         &self,
         params: ReadResourceRequestParams,
         cancel: CancellationToken,
         inputs: Inputs,
+        verbatim: bool,
     ) -> Result<ReadResourceResponse, McpError> {
         let asked = params.uri.clone();
         let target = self.target(&asked, cancel.clone()).await?;
@@ -237,7 +240,13 @@ impl Passthrough {
             // Only a client that is answered with input_required answers it.
             params.input_responses = None;
         }
-        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+        let mut request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+        if verbatim && asked == target.uri {
+            // A large result may then reach the client as the server wrote
+            // it; only when its URIs need no rewriting.
+            rmcp::model::GetExtensions::extensions_mut(&mut request)
+                .insert(crate::verbatim::Verbatim);
+        }
         let mut result: ReadResourceResult = match self
             .relay_inputs(target.index, &target.uri, request, cancel, inputs)
             .await?

@@ -1,0 +1,231 @@
+use std::sync::Arc;
+
+use rmcp::model::{NumberOrString, RequestId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+/// A `resources/read` answer to `id` whose text is `text_json` (a JSON
+/// string as written), with a field rmcp does not know.
+fn read_answer(id: &str, text_json: &str) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"contents\":[{{\"uri\":\"raw://big\",\"text\":{text_json},\"x-note\":\"kept\"}}]}}}}\n"
+    )
+}
+
+/// A JSON string of about `n` bytes with escapes serde would write
+/// otherwise (`\u00e9`, `\/`).
+fn escaped_text(n: usize) -> String {
+    format!("\"{}\"", "caf\\u00e9 \\/ ".repeat(n / 12))
+}
+
+/// Everything `reader` hands out, read in pieces of `piece` bytes.
+async fn read_all(mut reader: impl tokio::io::AsyncRead + Unpin, piece: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; piece];
+    loop {
+        let n = reader.read(&mut buf).await.unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Writes `input` in pieces of `piece` bytes into one end of a pipe whose
+/// other end `HoldingReader` reads (so lines arrive split).
+async fn through_reader(input: Vec<u8>, piece: usize, wanted: Arc<Wanted>) -> Vec<u8> {
+    let (mut tx, rx) = tokio::io::duplex(4096);
+    let writer = tokio::spawn(async move {
+        for chunk in input.chunks(piece) {
+            tx.write_all(chunk).await.unwrap();
+        }
+    });
+    let out = read_all(HoldingReader::new(rx, wanted), 8192).await;
+    writer.await.unwrap();
+    out
+}
+
+fn id(n: i64) -> RequestId {
+    NumberOrString::Number(n)
+}
+
+/// The reader keeps the large answer to a wanted request and hands out a
+/// placeholder; the writer puts the kept bytes back, exactly as the server
+/// wrote them (escapes and unknown fields included), under the client's
+/// id. Every other line passes both unchanged, however the bytes arrive.
+#[tokio::test]
+async fn a_large_read_result_goes_through_untouched() {
+    let big = read_answer("7", &escaped_text(200_000));
+    let small = read_answer("8", &escaped_text(100));
+    let unwanted = read_answer("9", &escaped_text(200_000));
+    let note = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n";
+    let input = [note, &big, note, &small, &unwanted, note].concat();
+    for piece in [1 << 20, 4096, 777] {
+        let wanted = Arc::new(Wanted::default());
+        wanted.add(&id(7));
+        wanted.add(&id(8));
+        let out = String::from_utf8(
+            through_reader(input.clone().into_bytes(), piece, wanted.clone()).await,
+        )
+        .unwrap();
+        let lines: Vec<&str> = out.split_inclusive('\n').collect();
+        assert_eq!(lines.len(), 6, "{piece}");
+        assert_eq!(lines[0], note);
+        assert_eq!(lines[2], note);
+        // Small: decoded as usual (and its id forgotten).
+        assert_eq!(lines[3], small);
+        assert_eq!(lines[4], unwanted);
+        assert_eq!(lines[5], note);
+        assert!(wanted.is_empty());
+        // The placeholder, parsed as rmcp would.
+        let placeholder: rmcp::model::ServerJsonRpcMessage =
+            serde_json::from_str(lines[1]).unwrap();
+        let rmcp::model::JsonRpcMessage::Response(response) = placeholder else {
+            panic!("{}", lines[1]);
+        };
+        assert_eq!(response.id, id(7));
+        let rmcp::model::ServerResult::ReadResourceResult(result) = response.result else {
+            panic!("{}", lines[1]);
+        };
+        assert!(result.contents.is_empty());
+
+        // The client's side: rmcp writes the placeholder under its own id.
+        let mut client_side = lines[1].replacen("\"id\":7", "\"id\":\"c-1\"", 1);
+        client_side.insert_str(0, note);
+        client_side.push_str(note);
+        let (tx, rx) = tokio::io::duplex(1 << 16);
+        let reading = tokio::spawn(read_all(rx, 8192));
+        let mut writer = ReleasingWriter::new(tx);
+        writer.write_all(client_side.as_bytes()).await.unwrap();
+        writer.flush().await.unwrap();
+        // Released once: the same placeholder again is an error for its id.
+        writer.write_all(lines[1].as_bytes()).await.unwrap();
+        writer.shutdown().await.unwrap();
+        drop(writer);
+        let written = String::from_utf8(reading.await.unwrap()).unwrap();
+        let written: Vec<&str> = written.split_inclusive('\n').collect();
+        assert_eq!(written.len(), 4);
+        assert_eq!(written[0], note);
+        assert_eq!(written[1], big.replacen("\"id\":7", "\"id\":\"c-1\"", 1));
+        assert_eq!(written[2], note);
+        assert!(
+            written[3].starts_with("{\"jsonrpc\":\"2.0\",\"id\":7,\"error\":"),
+            "{}",
+            written[3]
+        );
+    }
+    assert_eq!(HELD.lock().by_token.len(), 0);
+}
+
+/// Answers that are not a complete read result of MCP's shape, or not
+/// JSON, are handed out unchanged (and their ids forgotten); so is a line too long to
+/// buffer, which rmcp drops itself.
+#[tokio::test]
+async fn other_answers_pass_unchanged() {
+    let text = escaped_text(100_000);
+    let asking = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{{\"resultType\":\"input_required\",\"contents\":[],\"pad\":{text}}}}}\n"
+    );
+    let tool = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":{text}}}]}}}}\n"
+    );
+    let broken = format!("{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{\"contents\":[{text}\n");
+    let error =
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{{\"code\":-1,\"message\":{text}}}}}\n");
+    // Contents MCP would not accept: text and blob, or text not a string.
+    let both = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text},\"blob\":\"AA==\"}}]}}}}\n"
+    );
+    let number = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":6,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":1,\"pad\":{text}}}]}}}}\n"
+    );
+    // Shapes the typed path would rewrite, or refuse: contents as an
+    // array, a result nested deeper than serde_json reads, an unpaired
+    // surrogate, a carriage return between tokens (a line end to some
+    // clients), a 2026-07-28 result (rewritten for earlier clients).
+    let array =
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"contents\":[[\"a\",{text}]]}}}}\n");
+    let deep = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"x\":{}{}}}}}\n",
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let lone = read_answer("9", &format!("{}\\ud800\"", &text[..text.len() - 1]));
+    let carriage = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":10,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"x\":\r{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{}}}}\r}}}}\n"
+    );
+    let modern = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":11,\"result\":{{\"resultType\":\"complete\",\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}]}}}}\n"
+    );
+    let input = [
+        asking.as_str(),
+        &tool,
+        &broken,
+        &error,
+        &both,
+        &number,
+        &array,
+        &deep,
+        &lone,
+        &carriage,
+        &modern,
+    ]
+    .concat();
+    let wanted = Arc::new(Wanted::default());
+    for n in 1..=11 {
+        wanted.add(&id(n));
+    }
+    let out = through_reader(input.clone().into_bytes(), 5000, wanted.clone()).await;
+    assert_eq!(String::from_utf8(out).unwrap(), input);
+    // The broken line's id could not be read: still waited on.
+    assert!(!wanted.is_empty());
+
+    let long = format!("{}\n{}", "x".repeat(100_000), "tail");
+    let mut reader = HoldingReader::new(long.as_bytes(), Arc::new(Wanted::default()));
+    reader.max_line = 1000;
+    let mut out = Vec::new();
+    reader.read_to_end(&mut out).await.unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), long);
+}
+
+/// The check of nesting, surrogates and carriage returns, on its own.
+#[test]
+fn plain_json_refuses_what_serde_json_or_clients_would() {
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    assert!(plain_json(deep(128).as_bytes()));
+    assert!(!plain_json(deep(129).as_bytes()));
+    // Brackets inside strings do not count.
+    assert!(plain_json(format!("[\"{}\"]", "[".repeat(500)).as_bytes()));
+    assert!(plain_json(br#"["\ud83d\ude00 \" \\ \u00e9"]"#));
+    assert!(!plain_json(br#"["\ud83d"]"#));
+    assert!(!plain_json(br#"["\ud83d\u0041"]"#));
+    assert!(!plain_json(br#"["\ude00"]"#));
+    assert!(plain_json(b"[1,\t2]"));
+    assert!(!plain_json(b"[1,\r2]"));
+}
+
+/// A placeholder whose result is no longer kept (expired, or released
+/// already) is answered with a JSON-RPC error for its request, never
+/// written out empty; a short line that only mentions the key is left.
+#[tokio::test]
+async fn a_placeholder_without_its_result_becomes_an_error() {
+    let (tx, rx) = tokio::io::duplex(1 << 16);
+    let reading = tokio::spawn(read_all(rx, 4096));
+    let mut writer = ReleasingWriter::new(tx);
+    let gone =
+        String::from_utf8(placeholder("\"c-9\"", "00112233445566778899aabbccddeeff")).unwrap();
+    let mention =
+        format!("{{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{{\"{MARKER}\":1}}}}\n");
+    writer.write_all(gone.as_bytes()).await.unwrap();
+    writer.write_all(mention.as_bytes()).await.unwrap();
+    writer.shutdown().await.unwrap();
+    drop(writer);
+    let written = String::from_utf8(reading.await.unwrap()).unwrap();
+    let lines: Vec<&str> = written.split_inclusive('\n').collect();
+    assert_eq!(lines.len(), 2, "{written}");
+    let error: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(error["id"], "c-9");
+    assert_eq!(error["error"]["code"], -32603, "{error}");
+    assert_eq!(lines[1], mention);
+}

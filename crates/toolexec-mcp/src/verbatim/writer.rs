@@ -1,0 +1,179 @@
+//! The client's side: [`ReleasingWriter`] writes a kept result where rmcp
+//! wrote its placeholder.
+
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::io::AsyncWrite;
+
+use super::{MARKER, release};
+
+/// A longer message is not a placeholder (those are about 150 bytes).
+const PLACEHOLDER_MAX: usize = 1024;
+
+/// Writes rmcp's messages to the client unchanged, except a placeholder
+/// answer, which it replaces with the answer kept for it (see the module
+/// docs): the answer's id and the kept result's bytes.
+pub(crate) struct ReleasingWriter<W> {
+    inner: W,
+    /// The start of a message that may be a placeholder.
+    line: Vec<u8>,
+    /// Passing a longer message through, until its newline.
+    passing: bool,
+    /// To write before anything else: buffers and the part of each left.
+    out: VecDeque<(Vec<u8>, std::ops::Range<usize>)>,
+}
+
+impl<W> ReleasingWriter<W> {
+    pub(crate) fn new(inner: W) -> Self {
+        ReleasingWriter {
+            inner,
+            line: Vec::new(),
+            passing: false,
+            out: VecDeque::new(),
+        }
+    }
+
+    /// Queues the message `line` (newline included), or the kept answer it
+    /// is the placeholder of.
+    fn queue(&mut self, line: Vec<u8>) {
+        let marker = format!("\"{MARKER}\":\"");
+        let placeholder = line.len() <= PLACEHOLDER_MAX
+            && memchr::memmem::find(&line, marker.as_bytes()).is_some();
+        let released = placeholder
+            .then(|| serde_json::from_slice::<Placeholder<'_>>(&line).ok())
+            .flatten()
+            .and_then(|p| Some((p.id.get().to_owned(), release(&p.result.meta.token)?)));
+        let released = match (placeholder, released) {
+            // A placeholder whose result was dropped (kept too long): an
+            // error for its request, never the empty placeholder.
+            (true, None) => match serde_json::from_slice::<Placeholder<'_>>(&line) {
+                Ok(p) => {
+                    let error = format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{{\"code\":-32603,\"message\":\"the server's answer was dropped before it could be sent (kept over {} s)\"}}}}\n",
+                        p.id.get(),
+                        super::HOLD_FOR.as_secs()
+                    );
+                    let len = error.len();
+                    self.out.push_back((error.into_bytes(), 0..len));
+                    return;
+                }
+                Err(_) => None,
+            },
+            (_, released) => released,
+        };
+        match released {
+            Some((id, kept)) => {
+                let head = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":");
+                let len = head.len();
+                self.out.push_back((head.into_bytes(), 0..len));
+                self.out.push_back((kept.line, kept.result));
+                self.out.push_back((b"}\n".to_vec(), 0..2));
+            }
+            None => {
+                let len = line.len();
+                self.out.push_back((line, 0..len));
+            }
+        }
+    }
+
+    /// Writes out what is queued.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        while let Some((bytes, range)) = self.out.front_mut() {
+            if range.start >= range.end {
+                self.out.pop_front();
+                continue;
+            }
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &bytes[range.clone()]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            range.start += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A placeholder answer, as rmcp wrote it.
+#[derive(Deserialize)]
+struct Placeholder<'a> {
+    #[serde(borrow)]
+    id: &'a RawValue,
+    result: PlaceholderResult,
+}
+
+#[derive(Deserialize)]
+struct PlaceholderResult {
+    #[serde(rename = "_meta")]
+    meta: PlaceholderMeta,
+}
+
+#[derive(Deserialize)]
+struct PlaceholderMeta {
+    #[serde(rename = "io.toolexec/verbatim")]
+    token: String,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for ReleasingWriter<W> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let newline = memchr::memchr(b'\n', buf);
+        let end = newline.map_or(buf.len(), |i| i + 1);
+        if !this.passing && this.line.len() + end > PLACEHOLDER_MAX {
+            // Not a placeholder: what was gathered of it goes first.
+            this.passing = true;
+            let gathered = std::mem::take(&mut this.line);
+            if !gathered.is_empty() {
+                let len = gathered.len();
+                this.out.push_back((gathered, 0..len));
+                ready!(this.poll_drain(cx))?;
+            }
+        }
+        if this.passing {
+            let n = ready!(Pin::new(&mut this.inner).poll_write(cx, &buf[..end]))?;
+            if n == end && newline.is_some() {
+                this.passing = false;
+            }
+            return Poll::Ready(Ok(n));
+        }
+        this.line.extend_from_slice(&buf[..end]);
+        if newline.is_some() {
+            let line = std::mem::take(&mut this.line);
+            this.queue(line);
+        }
+        Poll::Ready(Ok(end))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.line.is_empty() {
+            // Flushed mid-message (rmcp writes whole lines): sent as it is.
+            let line = std::mem::take(&mut this.line);
+            let len = line.len();
+            this.out.push_back((line, 0..len));
+            this.passing = true;
+        }
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.as_mut().poll_flush(cx))?;
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
