@@ -266,11 +266,8 @@ impl ServerHandler for Gateway {
         self.relaying::<rmcp::model::ReadResourceRequestMethod>()?;
         let uri = request.uri.clone();
         let inputs = Inputs::of(&context);
-        // Verbatim results are as a client of an earlier revision gets them
-        // (a 2026-07-28 client's results carry fields rmcp adds), and the
-        // writer finds placeholders among short lines only.
+        // The writer finds placeholders among short lines only.
         let verbatim = self.session.verbatim()
-            && inputs == Inputs::Asked
             && serde_json::to_string(&context.id)
                 .is_ok_and(|id| id.len() <= crate::verbatim::MAX_ID_BYTES);
         let work =

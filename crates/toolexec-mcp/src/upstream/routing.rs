@@ -174,10 +174,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         match (&item, &self.wanted) {
-            (JsonRpcMessage::Request(r), Some(wanted))
-                if r.request.extensions().get::<Verbatim>().is_some() =>
-            {
-                wanted.add(&r.id);
+            (JsonRpcMessage::Request(r), Some(wanted)) => {
+                if let Some(how) = r.request.extensions().get::<Verbatim>() {
+                    wanted.add(&r.id, *how);
+                }
             }
             (JsonRpcMessage::Notification(n), Some(wanted)) => {
                 if let ClientNotification::CancelledNotification(c) = &n.notification

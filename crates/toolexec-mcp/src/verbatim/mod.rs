@@ -58,37 +58,37 @@ pub(crate) const MAX_ID_BYTES: usize = 256;
 /// A request extension: relay this request's answer verbatim when the
 /// transports allow it (only `resources/read` answers are kept).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Verbatim;
+pub(crate) struct Verbatim {
+    /// The client speaks 2026-07-28: a result it gets must say
+    /// `resultType` `complete` and carry the caching hints (`ttlMs`,
+    /// `cacheScope`) rmcp would otherwise add.
+    pub(crate) modern: bool,
+}
 
 /// The ids of one upstream session's requests whose answers are wanted
 /// verbatim.
 #[derive(Debug, Default)]
 pub(crate) struct Wanted {
-    ids: Mutex<Vec<String>>,
+    ids: Mutex<Vec<(String, Verbatim)>>,
 }
 
 impl Wanted {
     /// Waits for the answer to `id`.
-    pub(crate) fn add(&self, id: &RequestId) {
+    pub(crate) fn add(&self, id: &RequestId, how: Verbatim) {
         let mut ids = self.ids.lock();
         if ids.len() >= MAX_WANTED {
             ids.remove(0);
         }
-        ids.push(id_key(id));
+        ids.push((id_key(id), how));
     }
 
-    /// True (and forgotten) when the answer to `id` is wanted; also how a
-    /// cancelled request is forgotten.
-    pub(crate) fn take(&self, id: &RequestId) -> bool {
+    /// How the answer to `id` is wanted, if it is (then forgotten); also
+    /// how a cancelled request is forgotten.
+    pub(crate) fn take(&self, id: &RequestId) -> Option<Verbatim> {
         let mut ids = self.ids.lock();
         let key = id_key(id);
-        match ids.iter().position(|k| *k == key) {
-            Some(i) => {
-                ids.swap_remove(i);
-                true
-            }
-            None => false,
-        }
+        let i = ids.iter().position(|(k, _)| *k == key)?;
+        Some(ids.swap_remove(i).1)
     }
 
     fn is_empty(&self) -> bool {
@@ -103,7 +103,7 @@ fn id_key(id: &RequestId) -> String {
 
 /// A kept result: the line it came in and where in it the result is.
 struct Kept {
-    line: Vec<u8>,
+    line: bytes::Bytes,
     result: std::ops::Range<usize>,
 }
 
@@ -119,7 +119,7 @@ static HELD: LazyLock<Mutex<Held>> = LazyLock::new(Mutex::default);
 /// Keeps the result at `result` in `line`; the token to release it with,
 /// or the line back when it cannot be kept (no randomness, or too much is
 /// kept already).
-fn hold(line: Vec<u8>, result: std::ops::Range<usize>) -> Result<String, Vec<u8>> {
+fn hold(line: bytes::Bytes, result: std::ops::Range<usize>) -> Result<String, bytes::Bytes> {
     let mut random = [0u8; 16];
     if getrandom::fill(&mut random).is_err() {
         return Err(line);
@@ -131,10 +131,10 @@ fn hold(line: Vec<u8>, result: std::ops::Range<usize>) -> Result<String, Vec<u8>
         return Err(line);
     };
     let mut held = HELD.lock();
-    if held.bytes + line.capacity() > MAX_HELD_BYTES {
+    if held.bytes + line.len() > MAX_HELD_BYTES {
         return Err(line);
     }
-    held.bytes += line.capacity();
+    held.bytes += line.len();
     held.by_token.insert(token.clone(), Kept { line, result });
     drop(held);
     let expired = token.clone();
@@ -149,7 +149,7 @@ fn hold(line: Vec<u8>, result: std::ops::Range<usize>) -> Result<String, Vec<u8>
 fn release(token: &str) -> Option<Kept> {
     let mut held = HELD.lock();
     let kept = held.by_token.remove(token)?;
-    held.bytes -= kept.line.capacity();
+    held.bytes -= kept.line.len();
     Some(kept)
 }
 

@@ -6,11 +6,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use bytes::{Bytes, BytesMut};
 use rmcp::model::RequestId;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, ReadBuf};
+use tokio_util::io::poll_read_buf;
 
 use super::{MIN_BYTES, Wanted, hold, placeholder, plain_json};
 
@@ -27,34 +29,20 @@ const CHUNK: usize = 64 * 1024;
 pub(crate) struct HoldingReader<R> {
     inner: R,
     wanted: Arc<Wanted>,
-    /// Read from the server and not handed out: `data[start..filled]`
-    /// (`data` is initialized throughout).
-    data: Vec<u8>,
-    start: usize,
-    filled: usize,
-    /// Where the search for a newline resumes.
+    /// Read from the server and not handed out yet.
+    data: BytesMut,
+    /// Where the search for a newline in `data` resumes.
     searched: usize,
-    /// Being handed out.
-    out: Out,
+    /// Being handed out: a line as the server wrote it, or a placeholder.
+    out: Bytes,
     /// A line too long to buffer, passed through until its newline.
     passing: bool,
     eof: bool,
     /// The most bytes buffered for a line ([`MAX_LINE`]).
     pub(super) max_line: usize,
-}
-
-/// What `poll_read` hands out next.
-enum Out {
-    None,
-    /// `data[start..end]`, as the server wrote it.
-    Data {
-        end: usize,
-    },
-    /// A placeholder, or a line that could not be kept.
-    Owned {
-        bytes: Vec<u8>,
-        pos: usize,
-    },
+    /// The longest line kept so far: room for one as long is made at once
+    /// when a long line comes (instead of growing the buffer step by step).
+    longest: usize,
 }
 
 impl<R> HoldingReader<R> {
@@ -62,78 +50,42 @@ impl<R> HoldingReader<R> {
         HoldingReader {
             inner,
             wanted,
-            data: vec![0; CHUNK],
-            start: 0,
-            filled: 0,
+            data: BytesMut::with_capacity(CHUNK),
             searched: 0,
-            out: Out::None,
+            out: Bytes::new(),
             passing: false,
             eof: false,
             max_line: MAX_LINE,
+            longest: 0,
         }
     }
 
-    /// Done with `data[start..end]`.
-    fn consume(&mut self, end: usize) {
-        self.start = end;
-        self.searched = self.searched.max(end);
-        if self.start == self.filled {
-            (self.start, self.filled, self.searched) = (0, 0, 0);
-            if self.data.len() > 4 * CHUNK {
-                // Back to its usual size after a long line.
-                self.data = vec![0; CHUNK];
-            }
-        }
-    }
-
-    /// Room to read into: what is left moves to the front, or `data`
-    /// grows (up to [`MAX_LINE`]).
-    fn make_room(&mut self) {
-        if self.filled < self.data.len() {
-            return;
-        }
-        if self.start > 0 {
-            self.data.copy_within(self.start..self.filled, 0);
-            self.filled -= self.start;
-            self.searched -= self.start;
-            self.start = 0;
-        } else {
-            let grown = (self.data.len() * 2).min(self.max_line.max(CHUNK));
-            self.data.resize(grown, 0);
-        }
-    }
-
-    /// Decides what to hand out for the line `data[start..end]`.
-    fn line(&mut self, end: usize) {
-        let Some((id, result)) = self.keepable(&self.data[self.start..end]) else {
-            self.out = Out::Data { end };
-            return;
+    /// What to hand out for `line`: itself, or a placeholder.
+    fn line(&mut self, line: BytesMut) -> Bytes {
+        let Some((id, result)) = self.keepable(&line) else {
+            return line.freeze();
         };
-        let line = if self.start == 0 {
-            // The buffer goes to the store; what follows the line stays.
-            let mut rest = self.data[end..self.filled].to_vec();
-            rest.resize(rest.len().max(CHUNK), 0);
-            let mut line = std::mem::replace(&mut self.data, rest);
-            line.truncate(end);
-            self.filled -= end;
-            self.searched = 0;
-            line
-        } else {
-            let line = self.data[self.start..end].to_vec();
-            self.consume(end);
-            line
-        };
-        self.out = match hold(line, result) {
-            Ok(token) => Out::Owned {
-                bytes: placeholder(&id, &token),
-                pos: 0,
-            },
+        self.longest = self.longest.max(line.len());
+        match hold(line.freeze(), result) {
+            Ok(token) => placeholder(&id, &token).into(),
             // Not kept: handed out as it came.
-            Err(line) => Out::Owned {
-                bytes: line,
-                pos: 0,
-            },
+            Err(line) => line,
+        }
+    }
+
+    /// Room to read into: a chunk, or for a long line as much as the
+    /// longest line kept so far (up to [`MAX_LINE`]).
+    fn make_room(&mut self) {
+        if self.data.capacity() - self.data.len() >= CHUNK / 4 {
+            return;
+        }
+        let len = self.data.len();
+        let want = if len >= CHUNK {
+            self.longest.max(2 * len).min(self.max_line.max(CHUNK)) - len
+        } else {
+            CHUNK
         };
+        self.data.reserve(want.max(CHUNK / 4));
     }
 
     /// The id (as the server wrote it) and the result's place in `line`,
@@ -155,7 +107,8 @@ impl<R> HoldingReader<R> {
         }
         let raw_id = answer.id?;
         let id: RequestId = serde_json::from_str(raw_id.get()).ok()?;
-        if !self.wanted.take(&id) || line.len() < MIN_BYTES {
+        let how = self.wanted.take(&id)?;
+        if line.len() < MIN_BYTES {
             return None;
         }
         let result = answer.result?;
@@ -163,19 +116,27 @@ impl<R> HoldingReader<R> {
             return None;
         }
         let read: ReadResult<'_> = serde_json::from_str(result.get()).ok()?;
-        // A result with `resultType` (a 2026-07-28 server's) is rewritten
-        // for a client of an earlier revision: decoded.
-        if read.result_type.is_some() || !read.meta.is_none_or(is_object) {
+        // A 2026-07-28 server's result says `complete` and carries caching
+        // hints, which a 2026-07-28 client needs; an earlier server's has
+        // none, and is decoded for such a client (rmcp adds them). A 2025
+        // client may get `resultType` (its revision's results allow any
+        // field), where rmcp would remove it.
+        let complete = read.result_type.map(RawValue::get) == Some("\"complete\"");
+        let hinted = complete
+            && read
+                .ttl_ms
+                .is_some_and(|t| t.get().starts_with(|c: char| c.is_ascii_digit()))
+            && read.cache_scope.is_some_and(|c| c.get().starts_with('"'));
+        let fits = if how.modern {
+            hinted
+        } else {
+            read.result_type.is_none() || complete
+        };
+        if !fits || !read.meta.is_none_or(is_object) {
             return None;
         }
-        for contents in read.contents {
-            if !is_object(contents) {
-                return None;
-            }
-            let contents: Contents<'_> = serde_json::from_str(contents.get()).ok()?;
-            if !contents.is_valid() {
-                return None;
-            }
+        if !read.contents.iter().all(Contents::is_valid) {
+            return None;
         }
         let start = result.get().as_ptr() as usize - body.as_ptr() as usize;
         Some((raw_id.get().to_owned(), start..start + result.get().len()))
@@ -198,33 +159,72 @@ struct Answer<'a> {
 #[derive(Deserialize)]
 struct ReadResult<'a> {
     #[serde(borrow)]
-    contents: Vec<&'a RawValue>,
+    contents: Vec<Contents<'a>>,
     #[serde(borrow, rename = "resultType")]
     result_type: Option<&'a RawValue>,
+    #[serde(borrow, rename = "ttlMs")]
+    ttl_ms: Option<&'a RawValue>,
+    #[serde(borrow, rename = "cacheScope")]
+    cache_scope: Option<&'a RawValue>,
     #[serde(borrow, rename = "_meta")]
     meta: Option<&'a RawValue>,
 }
 
 /// One of a read result's contents: a URI and either text or a blob, all
-/// strings, and the optional fields MCP defines with their types.
-#[derive(Deserialize)]
+/// strings, and the optional fields MCP defines with their types. Read
+/// from a JSON object only, its fields once each (a key written twice, or
+/// escaped, is refused: clients could read either value).
+#[derive(Default)]
 struct Contents<'a> {
-    #[serde(borrow)]
-    uri: &'a RawValue,
-    #[serde(borrow)]
+    uri: Option<&'a RawValue>,
     text: Option<&'a RawValue>,
-    #[serde(borrow)]
     blob: Option<&'a RawValue>,
-    #[serde(borrow, rename = "mimeType")]
     mime_type: Option<&'a RawValue>,
-    #[serde(borrow, rename = "_meta")]
     meta: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Contents<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(ContentsVisitor(std::marker::PhantomData))
+    }
+}
+
+struct ContentsVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> serde::de::Visitor<'de> for ContentsVisitor<'a> {
+    type Value = Contents<'a>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("resource contents, an object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut contents = Contents::default();
+        while let Some(key) = map.next_key::<&'de str>()? {
+            let slot = match key {
+                "uri" => &mut contents.uri,
+                "text" => &mut contents.text,
+                "blob" => &mut contents.blob,
+                "mimeType" => &mut contents.mime_type,
+                "_meta" => &mut contents.meta,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            if slot.is_some() {
+                return Err(serde::de::Error::duplicate_field("contents field"));
+            }
+            *slot = Some(map.next_value::<&'de RawValue>()?);
+        }
+        Ok(contents)
+    }
 }
 
 impl Contents<'_> {
     fn is_valid(&self) -> bool {
         let string = |v: &RawValue| v.get().starts_with('"');
-        string(self.uri)
+        self.uri.is_some_and(string)
             && self.mime_type.is_none_or(string)
             && self.meta.is_none_or(is_object)
             && match (self.text, self.blob) {
@@ -247,54 +247,36 @@ impl<R: AsyncRead + Unpin> AsyncRead for HoldingReader<R> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         loop {
-            match &mut this.out {
-                Out::Data { end } if this.start < *end => {
-                    let n = buf.remaining().min(*end - this.start);
-                    buf.put_slice(&this.data[this.start..this.start + n]);
-                    this.start += n;
-                    return Poll::Ready(Ok(()));
-                }
-                Out::Data { end } => {
-                    let end = *end;
-                    this.out = Out::None;
-                    this.consume(end);
-                }
-                Out::Owned { bytes, pos } if *pos < bytes.len() => {
-                    let n = buf.remaining().min(bytes.len() - *pos);
-                    buf.put_slice(&bytes[*pos..*pos + n]);
-                    *pos += n;
-                    return Poll::Ready(Ok(()));
-                }
-                Out::Owned { .. } => this.out = Out::None,
-                Out::None => {}
+            if !this.out.is_empty() {
+                let n = buf.remaining().min(this.out.len());
+                buf.put_slice(&this.out.split_to(n));
+                return Poll::Ready(Ok(()));
             }
-            let from = this.searched.max(this.start);
-            if let Some(i) = memchr::memchr(b'\n', &this.data[from..this.filled]) {
-                let end = from + i + 1;
-                if std::mem::take(&mut this.passing) {
-                    this.out = Out::Data { end };
+            if let Some(i) = memchr::memchr(b'\n', &this.data[this.searched..]) {
+                let line = this.data.split_to(this.searched + i + 1);
+                this.searched = 0;
+                this.out = if std::mem::take(&mut this.passing) {
+                    line.freeze()
                 } else {
-                    this.line(end);
-                }
+                    this.line(line)
+                };
                 continue;
             }
-            this.searched = this.filled;
-            let pending = this.filled - this.start;
+            this.searched = this.data.len();
+            let pending = this.data.len();
             if pending > 0 && (this.passing || pending >= this.max_line || this.eof) {
                 // Too long to keep (rmcp drops it), or the last bytes.
                 this.passing = !this.eof;
-                this.out = Out::Data { end: this.filled };
+                this.out = this.data.split().freeze();
+                this.searched = 0;
                 continue;
             }
             if this.eof {
                 return Poll::Ready(Ok(()));
             }
             this.make_room();
-            let mut read = ReadBuf::new(&mut this.data[this.filled..]);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
-            match read.filled().len() {
-                0 => this.eof = true,
-                n => this.filled += n,
+            if ready!(poll_read_buf(Pin::new(&mut this.inner), cx, &mut this.data))? == 0 {
+                this.eof = true;
             }
         }
     }

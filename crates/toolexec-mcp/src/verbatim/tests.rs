@@ -50,6 +50,9 @@ fn id(n: i64) -> RequestId {
     NumberOrString::Number(n)
 }
 
+const LEGACY: Verbatim = Verbatim { modern: false };
+const MODERN: Verbatim = Verbatim { modern: true };
+
 /// The reader keeps the large answer to a wanted request and hands out a
 /// placeholder; the writer puts the kept bytes back, exactly as the server
 /// wrote them (escapes and unknown fields included), under the client's
@@ -63,8 +66,8 @@ async fn a_large_read_result_goes_through_untouched() {
     let input = [note, &big, note, &small, &unwanted, note].concat();
     for piece in [1 << 20, 4096, 777] {
         let wanted = Arc::new(Wanted::default());
-        wanted.add(&id(7));
-        wanted.add(&id(8));
+        wanted.add(&id(7), LEGACY);
+        wanted.add(&id(8), LEGACY);
         let out = String::from_utf8(
             through_reader(input.clone().into_bytes(), piece, wanted.clone()).await,
         )
@@ -143,7 +146,8 @@ async fn other_answers_pass_unchanged() {
     // Shapes the typed path would rewrite, or refuse: contents as an
     // array, a result nested deeper than serde_json reads, an unpaired
     // surrogate, a carriage return between tokens (a line end to some
-    // clients), a 2026-07-28 result (rewritten for earlier clients).
+    // clients), a 2026-07-28 result without caching hints for a 2026-07-28
+    // client (rmcp adds them).
     let array =
         format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"contents\":[[\"a\",{text}]]}}}}\n");
     let deep = format!(
@@ -156,9 +160,14 @@ async fn other_answers_pass_unchanged() {
         "{{\"jsonrpc\":\"2.0\",\"id\":10,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"x\":\r{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{}}}}\r}}}}\n"
     );
     let modern = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":11,\"result\":{{\"resultType\":\"complete\",\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}]}}}}\n"
+        "{{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{{\"resultType\":\"complete\",\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}]}}}}\n"
+    );
+    // A field twice (clients differ on which counts).
+    let twice = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":13,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text},\"text\":\"b\"}}]}}}}\n"
     );
     let input = [
+        &twice,
         asking.as_str(),
         &tool,
         &broken,
@@ -174,7 +183,12 @@ async fn other_answers_pass_unchanged() {
     .concat();
     let wanted = Arc::new(Wanted::default());
     for n in 1..=11 {
-        wanted.add(&id(n));
+        wanted.add(&id(n), LEGACY);
+    }
+    // A 2026-07-28 client needs the caching hints this result lacks.
+    wanted.add(&id(12), MODERN);
+    for n in 13..=13 {
+        wanted.add(&id(n), LEGACY);
     }
     let out = through_reader(input.clone().into_bytes(), 5000, wanted.clone()).await;
     assert_eq!(String::from_utf8(out).unwrap(), input);
@@ -228,4 +242,34 @@ async fn a_placeholder_without_its_result_becomes_an_error() {
     assert_eq!(error["id"], "c-9");
     assert_eq!(error["error"]["code"], -32603, "{error}");
     assert_eq!(lines[1], mention);
+}
+
+/// Which revision's results are kept for which client: a 2026-07-28
+/// client's only with `resultType` `complete` and the caching hints; an
+/// earlier client's with or without them.
+#[tokio::test]
+async fn results_are_kept_for_the_client_s_revision() {
+    let text = escaped_text(100_000);
+    let hinted = |n: u32| {
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{n},\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"private\"}}}}\n"
+        )
+    };
+    let plain = read_answer("3", &text);
+    let input = [hinted(1), hinted(2), plain.clone()].concat();
+    let wanted = Arc::new(Wanted::default());
+    wanted.add(&id(1), MODERN);
+    wanted.add(&id(2), LEGACY);
+    wanted.add(&id(3), MODERN);
+    let out = String::from_utf8(through_reader(input.into_bytes(), 9000, wanted).await).unwrap();
+    let lines: Vec<&str> = out.split_inclusive('\n').collect();
+    assert_eq!(lines.len(), 3);
+    for (line, n) in lines[..2].iter().zip(1..) {
+        assert!(line.len() < 200 && line.contains(MARKER), "{n}: {line}");
+        let token = line.split(&format!("\"{MARKER}\":\"")).nth(1).unwrap();
+        let kept = release(&token[..32]).unwrap();
+        assert!(kept.line == hinted(n).as_bytes(), "{n}: not the line read");
+        assert!(kept.line[kept.result.clone()].starts_with(b"{\"contents\""));
+    }
+    assert_eq!(lines[2], plain);
 }

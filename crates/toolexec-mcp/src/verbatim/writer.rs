@@ -6,6 +6,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::{Buf, Bytes};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::AsyncWrite;
@@ -24,8 +25,8 @@ pub(crate) struct ReleasingWriter<W> {
     line: Vec<u8>,
     /// Passing a longer message through, until its newline.
     passing: bool,
-    /// To write before anything else: buffers and the part of each left.
-    out: VecDeque<(Vec<u8>, std::ops::Range<usize>)>,
+    /// To write before anything else.
+    out: VecDeque<Bytes>,
 }
 
 impl<W> ReleasingWriter<W> {
@@ -58,8 +59,7 @@ impl<W> ReleasingWriter<W> {
                         p.id.get(),
                         super::HOLD_FOR.as_secs()
                     );
-                    let len = error.len();
-                    self.out.push_back((error.into_bytes(), 0..len));
+                    self.out.push_back(error.into());
                     return;
                 }
                 Err(_) => None,
@@ -69,14 +69,12 @@ impl<W> ReleasingWriter<W> {
         match released {
             Some((id, kept)) => {
                 let head = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":");
-                let len = head.len();
-                self.out.push_back((head.into_bytes(), 0..len));
-                self.out.push_back((kept.line, kept.result));
-                self.out.push_back((b"}\n".to_vec(), 0..2));
+                self.out.push_back(head.into());
+                self.out.push_back(kept.line.slice(kept.result));
+                self.out.push_back(Bytes::from_static(b"}\n"));
             }
             None => {
-                let len = line.len();
-                self.out.push_back((line, 0..len));
+                self.out.push_back(line.into());
             }
         }
     }
@@ -86,16 +84,16 @@ impl<W> ReleasingWriter<W> {
     where
         W: AsyncWrite + Unpin,
     {
-        while let Some((bytes, range)) = self.out.front_mut() {
-            if range.start >= range.end {
+        while let Some(bytes) = self.out.front_mut() {
+            if bytes.is_empty() {
                 self.out.pop_front();
                 continue;
             }
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &bytes[range.clone()]))?;
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, bytes))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            range.start += n;
+            bytes.advance(n);
         }
         Poll::Ready(Ok(()))
     }
@@ -139,8 +137,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ReleasingWriter<W> {
             this.passing = true;
             let gathered = std::mem::take(&mut this.line);
             if !gathered.is_empty() {
-                let len = gathered.len();
-                this.out.push_back((gathered, 0..len));
+                this.out.push_back(gathered.into());
                 ready!(this.poll_drain(cx))?;
             }
         }
@@ -164,8 +161,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ReleasingWriter<W> {
         if !this.line.is_empty() {
             // Flushed mid-message (rmcp writes whole lines): sent as it is.
             let line = std::mem::take(&mut this.line);
-            let len = line.len();
-            this.out.push_back((line, 0..len));
+            this.out.push_back(line.into());
             this.passing = true;
         }
         ready!(this.poll_drain(cx))?;

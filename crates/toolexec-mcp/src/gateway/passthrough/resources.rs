@@ -244,8 +244,11 @@ impl Passthrough {
         if verbatim && asked == target.uri {
             // A large result may then reach the client as the server wrote
             // it; only when its URIs need no rewriting.
-            rmcp::model::GetExtensions::extensions_mut(&mut request)
-                .insert(crate::verbatim::Verbatim);
+            rmcp::model::GetExtensions::extensions_mut(&mut request).insert(
+                crate::verbatim::Verbatim {
+                    modern: inputs == Inputs::Returned,
+                },
+            );
         }
         let mut result: ReadResourceResult = match self
             .relay_inputs(target.index, &target.uri, request, cancel, inputs)
