@@ -39,6 +39,9 @@ pub(crate) use writer::ReleasingWriter;
 
 /// The `_meta` key of a placeholder result; its value is the token.
 const MARKER: &str = "io.toolexec/verbatim";
+/// [`MARKER`] as a key in JSON, as rmcp writes it, followed by the value's
+/// opening quote: what the writer looks for in short lines.
+const MARKER_KEY: &[u8] = b"\"io.toolexec/verbatim\":\"";
 /// Results smaller than this are decoded as usual: their parse costs less
 /// than keeping them aside.
 pub(crate) const MIN_BYTES: usize = 64 * 1024;

@@ -224,6 +224,7 @@ fn plain_json_refuses_what_serde_json_or_clients_would() {
 /// written out empty; a short line that only mentions the key is left.
 #[tokio::test]
 async fn a_placeholder_without_its_result_becomes_an_error() {
+    assert_eq!(MARKER_KEY, format!("\"{MARKER}\":\"").as_bytes());
     let (tx, rx) = tokio::io::duplex(1 << 16);
     let reading = tokio::spawn(read_all(rx, 4096));
     let mut writer = ReleasingWriter::new(tx);

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::AsyncWrite;
 
-use super::{MARKER, release};
+use super::{MARKER_KEY, release};
 
 /// A longer message is not a placeholder (those are about 150 bytes).
 const PLACEHOLDER_MAX: usize = 1024;
@@ -42,39 +42,30 @@ impl<W> ReleasingWriter<W> {
     /// Queues the message `line` (newline included), or the kept answer it
     /// is the placeholder of.
     fn queue(&mut self, line: Vec<u8>) {
-        let marker = format!("\"{MARKER}\":\"");
-        let placeholder = line.len() <= PLACEHOLDER_MAX
-            && memchr::memmem::find(&line, marker.as_bytes()).is_some();
-        let released = placeholder
-            .then(|| serde_json::from_slice::<Placeholder<'_>>(&line).ok())
-            .flatten()
-            .and_then(|p| Some((p.id.get().to_owned(), release(&p.result.meta.token)?)));
-        let released = match (placeholder, released) {
-            // A placeholder whose result was dropped (kept too long): an
-            // error for its request, never the empty placeholder.
-            (true, None) => match serde_json::from_slice::<Placeholder<'_>>(&line) {
-                Ok(p) => {
-                    let error = format!(
-                        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{{\"code\":-32603,\"message\":\"the server's answer was dropped before it could be sent (kept over {} s)\"}}}}\n",
-                        p.id.get(),
-                        super::HOLD_FOR.as_secs()
-                    );
-                    self.out.push_back(error.into());
-                    return;
-                }
-                Err(_) => None,
-            },
-            (_, released) => released,
+        let placeholder = (line.len() <= PLACEHOLDER_MAX
+            && memchr::memmem::find(&line, MARKER_KEY).is_some())
+        .then(|| serde_json::from_slice::<Placeholder<'_>>(&line).ok())
+        .flatten();
+        let Some(placeholder) = placeholder else {
+            self.out.push_back(line.into());
+            return;
         };
-        match released {
-            Some((id, kept)) => {
+        let id = placeholder.id.get();
+        match release(&placeholder.result.meta.token) {
+            Some(kept) => {
                 let head = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":");
                 self.out.push_back(head.into());
                 self.out.push_back(kept.line.slice(kept.result));
                 self.out.push_back(Bytes::from_static(b"}\n"));
             }
+            // Its result was dropped (kept too long) or released already:
+            // an error for its request, never the empty placeholder.
             None => {
-                self.out.push_back(line.into());
+                let error = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":-32603,\"message\":\"the server's answer was dropped before it could be sent (kept over {} s)\"}}}}\n",
+                    super::HOLD_FOR.as_secs()
+                );
+                self.out.push_back(error.into());
             }
         }
     }
