@@ -25,6 +25,9 @@
 //! can name a result it was not given.
 
 mod reader;
+// Without the gateway nothing asks for a verbatim result: the reader hands
+// every line on unchanged, and there is no writer.
+#[cfg(feature = "gateway")]
 mod writer;
 
 use std::collections::HashMap;
@@ -35,12 +38,14 @@ use parking_lot::Mutex;
 use rmcp::model::RequestId;
 
 pub(crate) use reader::HoldingReader;
+#[cfg(feature = "gateway")]
 pub(crate) use writer::ReleasingWriter;
 
 /// The `_meta` key of a placeholder result; its value is the token.
 const MARKER: &str = "io.toolexec/verbatim";
 /// [`MARKER`] as a key in JSON, as rmcp writes it, followed by the value's
 /// opening quote: what the writer looks for in short lines.
+#[cfg(feature = "gateway")]
 const MARKER_KEY: &[u8] = b"\"io.toolexec/verbatim\":\"";
 /// Results smaller than this are decoded as usual: their parse costs less
 /// than keeping them aside.
@@ -56,6 +61,7 @@ const MAX_WANTED: usize = 1024;
 const MAX_DEPTH: usize = 128;
 /// The longest client request id (as JSON) whose answer may be relayed
 /// verbatim: the writer looks for placeholders among short lines only.
+#[cfg(feature = "gateway")]
 pub(crate) const MAX_ID_BYTES: usize = 256;
 
 /// A request extension: relay this request's answer verbatim when the
@@ -107,6 +113,7 @@ fn id_key(id: &RequestId) -> String {
 /// A kept result: the line it came in and where in it the result is.
 struct Kept {
     line: bytes::Bytes,
+    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
     result: std::ops::Range<usize>,
 }
 
@@ -218,5 +225,5 @@ fn placeholder(id: &str, token: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "gateway"))]
 mod tests;
