@@ -238,27 +238,11 @@ impl Exec {
         // The run keeps the caller's span and identity on its own task.
         let scope = CallScope::capture();
         let run = async move {
-            let last = match request {
-                StreamRequest::Tool { id, args } => {
-                    let ev = EventTx {
-                        tx: tx.clone(),
-                        step: None,
-                    };
-                    match pipeline.run(&id, args, &opts, Some(ev)).await {
-                        Ok(out) => StreamEvent::Done {
-                            result: Box::new(RunResult::Tool(out)),
-                        },
-                        Err(e) => StreamEvent::Error { error: e.to_body() },
-                    }
-                }
-                StreamRequest::Chain(steps) => {
-                    match run_chain(&pipeline, &steps, &opts, Some(&tx)).await {
-                        Ok(r) => StreamEvent::Done {
-                            result: Box::new(RunResult::Chain(r)),
-                        },
-                        Err(e) => StreamEvent::Error { error: e.to_body() },
-                    }
-                }
+            let last = match run_events(&pipeline, request, &opts, &tx).await {
+                Ok(result) => StreamEvent::Done {
+                    result: Box::new(result),
+                },
+                Err(e) => StreamEvent::Error { error: e.to_body() },
             };
             let _ = tx.send(last).await;
         };
@@ -267,6 +251,40 @@ impl Exec {
             rx,
             _cancel_on_drop: guard,
         }
+    }
+
+    /// Runs a tool or chain on the caller's task, sending its progress and
+    /// chunks to `events` as they come, and returns what it produced (no
+    /// `done` or `error` event is sent). What [`run_stream`](Self::run_stream)
+    /// runs on a task of its own: a caller that relays the events while it
+    /// awaits this saves that task and a hand-off per run. Dropping the
+    /// future cancels the run (its cancellation token too).
+    ///
+    /// ```
+    /// # use serde_json::json;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use toolexec::{RunOptions, RunResult, STREAM_BUFFER, StreamRequest};
+    /// let exec = toolexec::Exec::builder().build();
+    /// let (tx, mut events) = tokio::sync::mpsc::channel(STREAM_BUFFER);
+    /// let request = StreamRequest::Tool { id: "nope:missing".into(), args: json!({}) };
+    /// let outcome = exec.run_events(request, &RunOptions::default(), tx).await;
+    /// assert_eq!(outcome.unwrap_err().code(), toolexec::ErrorCode::ToolNotFound);
+    /// assert!(events.recv().await.is_none());
+    /// # }
+    /// ```
+    pub async fn run_events(
+        &self,
+        request: StreamRequest,
+        opts: &RunOptions,
+        events: mpsc::Sender<StreamEvent>,
+    ) -> Result<RunResult, Error> {
+        let cancel = opts.cancel.clone().unwrap_or_default();
+        let _cancel_on_drop = cancel.clone().drop_guard();
+        let opts = RunOptions {
+            cancel: Some(cancel),
+            ..opts.clone()
+        };
+        run_events(&self.pipeline, request, &opts, &events).await
     }
 
     /// Ranked search in the catalog's default mode; at most `limit`
@@ -363,5 +381,30 @@ impl Exec {
     /// A cancellation token for [`RunOptions::cancel`].
     pub fn cancellation_token() -> CancellationToken {
         CancellationToken::new()
+    }
+}
+
+/// A streamed run's work, wherever it runs: events to `tx`, the result
+/// returned.
+async fn run_events(
+    pipeline: &Pipeline,
+    request: StreamRequest,
+    opts: &RunOptions,
+    tx: &mpsc::Sender<StreamEvent>,
+) -> Result<RunResult, Error> {
+    match request {
+        StreamRequest::Tool { id, args } => {
+            let events = EventTx {
+                tx: tx.clone(),
+                step: None,
+            };
+            pipeline
+                .run(&id, args, opts, Some(events))
+                .await
+                .map(RunResult::Tool)
+        }
+        StreamRequest::Chain(steps) => run_chain(pipeline, &steps, opts, Some(tx))
+            .await
+            .map(RunResult::Chain),
     }
 }

@@ -79,6 +79,6 @@ pub use output::{Content, ToolOutput};
 pub use run::RunOptions;
 pub use schema::{CompiledSchema, Violation};
 pub use secret::Secret;
-pub use stream::{EventStream, RunResult, StreamEvent};
+pub use stream::{EventStream, RunResult, STREAM_BUFFER, StreamEvent};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{Tool, ToolAnnotations, ToolBuilder, normalize_tags};

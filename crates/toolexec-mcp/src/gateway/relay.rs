@@ -11,7 +11,8 @@ use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
-use toolexec::{ErrorBody, ErrorCode, RunOptions, RunResult, StreamEvent, StreamRequest};
+use tokio::sync::mpsc;
+use toolexec::{ErrorBody, RunOptions, RunResult, STREAM_BUFFER, StreamEvent, StreamRequest};
 
 use super::server::Gateway;
 
@@ -45,31 +46,43 @@ impl<'a> Relay<'a> {
         }
     }
 
-    /// Runs `request` streamed, relaying its events, and returns its result.
+    /// Runs `request` on this task, relaying its events as they come, and
+    /// returns its result once the events sent before it are relayed.
     pub(super) async fn run(
         mut self,
         request: StreamRequest,
         opts: RunOptions,
     ) -> Result<RunResult, ErrorBody> {
-        let mut stream = self.gateway.exec().run_stream(request, opts);
-        while let Some(event) = stream.next_event().await {
-            match event {
-                StreamEvent::Progress {
-                    step,
-                    progress,
-                    total,
-                    message,
-                } => self.progress(step, progress, total, message).await,
-                StreamEvent::Chunk { step, data } => self.chunk(step, data).await,
-                StreamEvent::Done { result } => return Ok(*result),
-                StreamEvent::Error { error } => return Err(error),
+        let (tx, mut events) = mpsc::channel(STREAM_BUFFER);
+        let gateway = self.gateway;
+        let run = gateway.exec().run_events(request, &opts, tx);
+        tokio::pin!(run);
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                outcome = &mut run => break outcome,
+                Some(event) = events.recv() => self.relay(event).await,
             }
+        };
+        while let Ok(event) = events.try_recv() {
+            self.relay(event).await;
         }
-        Err(ErrorBody {
-            code: ErrorCode::ExecutionFailed,
-            message: "execution_failed: the run ended without a result".into(),
-            details: None,
-        })
+        outcome.map_err(|e| e.to_body())
+    }
+
+    /// Relays one progress or chunk event (a run's result is returned, not
+    /// sent as an event).
+    async fn relay(&mut self, event: StreamEvent) {
+        match event {
+            StreamEvent::Progress {
+                step,
+                progress,
+                total,
+                message,
+            } => self.progress(step, progress, total, message).await,
+            StreamEvent::Chunk { step, data } => self.chunk(step, data).await,
+            StreamEvent::Done { .. } | StreamEvent::Error { .. } => {}
+        }
     }
 
     /// Sends one progress notification, if the value moved forward.

@@ -259,6 +259,64 @@ async fn dropping_a_stream_cancels_the_run() {
     assert!(token.is_cancelled());
 }
 
+/// `run_events` runs on the caller's task: its events are in the channel
+/// when it returns, in order, and the result is returned, not sent.
+#[tokio::test(flavor = "current_thread")]
+async fn run_events_sends_events_and_returns_the_result() {
+    let exec = exec();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(toolexec::STREAM_BUFFER);
+    let request = StreamRequest::Tool {
+        id: "m:count".into(),
+        args: json!({"to": 3}),
+    };
+    let out = exec
+        .run_events(request, &RunOptions::default(), tx)
+        .await
+        .unwrap();
+    assert!(matches!(out, RunResult::Tool(o) if o.value == json!(3)));
+    let mut chunks = Vec::new();
+    while let Some(event) = rx.recv().await {
+        match event {
+            StreamEvent::Chunk { data, .. } => chunks.push(data),
+            StreamEvent::Progress { .. } => {}
+            other => panic!("a result sent as an event: {other:?}"),
+        }
+    }
+    assert_eq!(chunks, [json!({"i": 1}), json!({"i": 2}), json!({"i": 3})]);
+
+    // A chain's invalid steps are the error returned, typed.
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    let e = exec
+        .run_events(StreamRequest::Chain(Vec::new()), &RunOptions::default(), tx)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidRequest);
+}
+
+#[tokio::test]
+async fn dropping_run_events_cancels_the_run() {
+    let exec = exec();
+    let token = toolexec::CancellationToken::new();
+    let opts = RunOptions {
+        cancel: Some(token.clone()),
+        ..RunOptions::default()
+    };
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    let request = StreamRequest::Tool {
+        id: "m:slow".into(),
+        args: json!({}),
+    };
+    let run = tokio::time::timeout(
+        Duration::from_millis(20),
+        exec.run_events(request, &opts, tx),
+    );
+    assert!(
+        run.await.is_err(),
+        "m:slow returned before it was cancelled"
+    );
+    assert!(token.is_cancelled());
+}
+
 /// What a backend sees of the run's idempotency key: the run's own for a
 /// tool, streamed or not; `<key>.<step>` for each step of a chain.
 #[tokio::test]
