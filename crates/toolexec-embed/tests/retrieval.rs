@@ -6,7 +6,8 @@
 //! and beats lexical search; `fusion_variants` (ignored; `--ignored
 //! --nocapture`) prints the ablations behind the fusion, and the chosen
 //! fusion per StableToolBench group (G1 queries need one RapidAPI tool's
-//! endpoints, G2 and G3 several tools').
+//! endpoints, G2 and G3 several tools'); `sentence_variants` (ignored too)
+//! the ablations that fuse each sentence of a query on its own.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -48,6 +49,9 @@ struct Ranked {
     semantic: Vec<Hits>,
     /// Best similarity of any sentence of the query (and the whole query).
     sentences: Vec<Hits>,
+    /// Each sentence's own lexical and semantic rankings (none for a
+    /// one-sentence query).
+    parts: Vec<Vec<(Hits, Hits)>>,
 }
 
 /// Lexical and semantic rankings (top `depth`) of every query.
@@ -56,9 +60,9 @@ fn rank(test: &str, tools: &[Tool], queries: &[Query], depth: usize) -> Option<R
     let model = SentenceModel::load(Path::new(&dir)).expect("load the model");
     let cache = std::env::temp_dir().join("toolexec-embed-eval-cache");
     let model = CachedEmbedder::new(model, &cache);
-    let mut lexical = SearchIndex::new();
+    let mut lexical_index = SearchIndex::new();
     for t in tools {
-        lexical.upsert(&t.doc(FULL));
+        lexical_index.upsert(&t.doc(FULL));
     }
     let passages: Vec<String> = tools.iter().map(|t| passage(&t.doc(FULL))).collect();
     let refs: Vec<&str> = passages.iter().map(String::as_str).collect();
@@ -78,7 +82,7 @@ fn rank(test: &str, tools: &[Tool], queries: &[Query], depth: usize) -> Option<R
     let lexical = queries
         .iter()
         .map(|q| {
-            lexical
+            lexical_index
                 .search(&SearchQuery {
                     text: &q.text,
                     limit: depth,
@@ -106,6 +110,30 @@ fn rank(test: &str, tools: &[Tool], queries: &[Query], depth: usize) -> Option<R
         started.elapsed()
     );
     let mut next = 0;
+    let parts: Vec<Vec<(Hits, Hits)>> = split
+        .iter()
+        .map(|texts| {
+            let v = &flat_vectors[next..next + texts.len()];
+            next += texts.len();
+            texts
+                .iter()
+                .zip(v)
+                .map(|(text, v)| {
+                    let lex = lexical_index
+                        .search(&SearchQuery {
+                            text,
+                            limit: depth,
+                            namespace: None,
+                        })
+                        .into_iter()
+                        .map(|h| (h.id, h.score))
+                        .collect();
+                    (lex, index.nearest(v, depth, |_| true))
+                })
+                .collect()
+        })
+        .collect();
+    let mut next = 0;
     let sentences = split
         .iter()
         .zip(&semantic)
@@ -128,6 +156,7 @@ fn rank(test: &str, tools: &[Tool], queries: &[Query], depth: usize) -> Option<R
         lexical,
         semantic,
         sentences,
+        parts,
     })
 }
 
@@ -464,6 +493,114 @@ fn fusion_variants() {
                 coherent(s, beta, 0, &ns, &members)
             });
             row(&format!("{g} hybrid 0.35 + namespace {beta}"), &m);
+        }
+    }
+}
+
+/// Scores min-max normalised to [0, 1], by id.
+fn unit(hits: &[(Arc<str>, f32)]) -> HashMap<Arc<str>, f32> {
+    norm(hits).into_iter().collect()
+}
+
+#[test]
+#[ignore = "prints the sentence-level ablations; run with --ignored --nocapture"]
+fn sentence_variants() {
+    let Some((tools, queries)) = retrieval::load("sentence_variants") else {
+        return;
+    };
+    let Some(r) = rank("sentence_variants", &tools, &queries, 100) else {
+        return;
+    };
+    header();
+    let eval = |f: &dyn Fn(usize) -> Vec<String>| retrieval::evaluate(&queries, |i, _| f(i));
+    let chosen = |i: usize| fuse(&r.lexical[i], &r.sentences[i], 100);
+    row(
+        "chosen (`fuse`)",
+        &eval(&|i| strings(&chosen(i)[..chosen(i).len().min(10)])),
+    );
+    // The whole query's fused scores plus lambda times each tool's best
+    // fused score over the sentences (each sentence's list normalised).
+    let whole_plus = |i: usize, lambda: f32| {
+        let mut scores = unit(&chosen(i));
+        let mut best: HashMap<Arc<str>, f32> = HashMap::new();
+        for (lex, sem) in &r.parts[i] {
+            for (id, s) in unit(&fuse(lex, sem, 100)) {
+                let e = best.entry(id).or_insert(0.0);
+                *e = e.max(s);
+            }
+        }
+        for (id, s) in best {
+            *scores.entry(id).or_default() += lambda * s;
+        }
+        top(scores)
+    };
+    for g in ["G1", "G2", "G3"] {
+        let idx: Vec<usize> = (0..queries.len())
+            .filter(|&i| queries[i].group.starts_with(g))
+            .collect();
+        let subset: Vec<Query> = idx.iter().map(|&i| queries[i].clone()).collect();
+        let eval =
+            |f: &dyn Fn(usize) -> Vec<String>| retrieval::evaluate(&subset, |j, _| f(idx[j]));
+        row(
+            &format!("{g} chosen"),
+            &eval(&|i| strings(&chosen(i)[..chosen(i).len().min(10)])),
+        );
+        for lambda in [0.75, 1.0, 1.25] {
+            row(
+                &format!("{g} whole + {lambda}"),
+                &eval(&|i| whole_plus(i, lambda)),
+            );
+        }
+    }
+    for lambda in [0.25, 0.5, 0.75, 1.0, 1.25, 2.0] {
+        let m = eval(&|i| whole_plus(i, lambda));
+        row(&format!("whole + {lambda} x best sentence"), &m);
+    }
+    // Round robin: the whole query's first `lead`, then each sentence's
+    // best not yet taken (sentences in the order of their best fused
+    // score, those under `floor` of the best left out), then the whole
+    // query's list.
+    for lead in [1usize, 2] {
+        for floor in [0.0f32, 0.5, 0.8] {
+            let m = eval(&|i| {
+                let whole = chosen(i);
+                let mut out: Vec<String> = Vec::new();
+                let push = |out: &mut Vec<String>, id: &str| {
+                    if out.len() < 10 && !out.iter().any(|o| o == id) {
+                        out.push(id.to_owned());
+                    }
+                };
+                for (id, _) in whole.iter().take(lead) {
+                    push(&mut out, id);
+                }
+                let mut lists: Vec<Hits> =
+                    r.parts[i].iter().map(|(l, s)| fuse(l, s, 100)).collect();
+                lists.sort_by(|a, b| {
+                    let top = |h: &Hits| h.first().map_or(0.0, |x| x.1);
+                    top(b).total_cmp(&top(a))
+                });
+                let best = lists.first().and_then(|l| l.first()).map_or(0.0, |x| x.1);
+                for depth in 0..3 {
+                    for l in &lists {
+                        if l.first().map_or(0.0, |x| x.1) < floor * best {
+                            continue;
+                        }
+                        if let Some((id, _)) = l.get(depth) {
+                            push(&mut out, id);
+                        }
+                    }
+                    if depth == 0 {
+                        for (id, _) in whole.iter().take(lead + 2) {
+                            push(&mut out, id);
+                        }
+                    }
+                }
+                for (id, _) in &whole {
+                    push(&mut out, id);
+                }
+                out
+            });
+            row(&format!("round robin, lead {lead}, floor {floor}"), &m);
         }
     }
 }
