@@ -40,7 +40,11 @@
 //!
 //! Knobs: `TOOLEXEC_BENCH_CALLS` (sequential calls per row, default 5000),
 //! `TOOLEXEC_BENCH_SECS` (seconds per concurrency level, default 2),
-//! `TOOLEXEC_BENCH_IMPORT_RUNS` (default 3). The results are printed as
+//! `TOOLEXEC_BENCH_IMPORT_RUNS` (default 3), `TOOLEXEC_BENCH_ROWS` (run only
+//! the overhead rows whose label contains one of these `|`-separated
+//! strings; default all), `TOOLEXEC_BENCH_RT` (`current` or `one`: the bench
+//! binary's proxies, relay and gateway library, on a current-thread or a
+//! one-worker runtime instead of `toolexec serve`'s). The results are printed as
 //! Markdown tables on stdout; progress goes to stderr; the servers' stderr
 //! to `$TMPDIR/toolexec-bench-mcp/*.stderr`.
 
@@ -170,6 +174,8 @@ struct Settings {
     calls: usize,
     secs: Duration,
     import_runs: usize,
+    /// Substrings of the overhead rows to run; empty runs them all.
+    rows: Vec<String>,
 }
 
 impl Settings {
@@ -185,6 +191,14 @@ impl Settings {
             calls: num("TOOLEXEC_BENCH_CALLS", 5000.0) as usize,
             secs: Duration::from_secs_f64(num("TOOLEXEC_BENCH_SECS", 2.0)),
             import_runs: num("TOOLEXEC_BENCH_IMPORT_RUNS", 3.0) as usize,
+            rows: std::env::var("TOOLEXEC_BENCH_ROWS")
+                .map(|v| {
+                    v.split('|')
+                        .filter(|r| !r.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 }
@@ -994,6 +1008,7 @@ async fn proxy(deps: &Deps, s: &Settings) -> Result<String, String> {
         "\n### 2. Gateway overhead on an upstream stdio server\n\n{} calls each way, one at a time, in {PROXY_ROUNDS} alternating rounds (direct, then proxied) over two open connections; overhead = proxied − direct. Proxy CPU: the proxy process's own CPU time per proxied call (its upstream excluded).\n\n| path | tool | direct p50 | proxied p50 | **overhead p50** | direct p90 / p99 | proxied p90 / p99 | overhead mean | proxy CPU/call |\n|---|---|---|---|---|---|---|---|---|\n",
         s.calls
     );
+    pairs.retain(|p| s.rows.is_empty() || s.rows.iter().any(|r| p.label.contains(r.as_str())));
     for (k, pair) in pairs.iter().enumerate() {
         eprintln!(
             "-- {}: {} vs {}",
@@ -1819,7 +1834,23 @@ mod upstream {
             byte_relay();
             return;
         }
-        let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+        // The proxies' runtime (`TOOLEXEC_BENCH_RT`: `current` or `one`
+        // worker; default as `toolexec serve`); upstreams keep the default.
+        let flavor = match mode {
+            "gateway" | "relay" => std::env::var("TOOLEXEC_BENCH_RT").ok(),
+            _ => None,
+        };
+        let rt = match flavor.as_deref() {
+            Some("current") => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
+            Some("one") => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build(),
+            _ => tokio::runtime::Runtime::new(),
+        }
+        .expect("tokio runtime");
         rt.block_on(async {
             if mode == "gateway" {
                 // The toolexec gateway library, as `toolexec serve --expose
