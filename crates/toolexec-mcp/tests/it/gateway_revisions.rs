@@ -505,9 +505,14 @@ impl rmcp::ClientHandler for Answering {
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
         let text = serde_json::to_string(&params).unwrap();
         assert!(
-            ["Deploy to prod?", "Greet Ada?", "Read fixture://guarded?"]
-                .iter()
-                .any(|m| text.contains(m)),
+            [
+                "Deploy to prod?",
+                "Greet Ada?",
+                "Read fixture://guarded?",
+                "Agree (q"
+            ]
+            .iter()
+            .any(|m| text.contains(m)),
             "{text}"
         );
         Ok(serde_json::from_value(if self.confirm {
@@ -799,6 +804,77 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         .await
         .unwrap_err();
     assert!(format!("{e:?}").contains("execution_failed"), "{e:?}");
+    let r = call(client.peer(), "modern__add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(first_text(&r), "3", "{r:?}");
+    client.cancel().await.unwrap();
+}
+
+/// A 2026-07-28 upstream that asks for more client inputs at once than
+/// the gateway passes on (8): its `tools/call` and `prompts/get` answers
+/// become typed errors naming the limit (`returned_inputs`), not an
+/// `input_required` for the client; asking for 2 is passed on and
+/// answered; the session keeps working.
+#[tokio::test(flavor = "multi_thread")]
+async fn too_many_inputs_at_once_are_refused() {
+    let test = "too_many_inputs_at_once_are_refused";
+    let Some(v) = toolexec_testkit::deps(test, &["TOOLEXEC_NODE22", "TOOLEXEC_NODE_MODULES"])
+    else {
+        return;
+    };
+    let mut config = modern_upstream("modern", &v[0], &v[1]);
+    config.relay = toolexec_mcp::upstream::ClientRelay::GATEWAY;
+    let gateway = gateway_in_front_of(config).await;
+    let client = Answering {
+        confirm: true,
+        tasks: false,
+    }
+    .serve_with_lifecycle(
+        serve_duplex(gateway, 1 << 16),
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .unwrap();
+    let survey = |n: u32| {
+        CallToolRequestParams::new("modern__survey")
+            .with_arguments(json!({"n": n}).as_object().unwrap().clone())
+    };
+    match client.call_tool_once(survey(9)).await.unwrap() {
+        CallToolResponse::Complete(r) => {
+            let text = first_text(&r);
+            assert!(
+                r.is_error == Some(true)
+                    && text.starts_with("execution_failed")
+                    && text.contains("9 client inputs at once; at most 8"),
+                "{r:?}"
+            );
+        }
+        other => panic!("more inputs than relayed reach the client: {other:?}"),
+    }
+    let prompt = GetPromptRequestParams::new("modern__survey")
+        .with_arguments(json!({"n": "9"}).as_object().unwrap().clone());
+    match client.get_prompt_once(prompt).await {
+        Err(rmcp::ServiceError::McpError(e)) => {
+            assert!(e.message.contains("at most 8"), "{e:?}");
+            assert_eq!(
+                e.data.as_ref().unwrap()["code"],
+                "execution_failed",
+                "{e:?}"
+            );
+        }
+        other => panic!("more inputs than relayed reach the client: {other:?}"),
+    }
+    match client.call_tool_once(survey(2)).await.unwrap() {
+        CallToolResponse::InputRequired(asked) => {
+            let requests = serde_json::to_value(&asked.input_requests).unwrap();
+            assert_eq!(requests.as_object().map(|o| o.len()), Some(2), "{requests}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Answered through the client's handler, rounds and all.
+    let r = client.call_tool(survey(2)).await.unwrap();
+    assert_eq!(first_text(&r), "2 of 2 agreed", "{r:?}");
     let r = call(client.peer(), "modern__add", json!({"a": 1, "b": 2})).await;
     assert_eq!(first_text(&r), "3", "{r:?}");
     client.cancel().await.unwrap();
