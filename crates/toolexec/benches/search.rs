@@ -629,6 +629,21 @@ fn bench_fusion(c: &mut Criterion) {
             ))
         })
     });
+    // What a three-sentence query adds in hybrid search: each sentence's
+    // own fusion, then the whole query's with theirs.
+    let sentences: Vec<_> = (0..3)
+        .map(|k| (hits(&mut rng, 30 * k), hits(&mut rng, 30 * k + 50)))
+        .collect();
+    g.bench_function("with_3_sentences", |b| {
+        b.iter(|| {
+            let whole = toolexec::search::fuse(black_box(&lexical), black_box(&semantic), 100);
+            let parts: Vec<_> = sentences
+                .iter()
+                .map(|(l, s)| toolexec::search::fuse(black_box(l), black_box(s), 100))
+                .collect();
+            black_box(toolexec::search::with_sentences(&whole, &parts, 10))
+        })
+    });
     g.finish();
 }
 

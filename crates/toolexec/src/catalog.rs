@@ -17,8 +17,8 @@ use crate::local::{Handler, LocalTool};
 use crate::schema::CompiledSchema;
 use crate::search::embedding::{EmbeddingIndex, EmbeddingStatus};
 use crate::search::{
-    Embedder, SearchDoc, SearchIndex, SearchMode, SearchQuery, fuse, passage, query_passages,
-    schema_params,
+    Embedder, SearchDoc, SearchIndex, SearchMode, SearchQuery, best_of, fuse, passage,
+    query_passages, schema_params, with_sentences,
 };
 use crate::tool::Tool;
 
@@ -603,24 +603,40 @@ impl Catalog {
         let texts: Vec<&str> = passages.iter().map(String::as_str).collect();
         let vectors = semantic.embedder().embed_query(&texts)?;
         let prefix = namespace.map(|ns| format!("{ns}:"));
-        let nearest = semantic.nearest_any(&vectors, depth, |id| {
+        let mut each = semantic.nearest_each(&vectors, depth, |id| {
             prefix.as_deref().is_none_or(|p| id.starts_with(p))
         });
+        // Each sentence's own ranking, then the best of all for the query.
+        let sentences = each.split_off(1.min(each.len()));
+        let mut any = each;
+        any.extend(sentences.iter().cloned());
+        let nearest = best_of(any, depth);
         let ranked: Vec<(Arc<str>, f32)> = if mode == SearchMode::Semantic {
             nearest
         } else {
-            let lexical: Vec<(Arc<str>, f32)> = self
-                .index
-                .read()
-                .search(&SearchQuery {
-                    text: query,
-                    limit: depth,
-                    namespace,
-                })
-                .into_iter()
-                .map(|h| (h.id, h.score))
-                .collect();
-            fuse(&lexical, &nearest, limit)
+            let lexical = |text: &str| -> Vec<(Arc<str>, f32)> {
+                self.index
+                    .read()
+                    .search(&SearchQuery {
+                        text,
+                        limit: depth,
+                        namespace,
+                    })
+                    .into_iter()
+                    .map(|h| (h.id, h.score))
+                    .collect()
+            };
+            if sentences.is_empty() {
+                fuse(&lexical(query), &nearest, limit)
+            } else {
+                let whole = fuse(&lexical(query), &nearest, depth);
+                let parts: Vec<Vec<(Arc<str>, f32)>> = passages[1..]
+                    .iter()
+                    .zip(&sentences)
+                    .map(|(text, semantic)| fuse(&lexical(text), semantic, depth))
+                    .collect();
+                with_sentences(&whole, &parts, limit)
+            }
         };
         let exact = query.trim();
         let state = self.state.read();

@@ -122,15 +122,18 @@ impl EmbeddingIndex {
         &self.shared.embedder
     }
 
-    /// The `limit` tools nearest any of `queries` among those `keep`
-    /// accepts.
-    pub(crate) fn nearest_any(
+    /// The `limit` tools nearest each of `queries` among those `keep`
+    /// accepts, a list each.
+    pub(crate) fn nearest_each(
         &self,
         queries: &[Vec<f32>],
         limit: usize,
         keep: impl Fn(&str) -> bool,
-    ) -> Vec<(Arc<str>, f32)> {
-        self.shared.vectors.read().nearest_any(queries, limit, keep)
+    ) -> Vec<Vec<(Arc<str>, f32)>> {
+        self.shared
+            .vectors
+            .read()
+            .nearest_each(queries, limit, keep)
     }
 
     pub(crate) fn status(&self) -> EmbeddingStatus {

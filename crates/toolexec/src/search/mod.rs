@@ -28,8 +28,8 @@ mod tests;
 pub use embedding::EmbeddingStatus;
 pub use schema::schema_params;
 pub use semantic::{
-    Embedder, NAMESPACE_WEIGHT, SEMANTIC_WEIGHT, SearchMode, VectorIndex, fuse, passage,
-    query_passages,
+    Embedder, NAMESPACE_WEIGHT, SEMANTIC_WEIGHT, SENTENCE_WEIGHT, SearchMode, VectorIndex, best_of,
+    fuse, passage, query_passages, with_sentences,
 };
 
 use std::cell::RefCell;
