@@ -647,7 +647,7 @@ fn bench_fusion(c: &mut Criterion) {
     g.finish();
 }
 
-/// The exact scan semantic search makes: 10,000 vectors of 384 components
+/// The exhaustive scan semantic search makes: 10,000 vectors of 384 components
 /// (all-MiniLM-L6-v2's size), the 10 nearest to one query. The vectors are
 /// pseudo-random unit vectors: the scan's cost does not depend on them.
 fn bench_vector_scan(c: &mut Criterion) {

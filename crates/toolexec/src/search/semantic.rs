@@ -120,13 +120,33 @@ impl std::fmt::Display for SearchMode {
 /// embedding the query). An approximate index such as HNSW becomes worth
 /// its memory and build time past about 100,000 tools, where the scan
 /// would outgrow the query's embedding.
+///
+/// Vectors are kept in 8-bit integers with a scale per vector (a quarter
+/// of the memory the scan reads, which bounds it): a similarity is off by
+/// about a thousandth, far below the gaps that order tools.
 #[derive(Debug, Default)]
 pub struct VectorIndex {
     dim: usize,
     ids: Vec<Arc<str>>,
-    /// `ids.len() × dim` components, row by row.
-    data: Vec<f32>,
+    /// `ids.len() × dim` components, row by row, each row scaled by its
+    /// entry in `scales`.
+    data: Vec<i8>,
+    scales: Vec<f32>,
     slot: HashMap<Arc<str>, usize>,
+}
+
+/// `vector` as 8-bit integers and the scale that multiplies them back.
+fn quantize(vector: &[f32], out: &mut [i8]) -> f32 {
+    let max = vector.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let scale = if max > 0.0 && max.is_finite() {
+        max / 127.0
+    } else {
+        1.0
+    };
+    for (q, x) in out.iter_mut().zip(vector) {
+        *q = (x / scale).round().clamp(-127.0, 127.0) as i8;
+    }
+    scale
 }
 
 impl VectorIndex {
@@ -159,15 +179,18 @@ impl VectorIndex {
         if vector.len() != self.dim || self.dim == 0 {
             return;
         }
-        match self.slot.get(id) {
-            Some(&i) => self.data[i * self.dim..(i + 1) * self.dim].copy_from_slice(vector),
+        let i = match self.slot.get(id) {
+            Some(&i) => i,
             None => {
                 let id: Arc<str> = Arc::from(id);
                 self.slot.insert(id.clone(), self.ids.len());
                 self.ids.push(id);
-                self.data.extend_from_slice(vector);
+                self.data.resize(self.data.len() + self.dim, 0);
+                self.scales.push(1.0);
+                self.ids.len() - 1
             }
-        }
+        };
+        self.scales[i] = quantize(vector, &mut self.data[i * self.dim..(i + 1) * self.dim]);
     }
 
     /// Drops `id`'s vector.
@@ -178,11 +201,13 @@ impl VectorIndex {
         let last = self.ids.len() - 1;
         if i != last {
             self.ids.swap(i, last);
+            self.scales.swap(i, last);
             let (head, tail) = self.data.split_at_mut(last * self.dim);
             head[i * self.dim..(i + 1) * self.dim].copy_from_slice(&tail[..self.dim]);
             self.slot.insert(self.ids[i].clone(), i);
         }
         self.ids.pop();
+        self.scales.pop();
         self.data.truncate(last * self.dim);
         true
     }
@@ -198,11 +223,14 @@ impl VectorIndex {
         if query.len() != self.dim || limit == 0 {
             return Vec::new();
         }
+        let mut q = vec![0i8; self.dim];
+        let q_scale = quantize(query, &mut q);
         let mut scored: Vec<(usize, f32)> = self
             .data
             .chunks_exact(self.dim)
+            .zip(&self.scales)
             .enumerate()
-            .map(|(i, row)| (i, dot(row, query)))
+            .map(|(i, (row, scale))| (i, dot_i8(row, &q) as f32 * scale * q_scale))
             .filter(|(i, _)| keep(&self.ids[*i]))
             .collect();
         let by_score = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1);
@@ -266,25 +294,29 @@ pub fn best_of(lists: Vec<Vec<(Arc<str>, f32)>>, limit: usize) -> Vec<(Arc<str>,
     out
 }
 
-/// The dot product, over [`LANES`] independent sums: one running sum
-/// would make every addition wait for the last (floating-point addition
-/// is not reassociated by the compiler), where independent lanes become
-/// SIMD registers.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// Independent partial sums in [`dot_i8`], which become SIMD registers
+/// (one running sum would make every addition wait for the last).
+const LANES: usize = 32;
+
+/// The dot product of two 8-bit vectors, over [`LANES`] `i32` sums
+/// (products of two `i8` fit an `i16`; any vector a model makes is far too
+/// short for its sums to overflow an `i32`).
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let (a_chunks, a_rest) = a.as_chunks::<LANES>();
     let (b_chunks, b_rest) = b.as_chunks::<LANES>();
-    let mut sums = [0f32; LANES];
+    let mut sums = [0i32; LANES];
     for (x, y) in a_chunks.iter().zip(b_chunks) {
         for ((sum, x), y) in sums.iter_mut().zip(x).zip(y) {
-            *sum += x * y;
+            *sum += i32::from(i16::from(*x) * i16::from(*y));
         }
     }
-    let rest: f32 = a_rest.iter().zip(b_rest).map(|(x, y)| x * y).sum();
-    sums.iter().sum::<f32>() + rest
+    let rest: i32 = a_rest
+        .iter()
+        .zip(b_rest)
+        .map(|(x, y)| i32::from(*x) * i32::from(*y))
+        .sum();
+    sums.iter().sum::<i32>() + rest
 }
-
-/// Partial sums in [`dot`]: two AVX-512 or four AVX2 registers of `f32`.
-const LANES: usize = 32;
 
 /// The weight of the semantic score in [`fuse`] (the lexical one weighs
 /// `1 − SEMANTIC_WEIGHT`); measured best on StableToolBench (BENCHMARKS.md,
@@ -423,11 +455,41 @@ mod tests {
     #[test]
     fn dot_matches_the_plain_sum() {
         for n in [0, 1, 31, 32, 33, 64, 384, 385] {
-            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
-            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
-            let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-            assert!((dot(&a, &b) - plain).abs() < 1e-4, "n = {n}");
+            let a: Vec<i8> = (0..n).map(|i| ((i * 37) % 255 - 127) as i8).collect();
+            let b: Vec<i8> = (0..n).map(|i| ((i * 11) % 255 - 127) as i8).collect();
+            let plain: i32 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| i32::from(*x) * i32::from(*y))
+                .sum();
+            assert_eq!(dot_i8(&a, &b), plain, "n = {n}");
         }
+    }
+
+    /// Similarities from the 8-bit vectors stay within a thousandth or so
+    /// of the exact ones, for unit vectors of a model's size.
+    #[test]
+    fn quantized_similarities_are_close() {
+        let unit = |seed: f32| {
+            let v: Vec<f32> = (0..384).map(|i| (i as f32 * seed).sin()).collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.into_iter().map(|x| x / norm).collect::<Vec<f32>>()
+        };
+        let mut index = VectorIndex::new();
+        let rows: Vec<Vec<f32>> = (1..=20).map(|k| unit(0.01 * k as f32)).collect();
+        for (k, row) in rows.iter().enumerate() {
+            index.upsert(&format!("t:{k}"), row);
+        }
+        let query = unit(0.093);
+        for (id, score) in index.nearest(&query, 20, |_| true) {
+            let k: usize = id["t:".len()..].parse().unwrap();
+            let exact: f32 = rows[k].iter().zip(&query).map(|(x, y)| x * y).sum();
+            assert!((score - exact).abs() < 3e-3, "{id}: {score} vs {exact}");
+        }
+        // A zero vector scores 0, never NaN.
+        index.upsert("t:zero", &[0.0; 384]);
+        let hits = index.nearest(&query, 30, |id| id == "t:zero");
+        assert_eq!(hits[0].1, 0.0);
     }
 
     #[test]
