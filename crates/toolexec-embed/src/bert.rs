@@ -295,6 +295,18 @@ mod tests {
 
     use super::*;
 
+    /// The largest absolute difference between two tensors' elements.
+    fn largest_difference(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
+
     /// The fast GELU against candle's (libm's erf) over the range that
     /// matters and past both clamps.
     #[test]
@@ -304,14 +316,7 @@ mod tests {
         let ours = gelu_erf(&xs).unwrap();
         let theirs = xs.gelu_erf().unwrap();
         assert_eq!(ours.dims(), theirs.dims());
-        let worst = (ours - theirs)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let worst = largest_difference(&ours, &theirs);
         assert!(worst < 2e-6, "largest difference {worst}");
         assert_eq!(erf(0.0), 0.0);
         assert!((erf(10.0) - 1.0).abs() < 1e-6 && (erf(-10.0) + 1.0).abs() < 1e-6);
@@ -357,14 +362,7 @@ mod tests {
                 let len = if row % 2 == 0 { 7 } else { 4 };
                 let tokens = |t: &Tensor| t.get(row).unwrap().narrow(0, 0, len).unwrap();
                 let (x, y, z) = (tokens(&a), tokens(&b), tokens(&c));
-                let diff = (&x - &y)
-                    .unwrap()
-                    .abs()
-                    .unwrap()
-                    .max_all()
-                    .unwrap()
-                    .to_scalar::<f32>()
-                    .unwrap();
+                let diff = largest_difference(&x, &y);
                 assert!(
                     diff < 1e-4,
                     "{rows} rows, row {row}: largest difference {diff}"

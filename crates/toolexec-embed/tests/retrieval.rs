@@ -416,16 +416,21 @@ fn top(scores: HashMap<Arc<str>, f32>) -> Vec<String> {
     strings(&all)
 }
 
+/// The set and its rankings (top 100) for an ablation, the table's header
+/// printed; `None` when the model or the set is missing.
+fn ablation(test: &str) -> Option<(Vec<Tool>, Vec<Query>, Ranked)> {
+    let (tools, queries) = retrieval::load(test)?;
+    let r = rank(test, &tools, &queries, 100)?;
+    header();
+    Some((tools, queries, r))
+}
+
 #[test]
 #[ignore = "prints the fusion ablations; run with --ignored --nocapture"]
 fn fusion_variants() {
-    let Some((tools, queries)) = retrieval::load("fusion_variants") else {
+    let Some((tools, queries, r)) = ablation("fusion_variants") else {
         return;
     };
-    let Some(r) = rank("fusion_variants", &tools, &queries, 100) else {
-        return;
-    };
-    header();
     let eval = |f: &dyn Fn(usize) -> Vec<String>| retrieval::evaluate(&queries, |i, _| f(i));
     row("lexical", &eval(&|i| strings(&r.lexical[i])));
     row("semantic", &eval(&|i| strings(&r.semantic[i])));
@@ -506,13 +511,9 @@ fn unit(hits: &[(Arc<str>, f32)]) -> HashMap<Arc<str>, f32> {
 #[test]
 #[ignore = "prints the sentence-level ablations; run with --ignored --nocapture"]
 fn sentence_variants() {
-    let Some((tools, queries)) = retrieval::load("sentence_variants") else {
+    let Some((_, queries, r)) = ablation("sentence_variants") else {
         return;
     };
-    let Some(r) = rank("sentence_variants", &tools, &queries, 100) else {
-        return;
-    };
-    header();
     let eval = |f: &dyn Fn(usize) -> Vec<String>| retrieval::evaluate(&queries, |i, _| f(i));
     let chosen = |i: usize| fuse(&r.lexical[i], &r.sentences[i], 100);
     row(

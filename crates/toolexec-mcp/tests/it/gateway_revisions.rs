@@ -553,6 +553,31 @@ impl rmcp::ClientHandler for Answering {
     }
 }
 
+/// A gateway that relays every client request in front of the 2026-07-28
+/// fixture (namespace `modern`); `None` when Node 22 or the SDK is missing.
+async fn relaying_gateway(test: &str) -> Option<Gateway> {
+    let v = toolexec_testkit::deps(test, &["TOOLEXEC_NODE22", "TOOLEXEC_NODE_MODULES"])?;
+    let mut config = modern_upstream("modern", &v[0], &v[1]);
+    config.relay = toolexec_mcp::upstream::ClientRelay::GATEWAY;
+    Some(gateway_in_front_of(config).await)
+}
+
+/// A 2026-07-28 client of `gateway` that confirms what it is asked.
+async fn confirming_modern_client(gateway: Gateway) -> RunningService<RoleClient, Answering> {
+    Answering {
+        confirm: true,
+        tasks: false,
+    }
+    .serve_with_lifecycle(
+        serve_duplex(gateway, 1 << 16),
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .unwrap()
+}
+
 /// A gateway publishing every tool directly in front of the 2026-07-28
 /// upstream `config` (checked to speak that revision).
 async fn gateway_in_front_of(config: UpstreamConfig) -> Gateway {
@@ -634,9 +659,9 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
     else {
         return;
     };
-    let mut config = modern_upstream("modern", &v[0], &v[1]);
-    config.relay = toolexec_mcp::upstream::ClientRelay::GATEWAY;
-    let gateway = gateway_in_front_of(config).await;
+    let Some(gateway) = relaying_gateway(test).await else {
+        return;
+    };
     for confirm in [true, false] {
         let client = Answering {
             confirm,
@@ -754,18 +779,7 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
         ..toolexec_mcp::upstream::ClientRelay::GATEWAY
     };
     let guarded_gateway = gateway_in_front_of(config).await;
-    let client = Answering {
-        confirm: true,
-        tasks: false,
-    }
-    .serve_with_lifecycle(
-        serve_duplex(guarded_gateway, 1 << 16),
-        ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
-    )
-    .await
-    .unwrap();
+    let client = confirming_modern_client(guarded_gateway).await;
     let ask = CallToolRequestParams::new("nosampling__ask")
         .with_arguments(json!({"question": "why?"}).as_object().unwrap().clone());
     let r = client.call_tool(ask).await.unwrap();
@@ -817,25 +831,10 @@ async fn a_modern_upstreams_input_requests_reach_the_caller() {
 #[tokio::test(flavor = "multi_thread")]
 async fn too_many_inputs_at_once_are_refused() {
     let test = "too_many_inputs_at_once_are_refused";
-    let Some(v) = toolexec_testkit::deps(test, &["TOOLEXEC_NODE22", "TOOLEXEC_NODE_MODULES"])
-    else {
+    let Some(gateway) = relaying_gateway(test).await else {
         return;
     };
-    let mut config = modern_upstream("modern", &v[0], &v[1]);
-    config.relay = toolexec_mcp::upstream::ClientRelay::GATEWAY;
-    let gateway = gateway_in_front_of(config).await;
-    let client = Answering {
-        confirm: true,
-        tasks: false,
-    }
-    .serve_with_lifecycle(
-        serve_duplex(gateway, 1 << 16),
-        ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
-    )
-    .await
-    .unwrap();
+    let client = confirming_modern_client(gateway).await;
     let survey = |n: u32| {
         CallToolRequestParams::new("modern__survey")
             .with_arguments(json!({"n": n}).as_object().unwrap().clone())
