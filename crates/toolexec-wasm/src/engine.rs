@@ -1,8 +1,10 @@
 //! The wasmtime engine of a runtime and its epoch ticker.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
@@ -45,36 +47,85 @@ pub(crate) fn build(config: &WasmConfig) -> wasmtime::Result<Engine> {
     Engine::new(&c)
 }
 
-/// A thread advancing the engine's epoch every tick, so running code
-/// reaches its deadline check. Stops when dropped.
+/// A thread advancing the engine's epoch every tick while any store is
+/// running ([`Ticker::hold`]), so running code reaches its deadline check;
+/// idle, it sleeps until a store starts (no wake-ups in an idle process).
+/// Stops when dropped.
 pub(crate) struct Ticker {
-    stop: Arc<AtomicBool>,
+    shared: Arc<TickShared>,
     thread: Option<JoinHandle<()>>,
 }
 
+#[derive(Default)]
+struct TickShared {
+    /// Stores running, and whether the ticker is to stop.
+    state: Mutex<(usize, bool)>,
+    wake: Condvar,
+    /// Epochs advanced so far.
+    ticks: AtomicU64,
+}
+
+/// Keeps the ticker ticking while alive: held by each store (in its epoch
+/// callback, so for exactly the store's life).
+pub(crate) struct Ticking(Arc<TickShared>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.state.lock().0 -= 1;
+    }
+}
+
 impl Ticker {
-    /// Starts ticking `engine` every `config.epoch_tick`.
+    /// Starts the thread that ticks `engine` every `config.epoch_tick`
+    /// while a store runs.
     pub(crate) fn start(engine: &Engine, config: &WasmConfig) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (engine, tick, flag) = (engine.clone(), config.epoch_tick, stop.clone());
+        let shared = Arc::new(TickShared::default());
+        let (engine, tick, ticker) = (engine.clone(), config.epoch_tick, shared.clone());
         let thread = std::thread::Builder::new()
             .name("toolexec-wasm-epoch".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(tick);
-                    engine.increment_epoch();
+                let mut state = ticker.state.lock();
+                loop {
+                    match *state {
+                        (_, true) => return,
+                        (0, false) => ticker.wake.wait(&mut state),
+                        _ => {
+                            drop(state);
+                            std::thread::sleep(tick);
+                            engine.increment_epoch();
+                            ticker.ticks.fetch_add(1, Ordering::Relaxed);
+                            state = ticker.state.lock();
+                        }
+                    }
                 }
             })?;
         Ok(Ticker {
-            stop,
+            shared,
             thread: Some(thread),
         })
+    }
+
+    /// Ticks until the returned guard is dropped.
+    pub(crate) fn hold(&self) -> Ticking {
+        let mut state = self.shared.state.lock();
+        state.0 += 1;
+        if state.0 == 1 {
+            self.shared.wake.notify_one();
+        }
+        Ticking(self.shared.clone())
+    }
+
+    /// Epochs advanced so far.
+    #[cfg(test)]
+    fn ticks(&self) -> u64 {
+        self.shared.ticks.load(Ordering::Relaxed)
     }
 }
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.shared.state.lock().1 = true;
+        self.shared.wake.notify_one();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -91,6 +142,48 @@ mod tests {
 
     use super::{CORE_INSTANCES_PER_STORE, MEMORIES_PER_STORE};
     use crate::{WasmConfig, WasmRuntime};
+
+    /// The ticker advances the epoch only while a store holds it.
+    #[test]
+    fn ticks_only_while_held() {
+        use std::time::{Duration, Instant};
+        // Waits up to 5 s for `done` (the thread may be scheduled late).
+        let eventually = |done: &dyn Fn() -> bool| {
+            let until = Instant::now() + Duration::from_secs(5);
+            while !done() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            done()
+        };
+        let config = WasmConfig {
+            epoch_tick: Duration::from_millis(1),
+            ..WasmConfig::default()
+        };
+        let engine = wasmtime::Engine::default();
+        let ticker = super::Ticker::start(&engine, &config).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(ticker.ticks(), 0, "idle, the ticker sleeps");
+        let held = ticker.hold();
+        let second = ticker.hold();
+        assert!(
+            eventually(&|| ticker.ticks() > 0),
+            "a running store gets its ticks"
+        );
+        drop(held);
+        let before = ticker.ticks();
+        assert!(
+            eventually(&|| ticker.ticks() > before),
+            "one store still runs"
+        );
+        drop(second);
+        // At most the tick in flight, then none.
+        let settled = || {
+            let seen = ticker.ticks();
+            std::thread::sleep(Duration::from_millis(20));
+            ticker.ticks() == seen
+        };
+        assert!(eventually(&settled), "no store, no ticks");
+    }
 
     /// A component exporting `run`: `memories` core instances that each
     /// define a memory, `plain` that define nothing, and the one with `run`.

@@ -75,7 +75,7 @@ struct Inner {
     components: component::ComponentLinker,
     cache: Lru<Compiled>,
     slots: Arc<Semaphore>,
-    _ticker: Ticker,
+    ticker: Ticker,
 }
 
 impl std::fmt::Debug for WasmRuntime {
@@ -421,8 +421,12 @@ impl WasmRuntime {
         let deadline = Instant::now() + limits.wall_time;
         let wall_ms = limits.wall_time.as_millis();
         let cancel = ctx.cancel.clone();
+        // The epoch advances for as long as this store lives: the callback
+        // owns the hold.
+        let ticking = inner.ticker.hold();
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |mut s| {
+            let _ = &ticking;
             let fault = if cancel.is_cancelled() {
                 Fault::Cancelled
             } else if Instant::now() >= deadline {
@@ -450,7 +454,7 @@ impl Inner {
             engine,
             linker,
             components,
-            _ticker: ticker,
+            ticker,
         })
     }
 }
