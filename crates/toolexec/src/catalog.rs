@@ -603,14 +603,13 @@ impl Catalog {
         let texts: Vec<&str> = passages.iter().map(String::as_str).collect();
         let vectors = semantic.embedder().embed_query(&texts)?;
         let prefix = namespace.map(|ns| format!("{ns}:"));
-        let mut each = semantic.nearest_each(&vectors, depth, |id| {
+        // The whole query's ranking and each sentence's; a tool's best in
+        // any is its similarity to the query.
+        let each = semantic.nearest_each(&vectors, depth, |id| {
             prefix.as_deref().is_none_or(|p| id.starts_with(p))
         });
-        // Each sentence's own ranking, then the best of all for the query.
-        let sentences = each.split_off(1.min(each.len()));
-        let mut any = each;
-        any.extend(sentences.iter().cloned());
-        let nearest = best_of(any, depth);
+        let sentences = each.get(1..).unwrap_or_default();
+        let nearest = best_of(&each, depth);
         let ranked: Vec<(Arc<str>, f32)> = if mode == SearchMode::Semantic {
             nearest
         } else {
@@ -632,7 +631,7 @@ impl Catalog {
                 let whole = fuse(&lexical(query), &nearest, depth);
                 let parts: Vec<Vec<(Arc<str>, f32)>> = passages[1..]
                     .iter()
-                    .zip(&sentences)
+                    .zip(sentences)
                     .map(|(text, semantic)| fuse(&lexical(text), semantic, depth))
                     .collect();
                 with_sentences(&whole, &parts, limit)

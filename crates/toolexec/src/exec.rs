@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::catalog::{Catalog, NamespaceInfo, SearchResult};
 use crate::chain::{ChainResult, ChainStep, run_chain};
@@ -228,12 +228,7 @@ impl Exec {
     /// Dropping the stream cancels the run. Needs a Tokio runtime.
     pub fn run_stream(&self, request: StreamRequest, opts: RunOptions) -> EventStream {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let cancel = opts.cancel.clone().unwrap_or_default();
-        let guard = cancel.clone().drop_guard();
-        let opts = RunOptions {
-            cancel: Some(cancel),
-            ..opts
-        };
+        let (opts, guard) = cancelled_on_drop(opts);
         let pipeline = self.pipeline.clone();
         // The run keeps the caller's span and identity on its own task.
         let scope = CallScope::capture();
@@ -278,12 +273,7 @@ impl Exec {
         opts: &RunOptions,
         events: mpsc::Sender<StreamEvent>,
     ) -> Result<RunResult, Error> {
-        let cancel = opts.cancel.clone().unwrap_or_default();
-        let _cancel_on_drop = cancel.clone().drop_guard();
-        let opts = RunOptions {
-            cancel: Some(cancel),
-            ..opts.clone()
-        };
+        let (opts, _cancel_on_drop) = cancelled_on_drop(opts.clone());
         run_events(&self.pipeline, request, &opts, &events).await
     }
 
@@ -382,6 +372,18 @@ impl Exec {
     pub fn cancellation_token() -> CancellationToken {
         CancellationToken::new()
     }
+}
+
+/// `opts` with a cancellation token (the caller's, or a new one) and the
+/// guard that cancels it when dropped.
+fn cancelled_on_drop(opts: RunOptions) -> (RunOptions, DropGuard) {
+    let cancel = opts.cancel.clone().unwrap_or_default();
+    let guard = cancel.clone().drop_guard();
+    let opts = RunOptions {
+        cancel: Some(cancel),
+        ..opts
+    };
+    (opts, guard)
 }
 
 /// A streamed run's work, wherever it runs: events to `tx`, the result

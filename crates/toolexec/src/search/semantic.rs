@@ -255,7 +255,7 @@ impl VectorIndex {
         limit: usize,
         keep: impl Fn(&str) -> bool,
     ) -> Vec<(Arc<str>, f32)> {
-        best_of(self.nearest_each(queries, limit, keep), limit)
+        best_of(&self.nearest_each(queries, limit, keep), limit)
     }
 
     /// The `limit` tools most similar to each of `queries`, a list each.
@@ -275,18 +275,14 @@ impl VectorIndex {
 /// The `limit` best of `lists` (rankings of the same tools), each tool
 /// scored by its best in any: exactly the `limit` best by that score, as a
 /// tool among them is within the first `limit` of the list it is best in.
-pub fn best_of(lists: Vec<Vec<(Arc<str>, f32)>>, limit: usize) -> Vec<(Arc<str>, f32)> {
-    let mut lists = lists.into_iter();
-    let Some(first) = lists.next() else {
-        return Vec::new();
-    };
-    let Some(second) = lists.next() else {
-        return first;
-    };
+pub fn best_of(lists: &[Vec<(Arc<str>, f32)>], limit: usize) -> Vec<(Arc<str>, f32)> {
+    if let [one] = lists {
+        return one.iter().take(limit).cloned().collect();
+    }
     let mut best: HashMap<Arc<str>, f32> = HashMap::new();
-    for (id, score) in first.into_iter().chain(second).chain(lists.flatten()) {
-        let e = best.entry(id).or_insert(f32::MIN);
-        *e = e.max(score);
+    for (id, score) in lists.iter().flatten() {
+        let e = best.entry(id.clone()).or_insert(f32::MIN);
+        *e = e.max(*score);
     }
     let mut out: Vec<(Arc<str>, f32)> = best.into_iter().collect();
     out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -542,10 +538,10 @@ mod tests {
     fn best_of_scores_each_tool_by_its_best_list() {
         let a = ranked(&[("x", 0.9), ("y", 0.5), ("z", 0.1)]);
         let b = ranked(&[("z", 0.8), ("y", 0.6)]);
-        let best = best_of(vec![a.clone(), b], 2);
+        let best = best_of(&[a.clone(), b], 2);
         assert_eq!(best, ranked(&[("x", 0.9), ("z", 0.8)]));
-        assert_eq!(best_of(vec![a.clone()], 3), a);
-        assert!(best_of(Vec::new(), 3).is_empty());
+        assert_eq!(best_of(std::slice::from_ref(&a), 3), a);
+        assert!(best_of(&[], 3).is_empty());
     }
 
     #[test]
