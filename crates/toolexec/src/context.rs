@@ -77,6 +77,17 @@ impl ToolContext {
         }
     }
 
+    /// This context without its cancellation: for work that may outlive
+    /// the call that started it (an upstream MCP call held across its
+    /// client's rounds), which the backend then ends itself. Progress and
+    /// chunks still go to this call's listener while it listens.
+    pub fn detached(&self) -> Self {
+        ToolContext {
+            cancel: None,
+            ..self.clone()
+        }
+    }
+
     /// The cancellation token, for backends that relay cancellation (MCP).
     pub fn cancellation_token(&self) -> Option<&CancellationToken> {
         self.cancel.as_ref()

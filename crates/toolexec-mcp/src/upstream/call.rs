@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use toolexec::{Availability, Backend, BoxFuture, Call, Error, ToolContext, ToolOutput};
 use tracing::Instrument;
 
+use super::held::{Owner, Turn};
 use super::http_client::ActAs;
 use super::links::ForClient;
 use super::routing::{Router, WatchProgress};
@@ -67,7 +68,11 @@ pub(crate) enum RequestError {
 impl Shared {
     /// `tools/call` on the upstream, in an `upstream_request` span whose
     /// trace context goes with the request (`_meta.traceparent`).
-    async fn call_tool(&self, remote: &str, call: Call<'_>) -> Result<ToolOutput, Error> {
+    async fn call_tool(
+        self: &Arc<Self>,
+        remote: &str,
+        call: Call<'_>,
+    ) -> Result<ToolOutput, Error> {
         let span = tracing::info_span!(
             target: "toolexec::upstream",
             "upstream_request",
@@ -87,7 +92,11 @@ impl Shared {
         result
     }
 
-    async fn send_call(&self, remote: &str, call: Call<'_>) -> Result<ToolOutput, Error> {
+    async fn send_call(
+        self: &Arc<Self>,
+        remote: &str,
+        call: Call<'_>,
+    ) -> Result<ToolOutput, Error> {
         let tool = call.tool.id.to_string();
         let args = match call.args {
             Value::Object(m) => m,
@@ -112,23 +121,38 @@ impl Shared {
                 .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
             params.request_state = input.state.clone();
         }
-        // One deadline for the whole call, its input rounds included.
+        let owner = Owner::of(&tool, params.arguments.as_ref().unwrap_or(&Map::new()));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let result = self
-            .request_answering(&tool, request, &call.ctx)
-            .await
-            .map_err(|e| match e {
-                RequestError::Server(data) => Error::ExecutionFailed {
-                    tool: tool.clone(),
-                    message: format!(
-                        "the server answered with JSON-RPC error {}: {}",
-                        data.code.0, data.message
-                    ),
-                    data: Some(json!({"code": data.code.0, "data": data.data})),
-                    panicked: false,
-                },
-                RequestError::Local(e) => e,
-            })?;
+        let turn = match call.ctx.client_input() {
+            // A server that asks during its calls, for a caller that
+            // answers input itself: the call is held across its rounds.
+            Some(input) if self.holds(&call.ctx) => {
+                self.held_round(request, input, owner, &call.ctx).await?
+            }
+            // One deadline for the whole call, its input rounds included.
+            _ => Turn::Done(self.request_answering(&tool, request, &call.ctx).await),
+        };
+        let result = match turn {
+            Turn::Done(result) => result,
+            Turn::Asks(asks) => {
+                return Err(Error::InputRequired {
+                    tool,
+                    input: serde_json::to_value(asks).unwrap_or_default(),
+                });
+            }
+        };
+        let result = result.map_err(|e| match e {
+            RequestError::Server(data) => Error::ExecutionFailed {
+                tool: tool.clone(),
+                message: format!(
+                    "the server answered with JSON-RPC error {}: {}",
+                    data.code.0, data.message
+                ),
+                data: Some(json!({"code": data.code.0, "data": data.data})),
+                panicked: false,
+            },
+            RequestError::Local(e) => e,
+        })?;
         match result {
             ServerResult::CallToolResult(r) => convert::output_from_mcp(&tool, r),
             ServerResult::InputRequiredResult(r) if call.ctx.client_input().is_some() => {

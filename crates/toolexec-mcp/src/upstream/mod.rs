@@ -179,6 +179,7 @@ mod client_requests;
 mod config;
 mod convert;
 mod env;
+mod held;
 mod http_client;
 mod import;
 mod input;
@@ -327,6 +328,7 @@ impl Upstream {
             shutdown: CancellationToken::new(),
             reinit: reinit_tx,
             era: Default::default(),
+            held: Default::default(),
         });
         let (first_tx, first_rx) = oneshot::channel();
         let first = (!config.lazy).then_some(first_tx);

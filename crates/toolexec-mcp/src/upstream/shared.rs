@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) reinit: mpsc::UnboundedSender<u64>,
     /// The revisions the server was found to speak.
     pub(crate) era: super::revision::Era,
+    /// Calls held across the rounds of clients that answer input themselves.
+    pub(crate) held: super::held::HeldCalls,
 }
 
 impl Shared {

@@ -38,7 +38,7 @@ fn fixture(name: &str) -> String {
 
 /// How the gateway reaches the asking server.
 #[derive(Clone, Copy, Debug)]
-enum Link {
+pub(crate) enum Link {
     Stdio,
     Http,
     /// The 2024-11-05 HTTP+SSE transport: nothing names the call either.
@@ -47,7 +47,11 @@ enum Link {
 
 /// The asking server as upstream `asking`, relaying to clients, each call
 /// (and each relayed request) bounded by `timeout`. Keep the guard alive.
-fn upstream(python: &str, link: Link, timeout: Duration) -> (UpstreamConfig, Option<ChildGuard>) {
+pub(crate) fn upstream(
+    python: &str,
+    link: Link,
+    timeout: Duration,
+) -> (UpstreamConfig, Option<ChildGuard>) {
     let (transport, guard) = match link {
         Link::Stdio => (
             UpstreamTransport::Stdio {

@@ -7,6 +7,7 @@
 
 mod gateway_code;
 mod gateway_conformance;
+mod gateway_held;
 mod gateway_inspector;
 mod gateway_limits;
 mod gateway_oauth;

@@ -1,0 +1,484 @@
+//! A server of a revision before 2026-07-28 asks its client during a call
+//! (`sampling/createMessage`, `elicitation/create`, `roots/list`), and the
+//! call was made by a client that answers input itself (2026-07-28), which
+//! takes no requests from its server. toolexec holds the upstream call
+//! across the client's rounds:
+//!
+//! 1. The call runs on a task of its own, for a caller whose link queues
+//!    the server's requests ([`HeldLink`]) instead of sending them.
+//! 2. When the server asks, the round ends with `input_required`: the
+//!    requests queued so far, and a fresh random token as the state (the
+//!    gateway seals it to the caller, the server and the tool).
+//! 3. The client sends the call again with its answers and the state: the
+//!    token (taken once: a replay finds nothing) resumes the held call,
+//!    whose server gets the answers, and the round waits for the call's
+//!    result or its next requests.
+//!
+//! A held call keeps its concurrency slot and its one `call_timeout`; a
+//! client that cancels a round abandons the call (the server is told); a
+//! result that comes while no round waits is kept for [`RESULT_GRACE`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rmcp::model::{ClientRequest, InputRequest, InputRequests, InputRequiredResult, ServerResult};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot};
+use toolexec::telemetry::{Caller, current_caller, with_caller};
+use toolexec::{
+    BoxFuture, ClientError, ClientInput, ClientLink, ClientRequests, Error, ToolContext,
+};
+use tracing::Instrument;
+
+use super::call::RequestError;
+use super::shared::Shared;
+
+/// How long the result of a call that ended while it waited for its
+/// client is kept for the client's next round.
+const RESULT_GRACE: Duration = Duration::from_secs(30);
+/// Most requests one round passes to the client (as for a 2026-07-28
+/// server's `input_required`).
+const MAX_INPUTS: usize = 8;
+
+/// What one round of a held call ends with.
+#[allow(clippy::large_enum_variant)] // one a round, moved once or twice
+pub(crate) enum Turn {
+    /// The call ended.
+    Done(Result<ServerResult, RequestError>),
+    /// The server asks: its requests, and the token to resume with.
+    Asks(InputRequiredResult),
+}
+
+/// How the first round of a held call went.
+#[allow(clippy::large_enum_variant)] // one a call, returned once
+enum Held {
+    /// The call ended without asking.
+    Ended(Turn),
+    /// The server asked: the round's outcome comes from the held call.
+    Asked(oneshot::Receiver<Turn>),
+    /// The round was cancelled, and the call with it.
+    Cancelled,
+}
+
+/// A client's next round: its answers, and where the round's outcome goes.
+struct Resume {
+    answers: Map<String, Value>,
+    turn: oneshot::Sender<Turn>,
+}
+
+/// Who may resume a held call: the caller, the tool and the arguments of
+/// its first round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Owner {
+    principal: String,
+    tool: String,
+    args: [u8; 32],
+}
+
+impl Owner {
+    /// The current caller's call of `tool` with `args`.
+    pub(crate) fn of(tool: &str, args: &Map<String, Value>) -> Self {
+        let principal = current_caller()
+            .map(|c| c.principal_key())
+            .unwrap_or_default();
+        let digest = Sha256::digest(serde_json::to_vec(args).unwrap_or_default());
+        Owner {
+            principal,
+            tool: tool.to_owned(),
+            args: digest.into(),
+        }
+    }
+}
+
+/// A held call waiting for its client's next round.
+struct Waiting {
+    owner: Owner,
+    resume: oneshot::Sender<Resume>,
+}
+
+/// The calls of one server held for their clients, by token.
+#[derive(Default)]
+pub(crate) struct HeldCalls {
+    waiting: Mutex<HashMap<String, Waiting>>,
+}
+
+impl std::fmt::Debug for HeldCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldCalls")
+            .field("waiting", &self.waiting.lock().len())
+            .finish()
+    }
+}
+
+impl HeldCalls {
+    fn contains(&self, token: &str) -> bool {
+        self.waiting.lock().contains_key(token)
+    }
+
+    /// The call waiting under `token`, taken, when `owner` made it.
+    fn take(&self, token: &str, owner: &Owner) -> Option<Waiting> {
+        let mut waiting = self.waiting.lock();
+        if waiting.get(token).is_some_and(|w| &w.owner == owner) {
+            waiting.remove(token)
+        } else {
+            None
+        }
+    }
+}
+
+/// One request of the server, waiting for the client's answer.
+struct Ask {
+    method: String,
+    params: Value,
+    answer: oneshot::Sender<Result<Value, ClientError>>,
+}
+
+/// The client link of a held call: the server's requests queue for the
+/// round in progress.
+#[derive(Debug)]
+struct HeldLink {
+    asks: mpsc::Sender<Ask>,
+}
+
+impl std::fmt::Debug for Ask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ask").field("method", &self.method).finish()
+    }
+}
+
+impl ClientRequests for HeldLink {
+    /// What an `input_required` result can carry; the client decides when
+    /// it sees them (as for a 2026-07-28 server's).
+    fn supports(&self, method: &str, _: &Value) -> bool {
+        matches!(
+            method,
+            "sampling/createMessage" | "elicitation/create" | "roots/list"
+        )
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> BoxFuture<'static, Result<Value, ClientError>> {
+        let (answer, answered) = oneshot::channel();
+        let queued = self.asks.try_send(Ask {
+            method: method.to_owned(),
+            params,
+            answer,
+        });
+        Box::pin(async move {
+            if queued.is_err() {
+                return Err(ClientError::Failed(format!(
+                    "the server asked the client for more than {MAX_INPUTS} things at once"
+                )));
+            }
+            answered.await.unwrap_or_else(|_| {
+                Err(ClientError::Failed(
+                    "the call ended before the client answered".to_owned(),
+                ))
+            })
+        })
+    }
+
+    /// A client that answers input itself gets no messages during a call.
+    fn notify(&self, method: &str, _: Value) {
+        tracing::debug!(
+            method,
+            "not relayed: the call is held for a 2026-07-28 client"
+        );
+    }
+}
+
+impl Shared {
+    /// Whether the call `ctx` belongs to goes through a held call: its
+    /// caller answers input itself, this server relays requests, and
+    /// either the state names a held call or the server asks during calls
+    /// (it speaks a revision before 2026-07-28).
+    pub(crate) fn holds(&self, ctx: &ToolContext) -> bool {
+        let Some(input) = ctx.client_input() else {
+            return false;
+        };
+        if !self.relay.any() {
+            return false;
+        }
+        if input
+            .state
+            .as_deref()
+            .is_some_and(|t| self.held.contains(t))
+        {
+            return true;
+        }
+        self.connected_peer().is_ok_and(|(peer, _)| {
+            peer.peer_info()
+                .is_some_and(|info| info.protocol_version.has_initialize())
+        })
+    }
+
+    /// One round of the held call of `owner.tool`: the call starts (no
+    /// state) or resumes with the client's answers (the state is the token
+    /// of its last round), and the round ends with its result or the
+    /// server's next requests. Cancelling `ctx` abandons the call.
+    pub(crate) async fn held_round(
+        self: &Arc<Self>,
+        request: ClientRequest,
+        input: &ClientInput,
+        owner: Owner,
+        ctx: &ToolContext,
+    ) -> Result<Turn, Error> {
+        let tool = owner.tool.clone();
+        let turn = match &input.state {
+            None => match self.hold(request, owner, ctx).await {
+                Held::Ended(turn) => return Ok(turn),
+                Held::Asked(turn) => turn,
+                Held::Cancelled => return Err(Error::Cancelled { tool }),
+            },
+            Some(token) => {
+                self.resume(token, input.responses.clone().unwrap_or_default(), &owner)?
+            }
+        };
+        tokio::select! {
+            turn = turn => turn.map_err(|_| Error::ExecutionFailed {
+                tool,
+                message: "the held call ended without a result".to_owned(),
+                data: None,
+                panicked: false,
+            }),
+            () = ctx.cancelled() => Err(Error::Cancelled { tool }),
+        }
+    }
+
+    /// Runs `request` for the current caller with a [`HeldLink`], here
+    /// (with this round's progress) until it ends or the server asks; then
+    /// on a task of its own, which hands this round the server's requests.
+    async fn hold(
+        self: &Arc<Self>,
+        request: ClientRequest,
+        owner: Owner,
+        ctx: &ToolContext,
+    ) -> Held {
+        let (asks_tx, mut asks) = mpsc::channel(MAX_INPUTS);
+        let mut caller: Caller = current_caller().as_deref().cloned().unwrap_or_default();
+        caller.link = Some(ClientLink(Arc::new(HeldLink { asks: asks_tx })));
+        let shared = self.clone();
+        let label = owner.tool.clone();
+        // Not this round's cancellation: the call may outlive the round.
+        // Dropping it (the client abandoned it) tells the server.
+        let detached = ctx.detached();
+        let mut call: BoxFuture<'static, _> = Box::pin(with_caller(Arc::new(caller), async move {
+            shared.request_for(&label, request, &detached, true).await
+        }));
+        let first = tokio::select! {
+            result = &mut call => return Held::Ended(Turn::Done(result)),
+            Some(ask) = asks.recv() => ask,
+            () = ctx.cancelled() => return Held::Cancelled,
+        };
+        let (turn_tx, turn) = oneshot::channel();
+        let drive = self.clone().drive(call, asks, turn_tx, owner, Some(first));
+        tokio::spawn(drive.instrument(tracing::Span::current()));
+        Held::Asked(turn)
+    }
+
+    /// Hands `answers` to the call held under `token` for `owner`; the
+    /// round's outcome. Else `invalid_request` naming `requestState`.
+    fn resume(
+        &self,
+        token: &str,
+        answers: Map<String, Value>,
+        owner: &Owner,
+    ) -> Result<oneshot::Receiver<Turn>, Error> {
+        let gone = || {
+            Error::invalid_request(
+                "requestState",
+                format!(
+                    "no call of {} waits for these answers (it ended, was answered already, \
+                     or was made with other arguments): call the tool again without the state",
+                    owner.tool
+                ),
+            )
+        };
+        let waiting = self.held.take(token, owner).ok_or_else(gone)?;
+        let (turn_tx, turn) = oneshot::channel();
+        waiting
+            .resume
+            .send(Resume {
+                answers,
+                turn: turn_tx,
+            })
+            .map_err(|_| gone())?;
+        Ok(turn)
+    }
+
+    /// Drives one held call: each round until the call ends or the server
+    /// asks, then holds it until the client's next round.
+    async fn drive(
+        self: Arc<Self>,
+        mut call: BoxFuture<'static, Result<ServerResult, RequestError>>,
+        mut asks: mpsc::Receiver<Ask>,
+        mut turn: oneshot::Sender<Turn>,
+        owner: Owner,
+        mut asked: Option<Ask>,
+    ) {
+        loop {
+            let first = match asked.take() {
+                Some(ask) => ask,
+                None => tokio::select! {
+                    result = &mut call => {
+                        let _ = turn.send(Turn::Done(result));
+                        return;
+                    }
+                    Some(ask) = asks.recv() => ask,
+                    // The round was abandoned: so is the call.
+                    () = turn.closed() => return,
+                },
+            };
+            let mut pending = vec![first];
+            while let Ok(ask) = asks.try_recv() {
+                pending.push(ask);
+            }
+            let Some((requests, pending)) = input_requests(pending) else {
+                continue;
+            };
+            let Some(token) = new_token() else {
+                for ask in pending.into_values() {
+                    let _ = ask.answer.send(Err(ClientError::Failed(
+                        "no randomness for the state of an input round".to_owned(),
+                    )));
+                }
+                continue;
+            };
+            let (resume_tx, mut resume) = oneshot::channel();
+            self.held.waiting.lock().insert(
+                token.clone(),
+                Waiting {
+                    owner: owner.clone(),
+                    resume: resume_tx,
+                },
+            );
+            let asked = InputRequiredResult::new(Some(requests), Some(token.clone()));
+            if turn.send(Turn::Asks(asked)).is_err() {
+                self.held.waiting.lock().remove(&token);
+                return;
+            }
+            let next = tokio::select! {
+                next = &mut resume => next,
+                result = &mut call => {
+                    // Ended while it waited for the client (the server gave
+                    // up on it, or went away): the client's next round gets
+                    // the result.
+                    let next = tokio::time::timeout(RESULT_GRACE, resume).await;
+                    self.held.waiting.lock().remove(&token);
+                    if let Ok(Ok(next)) = next {
+                        let _ = next.turn.send(Turn::Done(result));
+                    }
+                    return;
+                }
+            };
+            let Ok(next) = next else {
+                return;
+            };
+            for (key, ask) in pending {
+                let answer = next.answers.get(&key).cloned().ok_or_else(|| {
+                    ClientError::Failed(format!("the client sent no answer for input {key:?}"))
+                });
+                let _ = ask.answer.send(answer);
+            }
+            turn = next.turn;
+        }
+    }
+}
+
+/// The requests of one round by key, and their asks; `None` when none of
+/// them is one a client can be given (each such ask is answered with why).
+#[allow(clippy::type_complexity)]
+fn input_requests(pending: Vec<Ask>) -> Option<(InputRequests, HashMap<String, Ask>)> {
+    let mut requests = InputRequests::new();
+    let mut asks = HashMap::new();
+    for (i, ask) in pending.into_iter().enumerate() {
+        let wire = json!({"method": ask.method, "params": ask.params});
+        match serde_json::from_value::<InputRequest>(wire) {
+            Ok(request) => {
+                let key = format!("input-{}", i + 1);
+                requests.insert(key.clone(), request);
+                asks.insert(key, ask);
+            }
+            Err(e) => {
+                let _ = ask.answer.send(Err(ClientError::Failed(format!(
+                    "{} cannot be passed to a client as an input request: {e}",
+                    ask.method
+                ))));
+            }
+        }
+    }
+    (!requests.is_empty()).then_some((requests, asks))
+}
+
+/// 128 random bits, hex.
+fn new_token() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A round passes on what a client can be given; a request that is not
+    /// one (here an elicitation without its message) is answered at once
+    /// with why, and a round of nothing else passes nothing.
+    #[tokio::test]
+    async fn only_requests_a_client_can_take_are_passed_on() {
+        let ask = |method: &str, params: Value| {
+            let (answer, answered) = oneshot::channel();
+            let ask = Ask {
+                method: method.to_owned(),
+                params,
+                answer,
+            };
+            (ask, answered)
+        };
+        let (good, _good_answer) = ask(
+            "elicitation/create",
+            json!({"message": "Name?", "requestedSchema": {"type": "object", "properties": {}}}),
+        );
+        let (bad, bad_answer) = ask("elicitation/create", json!({"requestedSchema": {}}));
+        let (requests, asks) = input_requests(vec![good, bad]).unwrap();
+        assert_eq!(requests.keys().collect::<Vec<_>>(), ["input-1"]);
+        assert_eq!(asks.keys().collect::<Vec<_>>(), ["input-1"]);
+        match bad_answer.await.unwrap() {
+            Err(ClientError::Failed(why)) => {
+                assert!(why.contains("cannot be passed to a client"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let (bad, _) = ask("roots/list", json!("not an object"));
+        assert!(input_requests(vec![bad]).is_none());
+    }
+
+    /// The link of a held call queues at most 8 requests; the next is
+    /// refused at once, and a request whose call ended is answered so.
+    #[tokio::test]
+    async fn a_held_link_queues_at_most_eight_requests() {
+        let (asks_tx, mut asks) = mpsc::channel(MAX_INPUTS);
+        let link = HeldLink { asks: asks_tx };
+        let waiting: Vec<_> = (0..MAX_INPUTS)
+            .map(|_| link.request("roots/list", json!({})))
+            .collect();
+        match link.request("roots/list", json!({})).await {
+            Err(ClientError::Failed(why)) => assert!(why.contains("more than 8"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let first = asks.recv().await.unwrap();
+        first.answer.send(Ok(json!({"roots": []}))).unwrap();
+        drop(asks);
+        let mut answers = futures::future::join_all(waiting).await.into_iter();
+        assert_eq!(answers.next().unwrap().unwrap(), json!({"roots": []}));
+        for answer in answers {
+            assert!(matches!(answer, Err(ClientError::Failed(why)) if why.contains("call ended")));
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! A 2025 server's requests to its client during a call made by a
+//! 2026-07-28 client, which takes no requests from its server: the gateway
+//! holds the upstream call across the client's `input_required` rounds.
+//! The Python SDK's asking server (`tests/fixtures/py_asking_server.py`,
+//! revision 2025-11-25) behind an in-process gateway, over stdio and
+//! streamable HTTP, and rmcp's client pinned to 2026-07-28.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+#[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, current in 2025-11-25.
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    Implementation, InputRequiredResult, ListRootsResult, ProtocolVersion, RootsCapabilities,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RequestContext, RunningService};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::{Map, Value, json};
+use toolexec::{Catalog, Exec};
+use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions};
+use toolexec_mcp::upstream::Upstream;
+
+use super::gateway_relay::{Link, upstream};
+use crate::support::upstream::wait_listening;
+
+/// A 2026-07-28 client that answers sampling, elicitation and roots.
+#[derive(Clone)]
+struct Answers;
+
+impl ClientHandler for Answers {
+    #[allow(deprecated)] // sampling: deprecated by SEP-2577, current in 2025-11-25.
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let text = serde_json::to_value(&params.messages).unwrap()[0]["content"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        Ok(serde_json::from_value(json!({
+            "model": "modern-model",
+            "role": "assistant",
+            "content": {"type": "text", "text": format!("echo: {text}")},
+        }))
+        .unwrap())
+    }
+
+    async fn create_elicitation(
+        &self,
+        _: ElicitRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(
+            serde_json::from_value(json!({"action": "accept", "content": {"name": "Ada"}}))
+                .unwrap(),
+        )
+    }
+
+    #[allow(deprecated)] // roots: deprecated by SEP-2577, current in 2025-11-25.
+    async fn list_roots(
+        &self,
+        _: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        Ok(serde_json::from_value(json!({"roots": [{"uri": "file:///work/modern"}]})).unwrap())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.sampling = Some(Default::default());
+        caps.elicitation = Some(Default::default());
+        caps.roots = Some(RootsCapabilities::default());
+        ClientConfig::new(caps, Implementation::new("modern-answers", "1"))
+    }
+}
+
+/// A gateway publishing every tool in front of the asking server over
+/// `link`, whose calls end by `timeout`; a 2026-07-28 client of it.
+async fn modern_client_of(
+    python: &str,
+    link: Link,
+    timeout: Duration,
+) -> (
+    RunningService<RoleClient, Answers>,
+    Arc<Upstream>,
+    Option<crate::support::upstream::ChildGuard>,
+) {
+    let (config, guard) = upstream(python, link, timeout);
+    if let toolexec_mcp::upstream::UpstreamTransport::Http { url, .. } = &config.transport {
+        let port = url
+            .trim_start_matches("http://127.0.0.1:")
+            .split('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        wait_listening(port, Duration::from_secs(30)).await;
+    }
+    let catalog = Arc::new(Catalog::new());
+    let upstream = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
+    assert_ne!(upstream.protocol_version().as_deref(), Some("2026-07-28"));
+    let gateway = Gateway::with_upstreams(
+        Exec::new(catalog),
+        GatewayOptions {
+            expose: Expose::All,
+            ..GatewayOptions::default()
+        },
+        vec![upstream.clone()],
+    );
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = Answers
+        .serve_with_lifecycle(
+            client_io,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    (client, upstream, guard)
+}
+
+fn params(tool: &str, args: Value) -> CallToolRequestParams {
+    let args: Map<String, Value> = args.as_object().unwrap().clone();
+    CallToolRequestParams::new(tool.to_owned()).with_arguments(args)
+}
+
+fn result_of(r: CallToolResponse) -> CallToolResult {
+    match r {
+        CallToolResponse::Complete(r) => r,
+        other => panic!("expected a result: {other:?}"),
+    }
+}
+
+fn asks_of(r: CallToolResponse) -> InputRequiredResult {
+    match r {
+        CallToolResponse::InputRequired(asks) => asks,
+        other => panic!("expected input_required: {other:?}"),
+    }
+}
+
+fn text_of(r: &CallToolResult) -> &str {
+    r.content
+        .first()
+        .and_then(|c| c.as_text())
+        .map_or("", |t| t.text.as_str())
+}
+
+/// `params` again with `answers` and `state`.
+fn again(
+    params: &CallToolRequestParams,
+    answers: Value,
+    state: Option<&str>,
+) -> CallToolRequestParams {
+    let mut params = params.clone();
+    params.input_responses = Some(serde_json::from_value(answers).unwrap());
+    params.request_state = state.map(str::to_owned);
+    params
+}
+
+/// Refused with `invalid_request` naming `requestState`.
+fn refused_state(r: CallToolResponse) {
+    let r = result_of(r);
+    let text = text_of(&r);
+    assert!(
+        r.is_error == Some(true)
+            && text.starts_with("invalid_request")
+            && text.contains("requestState"),
+        "{r:?}"
+    );
+}
+
+/// Each of sampling, form elicitation and roots, asked by the 2025 server
+/// during a call, reaches the 2026-07-28 client as `input_required` and
+/// its answer reaches the server, which finishes the same call; over
+/// stdio (nothing names the call on the wire) and streamable HTTP.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_client_answers_what_an_older_server_asks() {
+    let test = "a_modern_client_answers_what_an_older_server_asks";
+    let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    for link in [Link::Stdio, Link::Http] {
+        let (client, upstream, _guard) =
+            modern_client_of(&python, link, Duration::from_secs(20)).await;
+        let r = client
+            .call_tool(params("asking__ask_llm", json!({"prompt": "hello"})))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.structured_content,
+            Some(
+                json!({"ok": {"model": "modern-model", "role": "assistant", "text": "echo: hello"}})
+            ),
+            "{link:?}: {r:?}"
+        );
+        let r = client
+            .call_tool(params(
+                "asking__ask_name",
+                json!({"question": "Your name?"}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.structured_content,
+            Some(json!({"ok": {"action": "accept", "data": {"name": "Ada"}}})),
+            "{link:?}: {r:?}"
+        );
+        let r = client
+            .call_tool(params("asking__my_roots", json!({})))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.structured_content,
+            Some(json!({"ok": ["file:///work/modern"]})),
+            "{link:?}: {r:?}"
+        );
+
+        // One round at a time: the request as the client gets it, tagged
+        // with the server, under a state that is not the gateway's token.
+        let ask = params("asking__ask_name", json!({"question": "Who?"}));
+        let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
+        let requests = serde_json::to_value(asks.input_requests.as_ref().unwrap()).unwrap();
+        let (key, request) = requests.as_object().unwrap().iter().next().unwrap();
+        assert_eq!(requests.as_object().unwrap().len(), 1, "{requests}");
+        assert_eq!(request["method"], "elicitation/create", "{requests}");
+        assert_eq!(request["params"]["message"], "Who?", "{requests}");
+        assert_eq!(
+            request["params"]["_meta"]["io.toolexec/server"], "asking",
+            "{requests}"
+        );
+        let state = asks.request_state.clone().unwrap();
+        assert!(state.len() > 32, "{state}");
+        let answer = json!({key.clone(): {"action": "accept", "content": {"name": "Grace"}}});
+        // The state with other arguments, or altered, resumes nothing and
+        // leaves the call waiting.
+        let other = params("asking__ask_name", json!({"question": "Whom?"}));
+        refused_state(
+            client
+                .call_tool_once(again(&other, answer.clone(), Some(&state)))
+                .await
+                .unwrap(),
+        );
+        refused_state(
+            client
+                .call_tool_once(again(&ask, answer.clone(), Some(&format!("{state}A"))))
+                .await
+                .unwrap(),
+        );
+        let r = result_of(
+            client
+                .call_tool_once(again(&ask, answer.clone(), Some(&state)))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            r.structured_content,
+            Some(json!({"ok": {"action": "accept", "data": {"name": "Grace"}}})),
+            "{link:?}: {r:?}"
+        );
+        // Replayed: the call it held is over.
+        refused_state(
+            client
+                .call_tool_once(again(&ask, answer, Some(&state)))
+                .await
+                .unwrap(),
+        );
+
+        // No answer for the request: the server gets an error for it.
+        let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
+        let r = result_of(
+            client
+                .call_tool_once(again(&ask, json!({}), asks.request_state.as_deref()))
+                .await
+                .unwrap(),
+        );
+        let error = &r.structured_content.as_ref().unwrap()["error"];
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no answer for input")),
+            "{link:?}: {r:?}"
+        );
+        let r = client
+            .call_tool(params("asking__chatty", json!({})))
+            .await
+            .unwrap();
+        assert_eq!(text_of(&r), "said three things", "{r:?}");
+        client.cancel().await.unwrap();
+        upstream.shutdown().await;
+    }
+}
+
+/// A client that does not come back within the call's timeout: the call
+/// ends at its deadline (the server is told), and the client's late round
+/// gets that outcome rather than a lost call; the session keeps working.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_call_ends_at_its_deadline() {
+    let test = "a_held_call_ends_at_its_deadline";
+    let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let (client, upstream, _guard) =
+        modern_client_of(&python, Link::Stdio, Duration::from_secs(2)).await;
+    let ask = params("asking__ask_llm", json!({"prompt": "late"}));
+    let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
+    let key = asks
+        .input_requests
+        .as_ref()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let answer = json!({key: {"model": "m", "role": "assistant", "content": {"type": "text", "text": "too late"}}});
+    let r = result_of(
+        client
+            .call_tool_once(again(&ask, answer, asks.request_state.as_deref()))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        r.is_error == Some(true) && text_of(&r).starts_with("timeout"),
+        "{r:?}"
+    );
+    // The server was told: its ask ended with an error or was cancelled.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let last = loop {
+        let r = client
+            .call_tool(params("asking__outcomes", json!({})))
+            .await
+            .unwrap();
+        let outcomes = r.structured_content.unwrap()["result"].clone();
+        let last = outcomes.as_array().unwrap().last().cloned();
+        if last.is_some() || std::time::Instant::now() > deadline {
+            break last.unwrap_or(Value::Null);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(last["kind"], "sampling", "{last}");
+    assert!(
+        last["cancelled"] == true || last["error"]["code"].is_i64(),
+        "{last}"
+    );
+    client.cancel().await.unwrap();
+    upstream.shutdown().await;
+}
