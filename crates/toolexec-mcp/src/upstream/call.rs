@@ -126,7 +126,7 @@ impl Shared {
         let turn = match call.ctx.client_input() {
             // A server that asks during its calls, for a caller that
             // answers input itself: the call is held across its rounds.
-            Some(input) if self.holds(&call.ctx) => {
+            Some(input) if self.holds(input.state.as_deref()) => {
                 self.held_round(request, input, owner, &call.ctx).await?
             }
             // One deadline for the whole call, its input rounds included.

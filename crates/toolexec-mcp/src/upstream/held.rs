@@ -69,25 +69,25 @@ struct Resume {
     turn: oneshot::Sender<Turn>,
 }
 
-/// Who may resume a held call: the caller, the tool and the arguments of
-/// its first round.
+/// Who may resume a held call: the caller, the request (a tool id, or a
+/// method and a prompt or URI) and the arguments of its first round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Owner {
     principal: String,
-    tool: String,
+    label: String,
     args: [u8; 32],
 }
 
 impl Owner {
-    /// The current caller's call of `tool` with `args`.
-    pub(crate) fn of(tool: &str, args: &Map<String, Value>) -> Self {
+    /// The current caller's request `label` with `args`.
+    pub(crate) fn of(label: &str, args: &Map<String, Value>) -> Self {
         let principal = current_caller()
             .map(|c| c.principal_key())
             .unwrap_or_default();
         let digest = Sha256::digest(serde_json::to_vec(args).unwrap_or_default());
         Owner {
             principal,
-            tool: tool.to_owned(),
+            label: label.to_owned(),
             args: digest.into(),
         }
     }
@@ -194,22 +194,16 @@ impl ClientRequests for HeldLink {
 }
 
 impl Shared {
-    /// Whether the call `ctx` belongs to goes through a held call: its
-    /// caller answers input itself, this server relays requests, and
-    /// either the state names a held call or the server asks during calls
-    /// (it speaks a revision before 2026-07-28).
-    pub(crate) fn holds(&self, ctx: &ToolContext) -> bool {
-        let Some(input) = ctx.client_input() else {
-            return false;
-        };
+    /// Whether a request of a caller that answers input itself, sent again
+    /// with `state` (or first, without), goes through a held call: this
+    /// server relays requests, and either the state names a held call or
+    /// the server asks during its requests (it speaks a revision before
+    /// 2026-07-28).
+    pub(crate) fn holds(&self, state: Option<&str>) -> bool {
         if !self.relay.any() {
             return false;
         }
-        if input
-            .state
-            .as_deref()
-            .is_some_and(|t| self.held.contains(t))
-        {
+        if state.is_some_and(|t| self.held.contains(t)) {
             return true;
         }
         self.connected_peer().is_ok_and(|(peer, _)| {
@@ -218,7 +212,7 @@ impl Shared {
         })
     }
 
-    /// One round of the held call of `owner.tool`: the call starts (no
+    /// One round of the held request `owner.label`: the call starts (no
     /// state) or resumes with the client's answers (the state is the token
     /// of its last round), and the round ends with its result or the
     /// server's next requests. Cancelling `ctx` abandons the call.
@@ -229,7 +223,7 @@ impl Shared {
         owner: Owner,
         ctx: &ToolContext,
     ) -> Result<Turn, Error> {
-        let tool = owner.tool.clone();
+        let tool = owner.label.clone();
         let turn = match &input.state {
             None => match self.hold(request, owner, ctx).await {
                 Held::Ended(turn) => return Ok(turn),
@@ -264,7 +258,7 @@ impl Shared {
         let mut caller: Caller = current_caller().as_deref().cloned().unwrap_or_default();
         caller.link = Some(ClientLink(Arc::new(HeldLink { asks: asks_tx })));
         let shared = self.clone();
-        let label = owner.tool.clone();
+        let label = owner.label.clone();
         // Not this round's cancellation: the call may outlive the round.
         // Dropping it (the client abandoned it) tells the server.
         let detached = ctx.detached();
@@ -294,9 +288,9 @@ impl Shared {
             Error::invalid_request(
                 "requestState",
                 format!(
-                    "no call of {} waits for these answers (it ended, was answered already, \
-                     or was made with other arguments): call the tool again without the state",
-                    owner.tool
+                    "no request {} waits for these answers (it ended, was answered already, \
+                     or was made with other arguments): send it again without the state",
+                    owner.label
                 ),
             )
         };

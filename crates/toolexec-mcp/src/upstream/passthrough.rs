@@ -5,13 +5,15 @@
 //! server's notifications about them are published as [`UpstreamNotice`]s.
 
 use rmcp::ErrorData;
-use rmcp::model::{ClientRequest, ServerCapabilities, ServerResult};
+use rmcp::model::{ClientRequest, GetExtensions as _, ServerCapabilities, ServerResult};
+use serde_json::Map;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
-use toolexec::ToolContext;
+use toolexec::{ClientInput, ToolContext};
 
 use super::Upstream;
 use super::call::RequestError;
+use super::held::{Owner, Turn};
 
 /// Why a relayed request failed.
 #[derive(Debug)]
@@ -92,6 +94,57 @@ impl Upstream {
         let label = format!("{} ({})", request.method(), self.shared.name);
         let ctx = ToolContext::with_cancel(cancel);
         Ok(self.shared.request_answering(&label, request, &ctx).await?)
+    }
+
+    /// [`Upstream::relay`] of `prompts/get` or `resources/read` for a
+    /// client that answers input itself (2026-07-28), sent with its answers
+    /// and the state it was given (opened): when the server asks its client
+    /// during such a request (a revision before 2026-07-28), the request is
+    /// held across the client's rounds and the server's requests come back
+    /// as `input_required`, as for a tool call.
+    pub async fn relay_returning(
+        &self,
+        mut request: ClientRequest,
+        cancel: CancellationToken,
+    ) -> Result<ServerResult, RelayError> {
+        let (label, args, input) = match &request {
+            ClientRequest::GetPromptRequest(r) => (
+                format!("prompts/get {} ({})", r.params.name, self.shared.name),
+                r.params.arguments.clone().unwrap_or_default(),
+                (&r.params.input_responses, &r.params.request_state),
+            ),
+            ClientRequest::ReadResourceRequest(r) => (
+                format!("resources/read {} ({})", r.params.uri, self.shared.name),
+                Map::new(),
+                (&r.params.input_responses, &r.params.request_state),
+            ),
+            _ => return self.relay(request, cancel).await,
+        };
+        let input = ClientInput {
+            responses: input
+                .0
+                .as_ref()
+                .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            state: input.1.clone(),
+        };
+        if !self.shared.holds(input.state.as_deref()) {
+            return self.relay(request, cancel).await;
+        }
+        // Its answer comes back through the held call, decoded.
+        request
+            .extensions_mut()
+            .remove::<crate::verbatim::Verbatim>();
+        let owner = Owner::of(&label, &args);
+        let ctx = ToolContext::with_cancel(cancel);
+        match self
+            .shared
+            .held_round(request, &input, owner, &ctx)
+            .await
+            .map_err(RelayError::Local)?
+        {
+            Turn::Done(result) => Ok(result?),
+            Turn::Asks(asks) => Ok(ServerResult::InputRequiredResult(asks)),
+        }
     }
 
     /// An `input_required` answer of this server as a client that answers

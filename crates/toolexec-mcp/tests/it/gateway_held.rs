@@ -12,7 +12,8 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    Implementation, InputRequiredResult, ListRootsResult, ProtocolVersion, RootsCapabilities,
+    GetPromptRequestParams, Implementation, InputRequiredResult, ListRootsResult, ProtocolVersion,
+    ReadResourceRequestParams, ResourceContents, RootsCapabilities,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
@@ -176,6 +177,32 @@ fn refused_state(r: CallToolResponse) {
     );
 }
 
+/// The prompt `greeting` and the resource `asking://profile/7`, each of
+/// which asks the client for a name first: their texts.
+async fn prompt_and_resource(client: &RunningService<RoleClient, Answers>) -> (String, String) {
+    let prompt = client
+        .get_prompt(
+            GetPromptRequestParams::new("asking__greeting")
+                .with_arguments(json!({"salutation": "Hello"}).as_object().unwrap().clone()),
+        )
+        .await
+        .expect("prompts/get");
+    let greeted = prompt.messages[0]
+        .content
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_else(|| panic!("{prompt:?}"));
+    let read = client
+        .read_resource(ReadResourceRequestParams::new("asking://profile/7"))
+        .await
+        .expect("resources/read");
+    let read = match &read.contents[0] {
+        ResourceContents::TextResourceContents { text, .. } => text.clone(),
+        other => panic!("{other:?}"),
+    };
+    (greeted, read)
+}
+
 /// Each of sampling, form elicitation and roots, asked by the 2025 server
 /// during a call, reaches the 2026-07-28 client as `input_required` and
 /// its answer reaches the server, which finishes the same call; over
@@ -286,6 +313,13 @@ async fn a_modern_client_answers_what_an_older_server_asks() {
                 .as_str()
                 .is_some_and(|m| m.contains("no answer for input")),
             "{link:?}: {r:?}"
+        );
+        // A prompt and a resource that ask, each held the same way.
+        let (greeted, read) = prompt_and_resource(&client).await;
+        assert_eq!(
+            (greeted.as_str(), read.as_str()),
+            ("Hello, Ada", "profile 7 of Ada"),
+            "{link:?}"
         );
         let r = client
             .call_tool(params("asking__chatty", json!({})))

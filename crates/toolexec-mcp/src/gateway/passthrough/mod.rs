@@ -311,7 +311,7 @@ impl Passthrough {
         let upstream = &self.upstreams[index];
         let method = request.method().to_owned();
         let result = match inputs {
-            Inputs::Returned => upstream.relay(request, cancel).await,
+            Inputs::Returned => upstream.relay_returning(request, cancel).await,
             Inputs::Asked => upstream.relay_answering(request, cancel).await,
         }
         .map_err(|e| mcp_error(e, upstream.name()))?;
