@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use super::held::{Owner, Turn};
 use super::http_client::ActAs;
-use super::links::ForClient;
+use super::links::{ForClient, Relayed};
 use super::routing::{Router, WatchProgress};
 use super::session::error_chain;
 use super::shared::Shared;
@@ -203,18 +203,18 @@ impl Shared {
         request: ClientRequest,
         ctx: &ToolContext,
     ) -> Result<ServerResult, RequestError> {
-        self.request_for(label, request, ctx, false).await
+        self.request_for(label, request, ctx, Relayed::No).await
     }
 
-    /// [`Shared::request`]; with `linked`, the server's requests to the
-    /// client and its log messages during it may be relayed to the client
-    /// the request is made for ([`Links`](super::links::Links)).
+    /// [`Shared::request`]; unless [`Relayed::No`], the server's requests
+    /// to the client and its log messages during it may be relayed to the
+    /// client the request is made for ([`Links`](super::links::Links)).
     pub(super) async fn request_for(
         &self,
         label: &str,
         request: ClientRequest,
         ctx: &ToolContext,
-        linked: bool,
+        relayed: Relayed,
     ) -> Result<ServerResult, RequestError> {
         let work = async {
             let request = self
@@ -242,7 +242,7 @@ impl Shared {
                     Err((e, _)) => return Err(RequestError::Local(e)),
                 };
                 match self
-                    .send_once(&peer, label, request.clone(), ctx, linked)
+                    .send_once(&peer, label, request.clone(), ctx, relayed)
                     .await
                 {
                     Ok(out) => return Ok(out),
@@ -347,17 +347,17 @@ impl Shared {
         label: &str,
         mut request: ClientRequest,
         ctx: &ToolContext,
-        linked: bool,
+        relayed: Relayed,
     ) -> Result<ServerResult, Failure> {
         // Ends what is relayed to the client for this request however this
         // future ends, even before the transport sent the request.
         let ended = CancellationToken::new();
         let _ended = ended.clone().drop_guard();
-        let client = linked
+        let client = (relayed != Relayed::No)
             .then(toolexec::telemetry::current_caller)
             .flatten()
             .filter(|c| c.link.is_some())
-            .map(|caller| ForClient::new(caller, ended.clone()));
+            .map(|caller| ForClient::new(caller, ended.clone(), relayed == Relayed::ToHeld));
         let serial = client.as_ref().map(|c| c.serial);
         request
             .extensions_mut()

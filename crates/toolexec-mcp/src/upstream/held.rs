@@ -1,11 +1,14 @@
 //! A server of a revision before 2026-07-28 asks its client during a call
-//! (`sampling/createMessage`, `elicitation/create`, `roots/list`), and the
-//! call was made by a client that answers input itself (2026-07-28), which
-//! takes no requests from its server. toolexec holds the upstream call
-//! across the client's rounds:
+//! (`sampling/createMessage`, `elicitation/create`, `roots/list` during
+//! `tools/call`, `prompts/get` or `resources/read`), and the call was made
+//! by a client that answers input itself (2026-07-28), which takes no
+//! requests from its server. toolexec holds the upstream call across the
+//! client's rounds:
 //!
-//! 1. The call runs on a task of its own, for a caller whose link queues
-//!    the server's requests ([`HeldLink`]) instead of sending them.
+//! 1. The call runs for a caller whose link queues the server's requests
+//!    ([`HeldLink`]) instead of sending them: on the round's own task until
+//!    the server asks (a call that never asks costs no task), then on a
+//!    task of its own.
 //! 2. When the server asks, the round ends with `input_required`: the
 //!    requests queued so far, and a fresh random token as the state (the
 //!    gateway seals it to the caller, the server and the tool).
@@ -14,13 +17,14 @@
 //!    whose server gets the answers, and the round waits for the call's
 //!    result or its next requests.
 //!
-//! A held call keeps its concurrency slot and its one `call_timeout`; a
-//! client that cancels a round abandons the call (the server is told); a
-//! result that comes while no round waits is kept for [`RESULT_GRACE`].
+//! A held call keeps its concurrency slot and its one `call_timeout`; one
+//! principal holds at most half the server's slots at once (its next
+//! calls' requests are refused); a client that cancels a round abandons
+//! the call (the server is told); a result that comes while no round waits
+//! is kept for another `call_timeout`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use rmcp::model::{ClientRequest, InputRequest, InputRequests, InputRequiredResult, ServerResult};
@@ -34,11 +38,12 @@ use toolexec::{
 use tracing::Instrument;
 
 use super::call::RequestError;
+use super::links::Relayed;
 use super::shared::Shared;
 
-/// How long the result of a call that ended while it waited for its
-/// client is kept for the client's next round.
-const RESULT_GRACE: Duration = Duration::from_secs(30);
+/// How a held call's token starts: a state that does is never sent to a
+/// server (it resolves here, or is refused).
+const TOKEN_PREFIX: &str = "toolexec-held:";
 /// Most requests one round passes to the client (as for a 2026-07-28
 /// server's `input_required`).
 const MAX_INPUTS: usize = 8;
@@ -99,32 +104,85 @@ struct Waiting {
     resume: oneshot::Sender<Resume>,
 }
 
-/// The calls of one server held for their clients, by token.
+/// The calls of one server held for their clients.
 #[derive(Default)]
 pub(crate) struct HeldCalls {
-    waiting: Mutex<HashMap<String, Waiting>>,
+    state: Mutex<HeldState>,
+}
+
+#[derive(Default)]
+struct HeldState {
+    /// Calls waiting for their client's next round, by token.
+    waiting: HashMap<String, Waiting>,
+    /// How many calls each principal has held (waiting, running between
+    /// rounds, or keeping a result).
+    holders: HashMap<String, usize>,
 }
 
 impl std::fmt::Debug for HeldCalls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.lock();
         f.debug_struct("HeldCalls")
-            .field("waiting", &self.waiting.lock().len())
+            .field("waiting", &state.waiting.len())
+            .field("holders", &state.holders.len())
             .finish()
     }
 }
 
 impl HeldCalls {
-    fn contains(&self, token: &str) -> bool {
-        self.waiting.lock().contains_key(token)
-    }
-
     /// The call waiting under `token`, taken, when `owner` made it.
     fn take(&self, token: &str, owner: &Owner) -> Option<Waiting> {
-        let mut waiting = self.waiting.lock();
-        if waiting.get(token).is_some_and(|w| &w.owner == owner) {
-            waiting.remove(token)
+        let mut state = self.state.lock();
+        if state.waiting.get(token).is_some_and(|w| &w.owner == owner) {
+            state.waiting.remove(token)
         } else {
             None
+        }
+    }
+
+    /// Counts one more held call of `principal`, unless it holds `cap`.
+    fn admit(&self, principal: &str, cap: usize) -> bool {
+        let mut state = self.state.lock();
+        let held = state.holders.entry(principal.to_owned()).or_default();
+        if *held >= cap {
+            return false;
+        }
+        *held += 1;
+        true
+    }
+}
+
+/// One held call's place in [`HeldCalls`]: its count, and its token while
+/// it waits; both given back however the call's task ends.
+struct Holding {
+    shared: Arc<Shared>,
+    principal: String,
+    token: Option<String>,
+}
+
+impl Holding {
+    fn wait(&mut self, token: String, waiting: Waiting) {
+        self.shared
+            .held
+            .state
+            .lock()
+            .waiting
+            .insert(token.clone(), waiting);
+        self.token = Some(token);
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        let mut state = self.shared.held.state.lock();
+        if let Some(token) = self.token.take() {
+            state.waiting.remove(&token);
+        }
+        if let Some(held) = state.holders.get_mut(&self.principal) {
+            *held -= 1;
+            if *held == 0 {
+                state.holders.remove(&self.principal);
+            }
         }
     }
 }
@@ -196,20 +254,24 @@ impl ClientRequests for HeldLink {
 impl Shared {
     /// Whether a request of a caller that answers input itself, sent again
     /// with `state` (or first, without), goes through a held call: this
-    /// server relays requests, and either the state names a held call or
-    /// the server asks during its requests (it speaks a revision before
-    /// 2026-07-28).
+    /// server relays requests, and either the state is a held call's token
+    /// (found or not: it is never sent to the server) or the server may ask
+    /// during its requests (it speaks a revision before 2026-07-28, or is
+    /// not connected right now: a 2026-07-28 server's `input_required`
+    /// comes back through a held call unchanged).
     pub(crate) fn holds(&self, state: Option<&str>) -> bool {
         if !self.relay.any() {
             return false;
         }
-        if state.is_some_and(|t| self.held.contains(t)) {
-            return true;
+        if let Some(state) = state {
+            return state.starts_with(TOKEN_PREFIX);
         }
-        self.connected_peer().is_ok_and(|(peer, _)| {
-            peer.peer_info()
-                .is_some_and(|info| info.protocol_version.has_initialize())
-        })
+        match self.connected_peer() {
+            Ok((peer, _)) => peer
+                .peer_info()
+                .is_none_or(|info| info.protocol_version.has_initialize()),
+            Err(_) => true,
+        }
     }
 
     /// One round of the held request `owner.label`: the call starts (no
@@ -263,15 +325,34 @@ impl Shared {
         // Dropping it (the client abandoned it) tells the server.
         let detached = ctx.detached();
         let mut call: BoxFuture<'static, _> = Box::pin(with_caller(Arc::new(caller), async move {
-            shared.request_for(&label, request, &detached, true).await
+            shared
+                .request_for(&label, request, &detached, Relayed::ToHeld)
+                .await
         }));
-        let first = tokio::select! {
-            result = &mut call => return Held::Ended(Turn::Done(result)),
-            Some(ask) = asks.recv() => ask,
-            () = ctx.cancelled() => return Held::Cancelled,
+        let cap = (self.max_concurrency / 2).max(1);
+        let first = loop {
+            let ask = tokio::select! {
+                result = &mut call => return Held::Ended(Turn::Done(result)),
+                Some(ask) = asks.recv() => ask,
+                () = ctx.cancelled() => return Held::Cancelled,
+            };
+            if self.held.admit(&owner.principal, cap) {
+                break ask;
+            }
+            let _ = ask.answer.send(Err(ClientError::Failed(format!(
+                "this caller already has {cap} requests to {} waiting for its answers",
+                self.name
+            ))));
+        };
+        let holding = Holding {
+            shared: self.clone(),
+            principal: owner.principal.clone(),
+            token: None,
         };
         let (turn_tx, turn) = oneshot::channel();
-        let drive = self.clone().drive(call, asks, turn_tx, owner, Some(first));
+        let drive = self
+            .clone()
+            .drive(call, asks, turn_tx, owner, first, holding);
         tokio::spawn(drive.instrument(tracing::Span::current()));
         Held::Asked(turn)
     }
@@ -307,15 +388,18 @@ impl Shared {
     }
 
     /// Drives one held call: each round until the call ends or the server
-    /// asks, then holds it until the client's next round.
+    /// asks, then holds it until the client's next round. `first` is the
+    /// server's first request, `holding` the call's count.
     async fn drive(
         self: Arc<Self>,
         mut call: BoxFuture<'static, Result<ServerResult, RequestError>>,
         mut asks: mpsc::Receiver<Ask>,
         mut turn: oneshot::Sender<Turn>,
         owner: Owner,
-        mut asked: Option<Ask>,
+        first: Ask,
+        mut holding: Holding,
     ) {
+        let mut asked = Some(first);
         loop {
             let first = match asked.take() {
                 Some(ask) => ask,
@@ -345,32 +429,31 @@ impl Shared {
                 continue;
             };
             let (resume_tx, mut resume) = oneshot::channel();
-            self.held.waiting.lock().insert(
+            holding.wait(
                 token.clone(),
                 Waiting {
                     owner: owner.clone(),
                     resume: resume_tx,
                 },
             );
-            let asked = InputRequiredResult::new(Some(requests), Some(token.clone()));
+            let asked = InputRequiredResult::new(Some(requests), Some(token));
             if turn.send(Turn::Asks(asked)).is_err() {
-                self.held.waiting.lock().remove(&token);
                 return;
             }
             let next = tokio::select! {
                 next = &mut resume => next,
                 result = &mut call => {
                     // Ended while it waited for the client (the server gave
-                    // up on it, or went away): the client's next round gets
-                    // the result.
-                    let next = tokio::time::timeout(RESULT_GRACE, resume).await;
-                    self.held.waiting.lock().remove(&token);
-                    if let Ok(Ok(next)) = next {
+                    // up on it, or went away): the client's next round, if
+                    // it comes within another call timeout, gets the result.
+                    if let Ok(Ok(next)) = tokio::time::timeout(self.call_timeout, resume).await {
                         let _ = next.turn.send(Turn::Done(result));
                     }
                     return;
                 }
             };
+            // Taken by the client's round (or gone with the server).
+            holding.token = None;
             let Ok(next) = next else {
                 return;
             };
@@ -410,11 +493,12 @@ fn input_requests(pending: Vec<Ask>) -> Option<(InputRequests, HashMap<String, A
     (!requests.is_empty()).then_some((requests, asks))
 }
 
-/// 128 random bits, hex.
+/// [`TOKEN_PREFIX`] and 128 random bits, hex.
 fn new_token() -> Option<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).ok()?;
-    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("{TOKEN_PREFIX}{hex}"))
 }
 
 #[cfg(test)]

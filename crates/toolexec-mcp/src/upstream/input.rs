@@ -15,7 +15,7 @@ use toolexec::{Error, ToolContext};
 
 use super::call::RequestError;
 use super::client_requests::{Asker, for_client};
-use super::links::Target;
+use super::links::{Relayed, Target};
 use super::shared::Shared;
 
 /// Most `input_required` answers one call takes before it fails.
@@ -64,12 +64,16 @@ impl Shared {
     ) -> Result<ServerResult, RequestError> {
         let deadline = tokio::time::Instant::now() + self.call_timeout;
         let mut rounds = Rounds::new(deadline);
-        let linked = self.relay.any();
-        let answered_here = linked && ctx.client_input().is_none();
+        let relayed = if self.relay.any() {
+            Relayed::ToCaller
+        } else {
+            Relayed::No
+        };
+        let answered_here = relayed != Relayed::No && ctx.client_input().is_none();
         let rounds_of_request = async {
             loop {
                 let result = self
-                    .request_for(label, request.clone(), ctx, linked)
+                    .request_for(label, request.clone(), ctx, relayed)
                     .await?;
                 match result {
                     ServerResult::InputRequiredResult(r)

@@ -38,18 +38,35 @@ pub(crate) struct ForClient {
     /// Tells this registration from a later one with the same request id
     /// (ids start over on a new session).
     pub(crate) serial: u64,
+    /// The request is held across its client's rounds
+    /// ([`held`](super::held)): it stays in flight while its client thinks.
+    pub(crate) held: bool,
 }
 
 impl ForClient {
     /// A registration for `caller`, ended by `ended`.
-    pub(crate) fn new(caller: Arc<Caller>, ended: CancellationToken) -> Self {
+    pub(crate) fn new(caller: Arc<Caller>, ended: CancellationToken, held: bool) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         ForClient {
             caller,
             ended,
             serial: NEXT.fetch_add(1, Ordering::Relaxed),
+            held,
         }
     }
+}
+
+/// Whether a server's requests during one of toolexec's requests may be
+/// relayed to the client it is made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Relayed {
+    /// Not relayed.
+    No,
+    /// To the current caller's client.
+    ToCaller,
+    /// To the current caller's client, the request being held across its
+    /// rounds ([`held`](super::held)).
+    ToHeld,
 }
 
 /// Where a server's request is relayed: the client and the token that ends
@@ -63,6 +80,7 @@ struct Linked {
     principal: String,
     ended: CancellationToken,
     serial: u64,
+    held: bool,
 }
 
 /// The calls in flight on one upstream, and the principals of those that
@@ -102,6 +120,7 @@ impl Links {
                 principal: client.caller.principal_key(),
                 ended: client.ended.clone(),
                 serial: client.serial,
+                held: client.held,
             },
         );
     }
@@ -180,6 +199,16 @@ impl Links {
                     .to_owned(),
             );
         }
+        // A held request waits for its client's next round, perhaps for
+        // minutes: the oldest call is no longer a safe guess.
+        if linked.len() > 1 && linked.values().any(|l| l.held) {
+            return Err(
+                "several calls are in flight on this server, one of them waiting for its \
+                 client's answers, and its transport does not say which call the request \
+                 belongs to"
+                    .to_owned(),
+            );
+        }
         linked
             .values()
             .min_by_key(|l| l.serial)
@@ -222,13 +251,23 @@ mod tests {
     /// Request `id` sent for `client` of `principal`, as the transport
     /// records it.
     fn sent(links: &Links, id: i64, client: &'static str, principal: &str) -> ForClient {
+        sent_as(links, id, client, principal, false)
+    }
+
+    fn sent_as(
+        links: &Links,
+        id: i64,
+        client: &'static str,
+        principal: &str,
+        held: bool,
+    ) -> ForClient {
         let caller = Arc::new(Caller {
             principal: Some(principal.to_owned()),
             kind: PrincipalKind::Token,
             link: Some(ClientLink(Arc::new(Named(client)))),
             ..Caller::default()
         });
-        let registration = ForClient::new(caller, CancellationToken::new());
+        let registration = ForClient::new(caller, CancellationToken::new(), held);
         links.sent(NumberOrString::Number(id), &registration);
         registration
     }
@@ -278,6 +317,29 @@ mod tests {
         let later = sent(&links, 1, "a3", "alice");
         links.ended(&id(1), a1.serial);
         assert!(!later.ended.is_cancelled());
+    }
+
+    /// A held call alone is asked; beside another call of the same
+    /// principal, an unassociated request is refused rather than guessed.
+    #[test]
+    fn a_held_call_is_asked_only_when_alone() {
+        let links = Links::new(Duration::from_secs(60));
+        let held = sent_as(&links, 1, "held", "alice", true);
+        assert_eq!(name(links.target(None)), "Named(\"held\")");
+        let _other = sent(&links, 2, "other", "alice");
+        let refused = links.target(None).unwrap_err();
+        assert!(
+            refused.contains("waiting for its client's answers"),
+            "{refused}"
+        );
+        // Named by its stream, each is still reached.
+        let origin = InboundStreamOrigin::OutboundRequest(id(2));
+        assert_eq!(
+            format!("{:?}", links.target(Some(&origin)).unwrap().0.0),
+            "Named(\"other\")"
+        );
+        links.ended(&id(1), held.serial);
+        assert_eq!(name(links.target(None)), "Named(\"other\")");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 use toolexec::{Catalog, Exec};
 use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions};
-use toolexec_mcp::upstream::Upstream;
+use toolexec_mcp::upstream::{Upstream, UpstreamConfig};
 
 use super::gateway_relay::{Link, upstream};
 use crate::support::upstream::wait_listening;
@@ -87,7 +87,22 @@ async fn modern_client_of(
     Arc<Upstream>,
     Option<crate::support::upstream::ChildGuard>,
 ) {
-    let (config, guard) = upstream(python, link, timeout);
+    tuned_client_of(python, link, timeout, |_| {}).await
+}
+
+/// [`modern_client_of`], the upstream's configuration changed by `tune`.
+async fn tuned_client_of(
+    python: &str,
+    link: Link,
+    timeout: Duration,
+    tune: impl FnOnce(&mut UpstreamConfig),
+) -> (
+    RunningService<RoleClient, Answers>,
+    Arc<Upstream>,
+    Option<crate::support::upstream::ChildGuard>,
+) {
+    let (mut config, guard) = upstream(python, link, timeout);
+    tune(&mut config);
     if let toolexec_mcp::upstream::UpstreamTransport::Http { url, .. } = &config.transport {
         let port = url
             .trim_start_matches("http://127.0.0.1:")
@@ -385,4 +400,74 @@ async fn a_held_call_ends_at_its_deadline() {
     );
     client.cancel().await.unwrap();
     upstream.shutdown().await;
+}
+
+/// One principal holds at most half the server's concurrency slots: with
+/// 2 slots, a second call that asks while the first is held gets an error
+/// for its request (over HTTP, where each request names its call); over
+/// stdio, where nothing does, a request during a held call and another is
+/// refused rather than guessed. Both first calls then finish.
+#[tokio::test(flavor = "multi_thread")]
+async fn held_calls_are_bounded_and_never_guessed() {
+    let test = "held_calls_are_bounded_and_never_guessed";
+    let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    for (link, refusal) in [
+        (Link::Http, "waiting for its answers"),
+        (Link::Stdio, "waiting for its client's answers"),
+    ] {
+        let (client, upstream, _guard) =
+            tuned_client_of(&python, link, Duration::from_secs(20), |c| {
+                c.max_concurrency = 2;
+            })
+            .await;
+        let ask = params("asking__ask_name", json!({"question": "Who?"}));
+        let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
+        let key = asks
+            .input_requests
+            .as_ref()
+            .unwrap()
+            .keys()
+            .next()
+            .unwrap()
+            .clone();
+        let r = result_of(
+            client
+                .call_tool_once(params("asking__ask_llm", json!({"prompt": "too"})))
+                .await
+                .unwrap(),
+        );
+        let error = &r.structured_content.as_ref().unwrap()["error"];
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(refusal)),
+            "{link:?}: {r:?}"
+        );
+        let answer = json!({key: {"action": "accept", "content": {"name": "Ada"}}});
+        let r = result_of(
+            client
+                .call_tool_once(again(&ask, answer, asks.request_state.as_deref()))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            r.structured_content,
+            Some(json!({"ok": {"action": "accept", "data": {"name": "Ada"}}})),
+            "{link:?}: {r:?}"
+        );
+        // Nothing held now: the next call that asks is held again.
+        let r = client
+            .call_tool(params("asking__ask_llm", json!({"prompt": "again"})))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.structured_content.unwrap()["ok"]["text"],
+            "echo: again",
+            "{link:?}"
+        );
+        client.cancel().await.unwrap();
+        upstream.shutdown().await;
+    }
 }
