@@ -20,6 +20,8 @@
 #[cfg(feature = "gateway")]
 pub mod gateway;
 #[cfg(feature = "upstream")]
+mod pipes;
+#[cfg(feature = "upstream")]
 pub mod upstream;
 #[cfg(feature = "upstream")]
 mod verbatim;

@@ -20,7 +20,7 @@ pub async fn serve_stdio(gateway: Gateway) -> Result<(), toolexec::Error> {
     #[cfg(feature = "upstream")]
     let stdout = {
         gateway.session.set_verbatim();
-        crate::verbatim::ReleasingWriter::new(stdout)
+        crate::verbatim::ReleasingWriter::new(stdout).widening(1)
     };
     let running = match gateway.serve((stdin, stdout)).await {
         Ok(r) => r,

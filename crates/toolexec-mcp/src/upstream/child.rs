@@ -45,7 +45,9 @@ impl ChildStdio {
         let stdin = child.stdin.take().ok_or_else(missing)?;
         let stdout = child.stdout.take().ok_or_else(missing)?;
         let stderr = child.stderr.take().ok_or_else(missing)?;
-        let transport = AsyncRwTransport::new(HoldingReader::new(stdout, wanted), stdin);
+        let widen = crate::pipes::Widen::pipe(std::os::fd::AsRawFd::as_raw_fd(&stdout));
+        let reader = HoldingReader::new(stdout, wanted).widening(widen);
+        let transport = AsyncRwTransport::new(reader, stdin);
         Ok((
             ChildStdio {
                 child: Some(child),

@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio_util::io::poll_read_buf;
 
 use super::{MIN_BYTES, Wanted, hold, placeholder, plain_json};
+use crate::pipes::Widen;
 
 /// The most bytes buffered while looking for the end of a line: rmcp's own
 /// limit, past which it drops the line itself.
@@ -43,6 +44,8 @@ pub(crate) struct HoldingReader<R> {
     /// The longest line kept so far: room for one as long is made at once
     /// when a long line comes (instead of growing the buffer step by step).
     longest: usize,
+    /// The server's pipe, widened once a large message came through it.
+    widen: Widen,
 }
 
 impl<R> HoldingReader<R> {
@@ -57,7 +60,14 @@ impl<R> HoldingReader<R> {
             eof: false,
             max_line: MAX_LINE,
             longest: 0,
+            widen: Widen::default(),
         }
+    }
+
+    /// Widens the pipe `inner` reads when a large message comes through it.
+    pub(crate) fn widening(mut self, widen: Widen) -> Self {
+        self.widen = widen;
+        self
     }
 
     /// What to hand out for `line`: itself, or a placeholder.
@@ -254,6 +264,9 @@ impl<R: AsyncRead + Unpin> AsyncRead for HoldingReader<R> {
             }
             if let Some(i) = memchr::memchr(b'\n', &this.data[this.searched..]) {
                 let line = this.data.split_to(this.searched + i + 1);
+                if line.len() >= MIN_BYTES {
+                    this.widen.once();
+                }
                 this.searched = 0;
                 this.out = if std::mem::take(&mut this.passing) {
                     line.freeze()
@@ -266,6 +279,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for HoldingReader<R> {
             let pending = this.data.len();
             if pending > 0 && (this.passing || pending >= this.max_line || this.eof) {
                 // Too long to keep (rmcp drops it), or the last bytes.
+                this.widen.once();
                 this.passing = !this.eof;
                 this.out = this.data.split().freeze();
                 this.searched = 0;

@@ -280,3 +280,52 @@ async fn results_are_kept_for_the_client_s_revision() {
     }
     assert_eq!(lines[2], plain);
 }
+
+/// A pipe's buffer size (Linux).
+#[cfg(target_os = "linux")]
+fn pipe_size(fd: std::os::fd::RawFd) -> i32 {
+    // SAFETY: F_GETPIPE_SZ reads the size of the open pipe `fd`.
+    unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) }
+}
+
+/// The reader widens the server's pipe once a large message came through
+/// it, not before; the writer the client's, once it wrote a large one.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn pipes_are_widened_by_the_first_large_message() {
+    use std::os::fd::AsRawFd;
+    use tokio::net::unix::pipe;
+
+    let (mut tx, rx) = pipe::pipe().unwrap();
+    let fd = rx.as_raw_fd();
+    let default = pipe_size(fd);
+    assert!(default < 1 << 20, "{default}");
+    let mut reader = HoldingReader::new(rx, Arc::default()).widening(crate::pipes::Widen::pipe(fd));
+    let mut buf = vec![0u8; 1 << 16];
+    tx.write_all(b"{\"small\":1}\n").await.unwrap();
+    let n = reader.read(&mut buf).await.unwrap();
+    assert_eq!(&buf[..n], b"{\"small\":1}\n");
+    assert_eq!(pipe_size(fd), default);
+    let large = format!("{}\n", read_answer("1", &escaped_text(MIN_BYTES + 10)));
+    let writing = tokio::spawn(async move {
+        tx.write_all(large.as_bytes()).await.unwrap();
+        tx
+    });
+    let mut out = Vec::new();
+    while !out.contains(&b'\n') {
+        let n = reader.read(&mut buf).await.unwrap();
+        out.extend_from_slice(&buf[..n]);
+    }
+    drop(writing.await.unwrap());
+    assert_eq!(pipe_size(fd), 1 << 20);
+
+    let (tx, _rx) = pipe::pipe().unwrap();
+    let fd = tx.as_raw_fd();
+    let mut writer = ReleasingWriter::new(tx).widening(fd);
+    writer.write_all(b"{\"small\":1}\n").await.unwrap();
+    writer.flush().await.unwrap();
+    assert_eq!(pipe_size(fd), default);
+    // A large message widens the pipe before it is written.
+    writer.write_all(&vec![b'x'; MIN_BYTES]).await.unwrap();
+    assert_eq!(pipe_size(fd), 1 << 20);
+}

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use tokio::io::AsyncWrite;
 
 use super::{MARKER_KEY, release};
+use crate::pipes::Widen;
 
 /// A longer message is not a placeholder (those are about 150 bytes).
 const PLACEHOLDER_MAX: usize = 1024;
@@ -27,6 +28,8 @@ pub(crate) struct ReleasingWriter<W> {
     passing: bool,
     /// To write before anything else.
     out: VecDeque<Bytes>,
+    /// The client's pipe, widened once a large message went through it.
+    widen: Widen,
 }
 
 impl<W> ReleasingWriter<W> {
@@ -36,7 +39,15 @@ impl<W> ReleasingWriter<W> {
             line: Vec::new(),
             passing: false,
             out: VecDeque::new(),
+            widen: Widen::default(),
         }
+    }
+
+    /// Widens the pipe `fd` (what `inner` writes to) when a large message
+    /// goes through it.
+    pub(crate) fn widening(mut self, fd: std::os::fd::RawFd) -> Self {
+        self.widen = Widen::pipe(fd);
+        self
     }
 
     /// Queues the message `line` (newline included), or the kept answer it
@@ -53,6 +64,7 @@ impl<W> ReleasingWriter<W> {
         let id = placeholder.id.get();
         match release(&placeholder.result.meta.token) {
             Some(kept) => {
+                self.widen.once();
                 let head = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":");
                 self.out.push_back(head.into());
                 self.out.push_back(kept.line.slice(kept.result));
@@ -133,6 +145,9 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ReleasingWriter<W> {
             }
         }
         if this.passing {
+            if end >= super::MIN_BYTES {
+                this.widen.once();
+            }
             let n = ready!(Pin::new(&mut this.inner).poll_write(cx, &buf[..end]))?;
             if n == end && newline.is_some() {
                 this.passing = false;
