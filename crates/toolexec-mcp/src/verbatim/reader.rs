@@ -187,10 +187,37 @@ struct ReadResult<'a> {
 #[derive(Default)]
 struct Contents<'a> {
     uri: Option<&'a RawValue>,
-    text: Option<&'a RawValue>,
-    blob: Option<&'a RawValue>,
+    text: Option<Str>,
+    blob: Option<Str>,
     mime_type: Option<&'a RawValue>,
     meta: Option<&'a RawValue>,
+}
+
+/// A JSON string, read without checking its characters again: the whole
+/// answer was checked to be JSON (the `Answer` it is part of), and the text
+/// of a large result is most of its bytes, so it is scanned for its end
+/// only (serde_json's byte-string path: a quote or backslash search) rather
+/// than a second time byte by byte for control characters.
+struct Str;
+
+impl<'de> Deserialize<'de> for Str {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_bytes(StrVisitor)
+    }
+}
+
+struct StrVisitor;
+
+impl serde::de::Visitor<'_> for StrVisitor {
+    type Value = Str;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<Str, E> {
+        Ok(Str)
+    }
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Contents<'a> {
@@ -211,10 +238,20 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for ContentsVisitor<'a> {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut contents = Contents::default();
         while let Some(key) = map.next_key::<&'de str>()? {
+            let string = match key {
+                "text" => Some(&mut contents.text),
+                "blob" => Some(&mut contents.blob),
+                _ => None,
+            };
+            if let Some(slot) = string {
+                if slot.is_some() {
+                    return Err(serde::de::Error::duplicate_field("contents field"));
+                }
+                *slot = Some(map.next_value::<Str>()?);
+                continue;
+            }
             let slot = match key {
                 "uri" => &mut contents.uri,
-                "text" => &mut contents.text,
-                "blob" => &mut contents.blob,
                 "mimeType" => &mut contents.mime_type,
                 "_meta" => &mut contents.meta,
                 _ => {
@@ -237,11 +274,7 @@ impl Contents<'_> {
         self.uri.is_some_and(string)
             && self.mime_type.is_none_or(string)
             && self.meta.is_none_or(is_object)
-            && match (self.text, self.blob) {
-                (Some(text), None) => string(text),
-                (None, Some(blob)) => string(blob),
-                _ => false,
-            }
+            && self.text.is_some() != self.blob.is_some()
     }
 }
 
