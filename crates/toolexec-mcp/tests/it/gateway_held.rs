@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rmcp::model::{CallToolRequest, ClientRequest};
 #[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, current in 2025-11-25.
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
@@ -15,7 +16,9 @@ use rmcp::model::{
     GetPromptRequestParams, Implementation, InputRequiredResult, ListRootsResult, ProtocolVersion,
     ReadResourceRequestParams, ResourceContents, RootsCapabilities,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RequestContext, RunningService};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
+};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 use toolexec::{Catalog, Exec};
@@ -470,4 +473,85 @@ async fn held_calls_are_bounded_and_never_guessed() {
         client.cancel().await.unwrap();
         upstream.shutdown().await;
     }
+}
+
+/// A client that cancels a round abandons the held call: the server is
+/// told (its tool's work is cancelled), and the session keeps working.
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_round_abandons_the_held_call() {
+    let test = "cancelling_a_round_abandons_the_held_call";
+    let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let (client, upstream, _guard) =
+        modern_client_of(&python, Link::Stdio, Duration::from_secs(20)).await;
+    let ask = params(
+        "asking__ask_then_work",
+        json!({"question": "Who?", "seconds": 30}),
+    );
+    let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
+    let key = asks
+        .input_requests
+        .as_ref()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let answer = json!({key: {"action": "accept", "content": {"name": "Ada"}}});
+    let resume = ClientRequest::CallToolRequest(CallToolRequest::new(again(
+        &ask,
+        answer,
+        asks.request_state.as_deref(),
+    )));
+    let handle = client
+        .peer()
+        .send_request_with_option(resume, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    // The server has the answer and works on.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let outcomes = || async {
+        let r = client
+            .call_tool(params("asking__outcomes", json!({})))
+            .await
+            .unwrap();
+        r.structured_content.unwrap()["result"].clone()
+    };
+    loop {
+        let seen = outcomes().await;
+        if seen
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["kind"] == "elicitation")
+        {
+            assert_eq!(seen[0]["ok"]["action"], "accept", "{seen}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    handle
+        .cancel(Some("the user gave up".into()))
+        .await
+        .unwrap();
+    // Well before the call's own 20 s deadline would end it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let work = loop {
+        let seen = outcomes().await;
+        if let Some(work) = seen
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["kind"] == "work")
+        {
+            break work.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(work["cancelled"], true, "{work}");
+    client.cancel().await.unwrap();
+    upstream.shutdown().await;
 }
