@@ -19,13 +19,15 @@ use rmcp::model::{
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
 };
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
-use toolexec::{Catalog, Exec};
-use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions};
+use toolexec::{Catalog, Exec, Secret};
+use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth};
 use toolexec_mcp::upstream::{Upstream, UpstreamConfig};
 
 use super::gateway_relay::{Link, upstream};
+use crate::support::gateway as support;
 use crate::support::upstream::wait_listening;
 
 /// A 2026-07-28 client that answers sampling, elicitation and roots.
@@ -79,32 +81,47 @@ impl ClientHandler for Answers {
     }
 }
 
-/// A gateway publishing every tool in front of the asking server over
-/// `link`, whose calls end by `timeout`; a 2026-07-28 client of it.
-async fn modern_client_of(
-    python: &str,
-    link: Link,
-    timeout: Duration,
-) -> (
-    RunningService<RoleClient, Answers>,
-    Arc<Upstream>,
-    Option<crate::support::upstream::ChildGuard>,
-) {
-    tuned_client_of(python, link, timeout, |_| {}).await
+/// How the 2026-07-28 client reaches the gateway.
+#[derive(Clone, Copy, Debug)]
+enum Front {
+    /// An in-memory pipe (as stdio).
+    Pipe,
+    /// Streamable HTTP, each request on its own (stateless).
+    Http,
 }
 
-/// [`modern_client_of`], the upstream's configuration changed by `tune`.
+/// A 2026-07-28 client of a gateway in front of the asking server; what
+/// must live as long as it.
+struct Setup {
+    client: RunningService<RoleClient, Answers>,
+    upstream: Arc<Upstream>,
+    _server: Option<crate::support::upstream::ChildGuard>,
+    _gateway: Option<tokio_util::sync::DropGuard>,
+}
+
+impl Setup {
+    async fn close(self) {
+        self.client.cancel().await.unwrap();
+        self.upstream.shutdown().await;
+    }
+}
+
+/// A gateway publishing every tool in front of the asking server over
+/// `link`, whose calls end by `timeout`; a 2026-07-28 client of it.
+async fn modern_client_of(python: &str, link: Link, timeout: Duration) -> Setup {
+    tuned_client_of(python, link, Front::Pipe, timeout, |_| {}).await
+}
+
+/// [`modern_client_of`] through `front`, the upstream's configuration
+/// changed by `tune`.
 async fn tuned_client_of(
     python: &str,
     link: Link,
+    front: Front,
     timeout: Duration,
     tune: impl FnOnce(&mut UpstreamConfig),
-) -> (
-    RunningService<RoleClient, Answers>,
-    Arc<Upstream>,
-    Option<crate::support::upstream::ChildGuard>,
-) {
-    let (mut config, guard) = upstream(python, link, timeout);
+) -> Setup {
+    let (mut config, server) = upstream(python, link, timeout);
     tune(&mut config);
     if let toolexec_mcp::upstream::UpstreamTransport::Http { url, .. } = &config.transport {
         let port = url
@@ -127,22 +144,38 @@ async fn tuned_client_of(
         },
         vec![upstream.clone()],
     );
-    let (server_io, client_io) = tokio::io::duplex(1 << 16);
-    tokio::spawn(async move {
-        if let Ok(running) = gateway.serve(server_io).await {
-            let _ = running.waiting().await;
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let (client, gateway) = match front {
+        Front::Pipe => {
+            let (server_io, client_io) = tokio::io::duplex(1 << 16);
+            tokio::spawn(async move {
+                if let Ok(running) = gateway.serve(server_io).await {
+                    let _ = running.waiting().await;
+                }
+            });
+            let client = Answers.serve_with_lifecycle(client_io, lifecycle).await;
+            (client.unwrap(), None)
         }
-    });
-    let client = Answers
-        .serve_with_lifecycle(
-            client_io,
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .unwrap();
-    (client, upstream, guard)
+        Front::Http => {
+            let token = "held-token";
+            let (addr, shutdown) =
+                support::start_http(gateway, HttpAuth::Bearer(Secret::new(token))).await;
+            let http = support::rmcp_http_transport(
+                StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
+                    .auth_header(token),
+            );
+            let client = Answers.serve_with_lifecycle(http, lifecycle).await;
+            (client.unwrap(), Some(shutdown.drop_guard()))
+        }
+    };
+    Setup {
+        client,
+        upstream,
+        _server: server,
+        _gateway: gateway,
+    }
 }
 
 fn params(tool: &str, args: Value) -> CallToolRequestParams {
@@ -231,9 +264,13 @@ async fn a_modern_client_answers_what_an_older_server_asks() {
     let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
         return;
     };
-    for link in [Link::Stdio, Link::Http] {
-        let (client, upstream, _guard) =
-            modern_client_of(&python, link, Duration::from_secs(20)).await;
+    for (link, front) in [
+        (Link::Stdio, Front::Pipe),
+        (Link::Http, Front::Pipe),
+        (Link::Stdio, Front::Http),
+    ] {
+        let setup = tuned_client_of(&python, link, front, Duration::from_secs(20), |_| {}).await;
+        let client = &setup.client;
         let r = client
             .call_tool(params("asking__ask_llm", json!({"prompt": "hello"})))
             .await
@@ -243,7 +280,7 @@ async fn a_modern_client_answers_what_an_older_server_asks() {
             Some(
                 json!({"ok": {"model": "modern-model", "role": "assistant", "text": "echo: hello"}})
             ),
-            "{link:?}: {r:?}"
+            "{link:?} {front:?}: {r:?}"
         );
         let r = client
             .call_tool(params(
@@ -255,7 +292,7 @@ async fn a_modern_client_answers_what_an_older_server_asks() {
         assert_eq!(
             r.structured_content,
             Some(json!({"ok": {"action": "accept", "data": {"name": "Ada"}}})),
-            "{link:?}: {r:?}"
+            "{link:?} {front:?}: {r:?}"
         );
         let r = client
             .call_tool(params("asking__my_roots", json!({})))
@@ -264,7 +301,7 @@ async fn a_modern_client_answers_what_an_older_server_asks() {
         assert_eq!(
             r.structured_content,
             Some(json!({"ok": ["file:///work/modern"]})),
-            "{link:?}: {r:?}"
+            "{link:?} {front:?}: {r:?}"
         );
 
         // One round at a time: the request as the client gets it, tagged
@@ -307,7 +344,7 @@ async fn a_modern_client_answers_what_an_older_server_asks() {
         assert_eq!(
             r.structured_content,
             Some(json!({"ok": {"action": "accept", "data": {"name": "Grace"}}})),
-            "{link:?}: {r:?}"
+            "{link:?} {front:?}: {r:?}"
         );
         // Replayed: the call it held is over.
         refused_state(
@@ -330,22 +367,21 @@ async fn a_modern_client_answers_what_an_older_server_asks() {
             error["message"]
                 .as_str()
                 .is_some_and(|m| m.contains("no answer for input")),
-            "{link:?}: {r:?}"
+            "{link:?} {front:?}: {r:?}"
         );
         // A prompt and a resource that ask, each held the same way.
-        let (greeted, read) = prompt_and_resource(&client).await;
+        let (greeted, read) = prompt_and_resource(client).await;
         assert_eq!(
             (greeted.as_str(), read.as_str()),
             ("Hello, Ada", "profile 7 of Ada"),
-            "{link:?}"
+            "{link:?} {front:?}"
         );
         let r = client
             .call_tool(params("asking__chatty", json!({})))
             .await
             .unwrap();
         assert_eq!(text_of(&r), "said three things", "{r:?}");
-        client.cancel().await.unwrap();
-        upstream.shutdown().await;
+        setup.close().await;
     }
 }
 
@@ -358,8 +394,8 @@ async fn a_held_call_ends_at_its_deadline() {
     let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
         return;
     };
-    let (client, upstream, _guard) =
-        modern_client_of(&python, Link::Stdio, Duration::from_secs(2)).await;
+    let setup = modern_client_of(&python, Link::Stdio, Duration::from_secs(2)).await;
+    let client = &setup.client;
     let ask = params("asking__ask_llm", json!({"prompt": "late"}));
     let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
     let key = asks
@@ -401,8 +437,7 @@ async fn a_held_call_ends_at_its_deadline() {
         last["cancelled"] == true || last["error"]["code"].is_i64(),
         "{last}"
     );
-    client.cancel().await.unwrap();
-    upstream.shutdown().await;
+    setup.close().await;
 }
 
 /// One principal holds at most half the server's concurrency slots: with
@@ -420,11 +455,11 @@ async fn held_calls_are_bounded_and_never_guessed() {
         (Link::Http, "waiting for its answers"),
         (Link::Stdio, "waiting for its client's answers"),
     ] {
-        let (client, upstream, _guard) =
-            tuned_client_of(&python, link, Duration::from_secs(20), |c| {
-                c.max_concurrency = 2;
-            })
-            .await;
+        let setup = tuned_client_of(&python, link, Front::Pipe, Duration::from_secs(20), |c| {
+            c.max_concurrency = 2;
+        })
+        .await;
+        let client = &setup.client;
         let ask = params("asking__ask_name", json!({"question": "Who?"}));
         let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
         let key = asks
@@ -470,8 +505,7 @@ async fn held_calls_are_bounded_and_never_guessed() {
             "echo: again",
             "{link:?}"
         );
-        client.cancel().await.unwrap();
-        upstream.shutdown().await;
+        setup.close().await;
     }
 }
 
@@ -483,8 +517,8 @@ async fn cancelling_a_round_abandons_the_held_call() {
     let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
         return;
     };
-    let (client, upstream, _guard) =
-        modern_client_of(&python, Link::Stdio, Duration::from_secs(20)).await;
+    let setup = modern_client_of(&python, Link::Stdio, Duration::from_secs(20)).await;
+    let client = &setup.client;
     let ask = params(
         "asking__ask_then_work",
         json!({"question": "Who?", "seconds": 30}),
@@ -552,6 +586,5 @@ async fn cancelling_a_round_abandons_the_held_call() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(work["cancelled"], true, "{work}");
-    client.cancel().await.unwrap();
-    upstream.shutdown().await;
+    setup.close().await;
 }
