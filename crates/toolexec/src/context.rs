@@ -77,14 +77,31 @@ impl ToolContext {
         }
     }
 
-    /// This context without its cancellation: for work that may outlive
-    /// the call that started it (an upstream MCP call held across its
-    /// client's rounds), which the backend then ends itself. Progress and
-    /// chunks still go to this call's listener while it listens.
-    pub fn detached(&self) -> Self {
+    /// A context whose progress and chunks go to `tx`, with no
+    /// cancellation: for work that outlives the call that started it and
+    /// reports to whichever call waits for it at the moment (an upstream
+    /// MCP call held across its client's rounds), which passes each event
+    /// on with [`relay`](Self::relay).
+    pub fn reporting_to(tx: mpsc::Sender<StreamEvent>) -> Self {
         ToolContext {
-            cancel: None,
-            ..self.clone()
+            events: Some(EventTx { tx, step: None }),
+            ..ToolContext::default()
+        }
+    }
+
+    /// Passes on `event`, reported by work this call waits for
+    /// ([`reporting_to`](Self::reporting_to)): progress and chunks as this
+    /// call's own; the end of a run is not an event of this call's.
+    pub async fn relay(&self, event: StreamEvent) {
+        match event {
+            StreamEvent::Progress {
+                progress,
+                total,
+                message,
+                ..
+            } => self.progress(progress, total, message.as_deref()),
+            StreamEvent::Chunk { data, .. } => self.chunk(data).await,
+            StreamEvent::Done { .. } | StreamEvent::Error { .. } => {}
         }
     }
 
@@ -123,5 +140,63 @@ impl ToolContext {
                 })
                 .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Work reporting to a channel: its progress and chunks reach the call
+    /// that relays them, as that call's own (its chain step); the end of
+    /// the work does not.
+    #[tokio::test]
+    async fn relayed_events_become_the_waiting_calls_own() {
+        let (work_tx, mut work_rx) = mpsc::channel(4);
+        let work = ToolContext::reporting_to(work_tx);
+        assert!(work.is_streaming() && !work.is_cancelled());
+        work.progress(1.0, Some(2.0), Some("half"));
+        work.chunk(json!("part")).await;
+
+        let (call_tx, mut call_rx) = mpsc::channel(4);
+        let call = ToolContext::new(
+            None,
+            Some(EventTx {
+                tx: call_tx,
+                step: Some(3),
+            }),
+            None,
+            None,
+        );
+        for _ in 0..2 {
+            call.relay(work_rx.recv().await.unwrap()).await;
+        }
+        call.relay(StreamEvent::Error {
+            error: crate::ErrorBody {
+                code: crate::ErrorCode::Timeout,
+                message: "timeout".into(),
+                details: None,
+            },
+        })
+        .await;
+        assert_eq!(
+            call_rx.recv().await.unwrap(),
+            StreamEvent::Progress {
+                step: Some(3),
+                progress: 1.0,
+                total: Some(2.0),
+                message: Some("half".into()),
+            }
+        );
+        assert_eq!(
+            call_rx.recv().await.unwrap(),
+            StreamEvent::Chunk {
+                step: Some(3),
+                data: json!("part"),
+            }
+        );
+        assert!(call_rx.try_recv().is_err());
     }
 }

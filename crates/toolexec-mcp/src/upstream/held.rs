@@ -17,7 +17,8 @@
 //!    whose server gets the answers, and the round waits for the call's
 //!    result or its next requests.
 //!
-//! A held call keeps its concurrency slot and its one `call_timeout`; one
+//! The server's progress goes to the round that waits for the call, if
+//! any. A held call keeps its concurrency slot and its one `call_timeout`; one
 //! principal holds at most half the server's slots at once (its next
 //! calls' requests are refused); a client that cancels a round abandons
 //! the call (the server is told); a result that comes while no round waits
@@ -33,7 +34,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 use toolexec::telemetry::{Caller, current_caller, with_caller};
 use toolexec::{
-    BoxFuture, ClientError, ClientInput, ClientLink, ClientRequests, Error, ToolContext,
+    BoxFuture, ClientError, ClientInput, ClientLink, ClientRequests, Error, StreamEvent,
+    ToolContext,
 };
 use tracing::Instrument;
 
@@ -44,6 +46,9 @@ use super::shared::Shared;
 /// How a held call's token starts: a state that does is never sent to a
 /// server (it resolves here, or is refused).
 const TOKEN_PREFIX: &str = "toolexec-held:";
+/// Progress events queued for the round a held request reports to (more
+/// are dropped, as a slow listener's progress is).
+const EVENTS: usize = 16;
 /// Most requests one round passes to the client (as for a 2026-07-28
 /// server's `input_required`).
 const MAX_INPUTS: usize = 8;
@@ -72,6 +77,8 @@ enum Held {
 struct Resume {
     answers: Map<String, Value>,
     turn: oneshot::Sender<Turn>,
+    /// The round's context: the server's progress goes to it.
+    ctx: ToolContext,
 }
 
 /// Who may resume a held call: the caller, the request (a tool id, or a
@@ -187,6 +194,15 @@ impl Drop for Holding {
     }
 }
 
+/// A held request, and what it sends its current round.
+struct HeldRequest {
+    call: BoxFuture<'static, Result<ServerResult, RequestError>>,
+    /// The server's requests to the client.
+    asks: mpsc::Receiver<Ask>,
+    /// Its progress.
+    events: mpsc::Receiver<StreamEvent>,
+}
+
 /// One request of the server, waiting for the client's answer.
 struct Ask {
     method: String,
@@ -293,7 +309,8 @@ impl Shared {
                 Held::Cancelled => return Err(Error::Cancelled { tool }),
             },
             Some(token) => {
-                self.resume(token, input.responses.clone().unwrap_or_default(), &owner)?
+                let answers = input.responses.clone().unwrap_or_default();
+                self.resume(token, answers, &owner, ctx)?
             }
         };
         tokio::select! {
@@ -316,24 +333,31 @@ impl Shared {
         owner: Owner,
         ctx: &ToolContext,
     ) -> Held {
-        let (asks_tx, mut asks) = mpsc::channel(MAX_INPUTS);
+        let (asks_tx, asks) = mpsc::channel(MAX_INPUTS);
+        let (events_tx, events) = mpsc::channel(EVENTS);
         let mut caller: Caller = current_caller().as_deref().cloned().unwrap_or_default();
         caller.link = Some(ClientLink(Arc::new(HeldLink { asks: asks_tx })));
         let shared = self.clone();
         let label = owner.label.clone();
         // Not this round's cancellation: the call may outlive the round.
-        // Dropping it (the client abandoned it) tells the server.
-        let detached = ctx.detached();
-        let mut call: BoxFuture<'static, _> = Box::pin(with_caller(Arc::new(caller), async move {
+        // Dropping it (the client abandoned it) tells the server. Its
+        // progress goes to the round that waits for it.
+        let reporting = ToolContext::reporting_to(events_tx);
+        let call = Box::pin(with_caller(Arc::new(caller), async move {
             shared
-                .request_for(&label, request, &detached, Relayed::ToHeld)
+                .request_for(&label, request, &reporting, Relayed::ToHeld)
                 .await
         }));
+        let mut held = HeldRequest { call, asks, events };
         let cap = (self.max_concurrency / 2).max(1);
         let first = loop {
             let ask = tokio::select! {
-                result = &mut call => return Held::Ended(Turn::Done(result)),
-                Some(ask) = asks.recv() => ask,
+                result = &mut held.call => return Held::Ended(Turn::Done(result)),
+                Some(ask) = held.asks.recv() => ask,
+                Some(event) = held.events.recv() => {
+                    ctx.relay(event).await;
+                    continue;
+                }
                 () = ctx.cancelled() => return Held::Cancelled,
             };
             if self.held.admit(&owner.principal, cap) {
@@ -350,9 +374,7 @@ impl Shared {
             token: None,
         };
         let (turn_tx, turn) = oneshot::channel();
-        let drive = self
-            .clone()
-            .drive(call, asks, turn_tx, owner, first, holding);
+        let drive = self.clone().drive(held, turn_tx, owner, first, holding);
         tokio::spawn(drive.instrument(tracing::Span::current()));
         Held::Asked(turn)
     }
@@ -364,6 +386,7 @@ impl Shared {
         token: &str,
         answers: Map<String, Value>,
         owner: &Owner,
+        ctx: &ToolContext,
     ) -> Result<oneshot::Receiver<Turn>, Error> {
         let gone = || {
             Error::invalid_request(
@@ -382,6 +405,7 @@ impl Shared {
             .send(Resume {
                 answers,
                 turn: turn_tx,
+                ctx: ctx.clone(),
             })
             .map_err(|_| gone())?;
         Ok(turn)
@@ -392,29 +416,37 @@ impl Shared {
     /// server's first request, `holding` the call's count.
     async fn drive(
         self: Arc<Self>,
-        mut call: BoxFuture<'static, Result<ServerResult, RequestError>>,
-        mut asks: mpsc::Receiver<Ask>,
+        mut held: HeldRequest,
         mut turn: oneshot::Sender<Turn>,
         owner: Owner,
         first: Ask,
         mut holding: Holding,
     ) {
         let mut asked = Some(first);
+        // The round waiting for the call, once a client's round resumed it.
+        let mut listening: Option<ToolContext> = None;
         loop {
             let first = match asked.take() {
                 Some(ask) => ask,
-                None => tokio::select! {
-                    result = &mut call => {
-                        let _ = turn.send(Turn::Done(result));
-                        return;
+                None => loop {
+                    tokio::select! {
+                        result = &mut held.call => {
+                            let _ = turn.send(Turn::Done(result));
+                            return;
+                        }
+                        Some(ask) = held.asks.recv() => break ask,
+                        Some(event) = held.events.recv() => {
+                            if let Some(ctx) = &listening {
+                                ctx.relay(event).await;
+                            }
+                        }
+                        // The round was abandoned: so is the call.
+                        () = turn.closed() => return,
                     }
-                    Some(ask) = asks.recv() => ask,
-                    // The round was abandoned: so is the call.
-                    () = turn.closed() => return,
                 },
             };
             let mut pending = vec![first];
-            while let Ok(ask) = asks.try_recv() {
+            while let Ok(ask) = held.asks.try_recv() {
                 pending.push(ask);
             }
             let Some((requests, pending)) = input_requests(pending) else {
@@ -442,7 +474,7 @@ impl Shared {
             }
             let next = tokio::select! {
                 next = &mut resume => next,
-                result = &mut call => {
+                result = &mut held.call => {
                     // Ended while it waited for the client (the server gave
                     // up on it, or went away): the client's next round, if
                     // it comes within another call timeout, gets the result.
@@ -464,6 +496,7 @@ impl Shared {
                 let _ = ask.answer.send(answer);
             }
             turn = next.turn;
+            listening = Some(next.ctx);
         }
     }
 }

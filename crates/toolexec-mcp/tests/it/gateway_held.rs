@@ -13,8 +13,9 @@ use rmcp::model::{CallToolRequest, ClientRequest};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    GetPromptRequestParams, Implementation, InputRequiredResult, ListRootsResult, ProtocolVersion,
-    ReadResourceRequestParams, ResourceContents, RootsCapabilities,
+    GetPromptRequestParams, Implementation, InputRequiredResult, ListRootsResult,
+    ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ResourceContents,
+    RootsCapabilities,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
@@ -30,11 +31,24 @@ use super::gateway_relay::{Link, upstream};
 use crate::support::gateway as support;
 use crate::support::upstream::wait_listening;
 
-/// A 2026-07-28 client that answers sampling, elicitation and roots.
-#[derive(Clone)]
-struct Answers;
+/// A 2026-07-28 client that answers sampling, elicitation and roots, and
+/// passes on the progress it is sent.
+#[derive(Clone, Default)]
+struct Answers {
+    progress: Option<tokio::sync::mpsc::UnboundedSender<ProgressNotificationParam>>,
+}
 
 impl ClientHandler for Answers {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        if let Some(tx) = &self.progress {
+            let _ = tx.send(params);
+        }
+    }
+
     #[allow(deprecated)] // sampling: deprecated by SEP-2577, current in 2025-11-25.
     async fn create_message(
         &self,
@@ -155,7 +169,9 @@ async fn tuned_client_of(
                     let _ = running.waiting().await;
                 }
             });
-            let client = Answers.serve_with_lifecycle(client_io, lifecycle).await;
+            let client = Answers::default()
+                .serve_with_lifecycle(client_io, lifecycle)
+                .await;
             (client.unwrap(), None)
         }
         Front::Http => {
@@ -166,7 +182,9 @@ async fn tuned_client_of(
                 StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
                     .auth_header(token),
             );
-            let client = Answers.serve_with_lifecycle(http, lifecycle).await;
+            let client = Answers::default()
+                .serve_with_lifecycle(http, lifecycle)
+                .await;
             (client.unwrap(), Some(shutdown.drop_guard()))
         }
     };
@@ -587,4 +605,82 @@ async fn cancelling_a_round_abandons_the_held_call() {
     };
     assert_eq!(work["cancelled"], true, "{work}");
     setup.close().await;
+}
+
+/// The server's progress during a held call reaches the round that waits
+/// for it: here the second, which sent the answer and waits for the work.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_call_reports_progress_to_the_round_that_waits() {
+    let test = "a_held_call_reports_progress_to_the_round_that_waits";
+    let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let (config, _server) = upstream(&python, Link::Stdio, Duration::from_secs(20));
+    let catalog = Arc::new(Catalog::new());
+    let upstream = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
+    let gateway = Gateway::with_upstreams(
+        Exec::new(catalog),
+        GatewayOptions {
+            expose: Expose::All,
+            ..GatewayOptions::default()
+        },
+        vec![upstream.clone()],
+    );
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let (progress_tx, mut progress) = tokio::sync::mpsc::unbounded_channel();
+    let client = Answers {
+        progress: Some(progress_tx),
+    }
+    .serve_with_lifecycle(
+        client_io,
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .unwrap();
+    let ask = params(
+        "asking__ask_then_work",
+        json!({"question": "Who?", "seconds": 0.5}),
+    );
+    let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
+    let key = asks
+        .input_requests
+        .as_ref()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let answer = json!({key: {"action": "accept", "content": {"name": "Ada"}}});
+    let r = result_of(
+        client
+            .call_tool_once(again(&ask, answer, asks.request_state.as_deref()))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        r.structured_content,
+        Some(json!({"ok": {"action": "accept"}})),
+        "{r:?}"
+    );
+    // Relayed before the answer; the client's handler may see it a moment
+    // later.
+    let mut seen = Vec::new();
+    let wait = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(p) = progress.recv().await {
+            seen.push((p.progress, p.total));
+            if p.progress >= 1.0 && p.total == Some(5.0) {
+                return;
+            }
+        }
+    });
+    assert!(wait.await.is_ok(), "{seen:?}");
+    client.cancel().await.unwrap();
+    upstream.shutdown().await;
 }
