@@ -14,8 +14,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
     GetPromptRequestParams, Implementation, InputRequiredResult, ListRootsResult,
-    ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ResourceContents,
-    RootsCapabilities,
+    ProgressNotificationParam, ProtocolVersion, RootsCapabilities,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
@@ -23,13 +22,12 @@ use rmcp::service::{
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
-use toolexec::{Catalog, Exec, Secret};
-use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth};
+use toolexec::Secret;
+use toolexec_mcp::gateway::HttpAuth;
 use toolexec_mcp::upstream::{Upstream, UpstreamConfig};
 
-use super::gateway_relay::{Link, upstream};
+use super::gateway_relay::{Link, publishing, upstream};
 use crate::support::gateway as support;
-use crate::support::upstream::wait_listening;
 
 /// A 2026-07-28 client that answers sampling, elicitation and roots, and
 /// passes on the progress it is sent.
@@ -55,16 +53,7 @@ impl ClientHandler for Answers {
         params: CreateMessageRequestParams,
         _: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let text = serde_json::to_value(&params.messages).unwrap()[0]["content"]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        Ok(serde_json::from_value(json!({
-            "model": "modern-model",
-            "role": "assistant",
-            "content": {"type": "text", "text": format!("echo: {text}")},
-        }))
-        .unwrap())
+        Ok(support::echo_sampling("modern-model", &params))
     }
 
     async fn create_elicitation(
@@ -123,7 +112,15 @@ impl Setup {
 /// A gateway publishing every tool in front of the asking server over
 /// `link`, whose calls end by `timeout`; a 2026-07-28 client of it.
 async fn modern_client_of(python: &str, link: Link, timeout: Duration) -> Setup {
-    tuned_client_of(python, link, Front::Pipe, timeout, |_| {}).await
+    tuned_client_of(
+        python,
+        link,
+        Front::Pipe,
+        timeout,
+        |_| {},
+        Answers::default(),
+    )
+    .await
 }
 
 /// [`modern_client_of`] through `front`, the upstream's configuration
@@ -134,30 +131,12 @@ async fn tuned_client_of(
     front: Front,
     timeout: Duration,
     tune: impl FnOnce(&mut UpstreamConfig),
+    answers: Answers,
 ) -> Setup {
     let (mut config, server) = upstream(python, link, timeout);
     tune(&mut config);
-    if let toolexec_mcp::upstream::UpstreamTransport::Http { url, .. } = &config.transport {
-        let port = url
-            .trim_start_matches("http://127.0.0.1:")
-            .split('/')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        wait_listening(port, Duration::from_secs(30)).await;
-    }
-    let catalog = Arc::new(Catalog::new());
-    let upstream = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
+    let (gateway, upstream) = publishing(config).await;
     assert_ne!(upstream.protocol_version().as_deref(), Some("2026-07-28"));
-    let gateway = Gateway::with_upstreams(
-        Exec::new(catalog),
-        GatewayOptions {
-            expose: Expose::All,
-            ..GatewayOptions::default()
-        },
-        vec![upstream.clone()],
-    );
     let lifecycle = ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     };
@@ -169,9 +148,7 @@ async fn tuned_client_of(
                     let _ = running.waiting().await;
                 }
             });
-            let client = Answers::default()
-                .serve_with_lifecycle(client_io, lifecycle)
-                .await;
+            let client = answers.serve_with_lifecycle(client_io, lifecycle).await;
             (client.unwrap(), None)
         }
         Front::Http => {
@@ -182,9 +159,7 @@ async fn tuned_client_of(
                 StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
                     .auth_header(token),
             );
-            let client = Answers::default()
-                .serve_with_lifecycle(http, lifecycle)
-                .await;
+            let client = answers.serve_with_lifecycle(http, lifecycle).await;
             (client.unwrap(), Some(shutdown.drop_guard()))
         }
     };
@@ -222,6 +197,39 @@ fn text_of(r: &CallToolResult) -> &str {
         .map_or("", |t| t.text.as_str())
 }
 
+/// The key of the first request of `asks`.
+fn first_key(asks: &InputRequiredResult) -> String {
+    asks.input_requests
+        .as_ref()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone()
+}
+
+/// The asking server's outcomes so far, polled every 100 ms until one
+/// matches `wanted` (within `within`); that outcome.
+async fn outcome_where(
+    client: &RunningService<RoleClient, Answers>,
+    within: Duration,
+    wanted: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let r = client
+            .call_tool(params("asking__outcomes", json!({})))
+            .await
+            .unwrap();
+        let outcomes = r.structured_content.unwrap()["result"].clone();
+        if let Some(found) = outcomes.as_array().unwrap().iter().find(|o| wanted(o)) {
+            return found.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "{outcomes}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `params` again with `answers` and `state`.
 fn again(
     params: &CallToolRequestParams,
@@ -249,27 +257,9 @@ fn refused_state(r: CallToolResponse) {
 /// The prompt `greeting` and the resource `asking://profile/7`, each of
 /// which asks the client for a name first: their texts.
 async fn prompt_and_resource(client: &RunningService<RoleClient, Answers>) -> (String, String) {
-    let prompt = client
-        .get_prompt(
-            GetPromptRequestParams::new("asking__greeting")
-                .with_arguments(json!({"salutation": "Hello"}).as_object().unwrap().clone()),
-        )
-        .await
-        .expect("prompts/get");
-    let greeted = prompt.messages[0]
-        .content
-        .as_text()
-        .map(|t| t.text.clone())
-        .unwrap_or_else(|| panic!("{prompt:?}"));
-    let read = client
-        .read_resource(ReadResourceRequestParams::new("asking://profile/7"))
-        .await
-        .expect("resources/read");
-    let read = match &read.contents[0] {
-        ResourceContents::TextResourceContents { text, .. } => text.clone(),
-        other => panic!("{other:?}"),
-    };
-    (greeted, read)
+    let greeting = GetPromptRequestParams::new("asking__greeting")
+        .with_arguments(json!({"salutation": "Hello"}).as_object().unwrap().clone());
+    support::prompt_and_resource_text(client, greeting, "asking://profile/7").await
 }
 
 /// Each of sampling, form elicitation and roots, asked by the 2025 server
@@ -287,7 +277,9 @@ async fn a_modern_client_answers_what_an_older_server_asks() {
         (Link::Http, Front::Pipe),
         (Link::Stdio, Front::Http),
     ] {
-        let setup = tuned_client_of(&python, link, front, Duration::from_secs(20), |_| {}).await;
+        let timeout = Duration::from_secs(20);
+        let setup =
+            tuned_client_of(&python, link, front, timeout, |_| {}, Answers::default()).await;
         let client = &setup.client;
         let r = client
             .call_tool(params("asking__ask_llm", json!({"prompt": "hello"})))
@@ -416,14 +408,7 @@ async fn a_held_call_ends_at_its_deadline() {
     let client = &setup.client;
     let ask = params("asking__ask_llm", json!({"prompt": "late"}));
     let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
-    let key = asks
-        .input_requests
-        .as_ref()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = first_key(&asks);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let answer = json!({key: {"model": "m", "role": "assistant", "content": {"type": "text", "text": "too late"}}});
     let r = result_of(
@@ -437,20 +422,7 @@ async fn a_held_call_ends_at_its_deadline() {
         "{r:?}"
     );
     // The server was told: its ask ended with an error or was cancelled.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let last = loop {
-        let r = client
-            .call_tool(params("asking__outcomes", json!({})))
-            .await
-            .unwrap();
-        let outcomes = r.structured_content.unwrap()["result"].clone();
-        let last = outcomes.as_array().unwrap().last().cloned();
-        if last.is_some() || std::time::Instant::now() > deadline {
-            break last.unwrap_or(Value::Null);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    assert_eq!(last["kind"], "sampling", "{last}");
+    let last = outcome_where(client, Duration::from_secs(20), |o| o["kind"] == "sampling").await;
     assert!(
         last["cancelled"] == true || last["error"]["code"].is_i64(),
         "{last}"
@@ -473,21 +445,21 @@ async fn held_calls_are_bounded_and_never_guessed() {
         (Link::Http, "waiting for its answers"),
         (Link::Stdio, "waiting for its client's answers"),
     ] {
-        let setup = tuned_client_of(&python, link, Front::Pipe, Duration::from_secs(20), |c| {
-            c.max_concurrency = 2;
-        })
+        let two_slots = |c: &mut UpstreamConfig| c.max_concurrency = 2;
+        let timeout = Duration::from_secs(20);
+        let setup = tuned_client_of(
+            &python,
+            link,
+            Front::Pipe,
+            timeout,
+            two_slots,
+            Answers::default(),
+        )
         .await;
         let client = &setup.client;
         let ask = params("asking__ask_name", json!({"question": "Who?"}));
         let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
-        let key = asks
-            .input_requests
-            .as_ref()
-            .unwrap()
-            .keys()
-            .next()
-            .unwrap()
-            .clone();
+        let key = first_key(&asks);
         let r = result_of(
             client
                 .call_tool_once(params("asking__ask_llm", json!({"prompt": "too"})))
@@ -542,14 +514,7 @@ async fn cancelling_a_round_abandons_the_held_call() {
         json!({"question": "Who?", "seconds": 30}),
     );
     let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
-    let key = asks
-        .input_requests
-        .as_ref()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = first_key(&asks);
     let answer = json!({key: {"action": "accept", "content": {"name": "Ada"}}});
     let resume = ClientRequest::CallToolRequest(CallToolRequest::new(again(
         &ask,
@@ -562,47 +527,17 @@ async fn cancelling_a_round_abandons_the_held_call() {
         .await
         .unwrap();
     // The server has the answer and works on.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let outcomes = || async {
-        let r = client
-            .call_tool(params("asking__outcomes", json!({})))
-            .await
-            .unwrap();
-        r.structured_content.unwrap()["result"].clone()
-    };
-    loop {
-        let seen = outcomes().await;
-        if seen
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|o| o["kind"] == "elicitation")
-        {
-            assert_eq!(seen[0]["ok"]["action"], "accept", "{seen}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{seen}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let asked = outcome_where(client, Duration::from_secs(20), |o| {
+        o["kind"] == "elicitation"
+    })
+    .await;
+    assert_eq!(asked["ok"]["action"], "accept", "{asked}");
     handle
         .cancel(Some("the user gave up".into()))
         .await
         .unwrap();
     // Well before the call's own 20 s deadline would end it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let work = loop {
-        let seen = outcomes().await;
-        if let Some(work) = seen
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|o| o["kind"] == "work")
-        {
-            break work.clone();
-        }
-        assert!(std::time::Instant::now() < deadline, "{seen}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let work = outcome_where(client, Duration::from_secs(5), |o| o["kind"] == "work").await;
     assert_eq!(work["cancelled"], true, "{work}");
     setup.close().await;
 }
@@ -615,48 +550,19 @@ async fn a_held_call_reports_progress_to_the_round_that_waits() {
     let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
         return;
     };
-    let (config, _server) = upstream(&python, Link::Stdio, Duration::from_secs(20));
-    let catalog = Arc::new(Catalog::new());
-    let upstream = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
-    let gateway = Gateway::with_upstreams(
-        Exec::new(catalog),
-        GatewayOptions {
-            expose: Expose::All,
-            ..GatewayOptions::default()
-        },
-        vec![upstream.clone()],
-    );
-    let (server_io, client_io) = tokio::io::duplex(1 << 16);
-    tokio::spawn(async move {
-        if let Ok(running) = gateway.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
     let (progress_tx, mut progress) = tokio::sync::mpsc::unbounded_channel();
-    let client = Answers {
+    let answers = Answers {
         progress: Some(progress_tx),
-    }
-    .serve_with_lifecycle(
-        client_io,
-        ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
-    )
-    .await
-    .unwrap();
+    };
+    let timeout = Duration::from_secs(20);
+    let setup = tuned_client_of(&python, Link::Stdio, Front::Pipe, timeout, |_| {}, answers).await;
+    let client = &setup.client;
     let ask = params(
         "asking__ask_then_work",
         json!({"question": "Who?", "seconds": 0.5}),
     );
     let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
-    let key = asks
-        .input_requests
-        .as_ref()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = first_key(&asks);
     let answer = json!({key: {"action": "accept", "content": {"name": "Ada"}}});
     let r = result_of(
         client
@@ -681,6 +587,5 @@ async fn a_held_call_reports_progress_to_the_round_that_waits() {
         }
     });
     assert!(wait.await.is_ok(), "{seen:?}");
-    client.cancel().await.unwrap();
-    upstream.shutdown().await;
+    setup.close().await;
 }

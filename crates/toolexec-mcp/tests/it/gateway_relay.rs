@@ -112,8 +112,9 @@ async fn gateway(
     (url, shutdown, upstream, guard)
 }
 
-/// An HTTP gateway in front of the upstream `config`; its URL.
-async fn gateway_of(config: UpstreamConfig) -> (String, CancellationToken, Arc<Upstream>) {
+/// Waits until the HTTP or SSE server of `config` (started by [`upstream`])
+/// listens.
+async fn until_listening(config: &UpstreamConfig) {
     if let UpstreamTransport::Http { url, .. } | UpstreamTransport::Sse { url, .. } =
         &config.transport
     {
@@ -126,6 +127,12 @@ async fn gateway_of(config: UpstreamConfig) -> (String, CancellationToken, Arc<U
             .unwrap();
         wait_listening(port, Duration::from_secs(30)).await;
     }
+}
+
+/// A gateway publishing every tool of the upstream `config`, once its
+/// server listens; the upstream.
+pub(crate) async fn publishing(config: UpstreamConfig) -> (Gateway, Arc<Upstream>) {
+    until_listening(&config).await;
     let catalog = Arc::new(Catalog::new());
     let upstream = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
     let gateway = Gateway::with_upstreams(
@@ -136,6 +143,12 @@ async fn gateway_of(config: UpstreamConfig) -> (String, CancellationToken, Arc<U
         },
         vec![upstream.clone()],
     );
+    (gateway, upstream)
+}
+
+/// An HTTP gateway in front of the upstream `config`; its URL.
+async fn gateway_of(config: UpstreamConfig) -> (String, CancellationToken, Arc<Upstream>) {
+    let (gateway, upstream) = publishing(config).await;
     let (addr, shutdown) = support::start_http(gateway, HttpAuth::InsecureNoAuth).await;
     (format!("http://{addr}/mcp"), shutdown, upstream)
 }

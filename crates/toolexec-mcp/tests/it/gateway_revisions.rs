@@ -529,16 +529,7 @@ impl rmcp::ClientHandler for Answering {
         params: rmcp::model::CreateMessageRequestParams,
         _context: rmcp::service::RequestContext<rmcp::RoleClient>,
     ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
-        let question = serde_json::to_value(&params.messages).unwrap()[0]["content"]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        Ok(serde_json::from_value(json!({
-            "model": "test-model",
-            "role": "assistant",
-            "content": {"type": "text", "text": format!("echo: {question}")},
-        }))
-        .unwrap())
+        Ok(support::echo_sampling("test-model", &params))
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -629,21 +620,7 @@ fn greet_ada() -> GetPromptRequestParams {
 /// The text of `greet_confirmed` and of `fixture://guarded`, each of which
 /// asks the client for a confirmation first.
 async fn guarded(client: &RunningService<RoleClient, Answering>) -> (String, String) {
-    let prompt = client.get_prompt(greet_ada()).await.expect("prompts/get");
-    let greeted = prompt.messages[0]
-        .content
-        .as_text()
-        .map(|t| t.text.clone())
-        .unwrap_or_else(|| panic!("{prompt:?}"));
-    let read = client
-        .read_resource(ReadResourceRequestParams::new("fixture://guarded"))
-        .await
-        .expect("resources/read");
-    let read = match &read.contents[0] {
-        rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
-        other => panic!("{other:?}"),
-    };
-    (greeted, read)
+    support::prompt_and_resource_text(client, greet_ada(), "fixture://guarded").await
 }
 
 /// A 2026-07-28 upstream asks for client input in its results

@@ -190,3 +190,46 @@ pub(crate) fn rmcp_http_transport(
     let _ = rustls_graviola::default_provider().install_default();
     rmcp::transport::StreamableHttpClientTransport::from_config(config)
 }
+
+/// A client's answer to a sampling request: the model `model` echoing the
+/// text of the request's first message (`echo: <text>`).
+#[allow(deprecated)] // sampling: deprecated by SEP-2577, current in 2025-11-25.
+pub(crate) fn echo_sampling(
+    model: &str,
+    params: &rmcp::model::CreateMessageRequestParams,
+) -> rmcp::model::CreateMessageResult {
+    let text = serde_json::to_value(&params.messages).unwrap()[0]["content"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    serde_json::from_value(serde_json::json!({
+        "model": model,
+        "role": "assistant",
+        "content": {"type": "text", "text": format!("echo: {text}")},
+    }))
+    .unwrap()
+}
+
+/// The first text of the prompt `prompt` and of the resource `uri`, got
+/// through `client` (its handler answering what their servers ask).
+pub(crate) async fn prompt_and_resource_text<S: rmcp::Service<rmcp::RoleClient>>(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, S>,
+    prompt: rmcp::model::GetPromptRequestParams,
+    uri: &str,
+) -> (String, String) {
+    let prompt = client.get_prompt(prompt).await.expect("prompts/get");
+    let greeted = prompt.messages[0]
+        .content
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_else(|| panic!("{prompt:?}"));
+    let read = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+        .await
+        .expect("resources/read");
+    let read = match &read.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+        other => panic!("{other:?}"),
+    };
+    (greeted, read)
+}
