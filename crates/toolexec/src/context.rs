@@ -80,28 +80,12 @@ impl ToolContext {
     /// A context whose progress and chunks go to `tx`, with no
     /// cancellation: for work that outlives the call that started it and
     /// reports to whichever call waits for it at the moment (an upstream
-    /// MCP call held across its client's rounds), which passes each event
-    /// on with [`relay`](Self::relay).
+    /// MCP call held across its client's rounds), which passes the events
+    /// on.
     pub fn reporting_to(tx: mpsc::Sender<StreamEvent>) -> Self {
         ToolContext {
             events: Some(EventTx { tx, step: None }),
             ..ToolContext::default()
-        }
-    }
-
-    /// Passes on `event`, reported by work this call waits for
-    /// ([`reporting_to`](Self::reporting_to)): progress and chunks as this
-    /// call's own; the end of a run is not an event of this call's.
-    pub async fn relay(&self, event: StreamEvent) {
-        match event {
-            StreamEvent::Progress {
-                progress,
-                total,
-                message,
-                ..
-            } => self.progress(progress, total, message.as_deref()),
-            StreamEvent::Chunk { data, .. } => self.chunk(data).await,
-            StreamEvent::Done { .. } | StreamEvent::Error { .. } => {}
         }
     }
 
@@ -149,54 +133,31 @@ mod tests {
 
     use super::*;
 
-    /// Work reporting to a channel: its progress and chunks reach the call
-    /// that relays them, as that call's own (its chain step); the end of
-    /// the work does not.
+    /// Work reporting to a channel: its progress and chunks go there, and
+    /// nothing cancels it.
     #[tokio::test]
-    async fn relayed_events_become_the_waiting_calls_own() {
-        let (work_tx, mut work_rx) = mpsc::channel(4);
-        let work = ToolContext::reporting_to(work_tx);
+    async fn a_reporting_context_sends_its_events_to_its_channel() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let work = ToolContext::reporting_to(tx);
         assert!(work.is_streaming() && !work.is_cancelled());
+        assert!(work.cancellation_token().is_none());
         work.progress(1.0, Some(2.0), Some("half"));
         work.chunk(json!("part")).await;
-
-        let (call_tx, mut call_rx) = mpsc::channel(4);
-        let call = ToolContext::new(
-            None,
-            Some(EventTx {
-                tx: call_tx,
-                step: Some(3),
-            }),
-            None,
-            None,
-        );
-        for _ in 0..2 {
-            call.relay(work_rx.recv().await.unwrap()).await;
-        }
-        call.relay(StreamEvent::Error {
-            error: crate::ErrorBody {
-                code: crate::ErrorCode::Timeout,
-                message: "timeout".into(),
-                details: None,
-            },
-        })
-        .await;
         assert_eq!(
-            call_rx.recv().await.unwrap(),
+            rx.recv().await.unwrap(),
             StreamEvent::Progress {
-                step: Some(3),
+                step: None,
                 progress: 1.0,
                 total: Some(2.0),
                 message: Some("half".into()),
             }
         );
         assert_eq!(
-            call_rx.recv().await.unwrap(),
+            rx.recv().await.unwrap(),
             StreamEvent::Chunk {
-                step: Some(3),
+                step: None,
                 data: json!("part"),
             }
         );
-        assert!(call_rx.try_recv().is_err());
     }
 }

@@ -203,6 +203,34 @@ struct HeldRequest {
     events: mpsc::Receiver<StreamEvent>,
 }
 
+impl HeldRequest {
+    /// Passes the progress queued so far to `to` (or drops it).
+    fn report_queued(&mut self, to: Option<&ToolContext>) {
+        while let Ok(event) = self.events.try_recv() {
+            report(to, event);
+        }
+    }
+}
+
+/// Passes a held request's progress to the round that waits for it. Only
+/// progress: what an upstream MCP server reports, and what never waits
+/// (a slow listener's progress is dropped), so the request's task never
+/// blocks on a round.
+fn report(to: Option<&ToolContext>, event: StreamEvent) {
+    if let (
+        Some(ctx),
+        StreamEvent::Progress {
+            progress,
+            total,
+            message,
+            ..
+        },
+    ) = (to, event)
+    {
+        ctx.progress(progress, total, message.as_deref());
+    }
+}
+
 /// One request of the server, waiting for the client's answer.
 struct Ask {
     method: String,
@@ -352,10 +380,13 @@ impl Shared {
         let cap = (self.max_concurrency / 2).max(1);
         let first = loop {
             let ask = tokio::select! {
-                result = &mut held.call => return Held::Ended(Turn::Done(result)),
+                result = &mut held.call => {
+                    held.report_queued(Some(ctx));
+                    return Held::Ended(Turn::Done(result));
+                }
                 Some(ask) = held.asks.recv() => ask,
                 Some(event) = held.events.recv() => {
-                    ctx.relay(event).await;
+                    report(Some(ctx), event);
                     continue;
                 }
                 () = ctx.cancelled() => return Held::Cancelled,
@@ -431,15 +462,12 @@ impl Shared {
                 None => loop {
                     tokio::select! {
                         result = &mut held.call => {
+                            held.report_queued(listening.as_ref());
                             let _ = turn.send(Turn::Done(result));
                             return;
                         }
                         Some(ask) = held.asks.recv() => break ask,
-                        Some(event) = held.events.recv() => {
-                            if let Some(ctx) = &listening {
-                                ctx.relay(event).await;
-                            }
-                        }
+                        Some(event) = held.events.recv() => report(listening.as_ref(), event),
                         // The round was abandoned: so is the call.
                         () = turn.closed() => return,
                     }
@@ -469,19 +497,27 @@ impl Shared {
                 },
             );
             let asked = InputRequiredResult::new(Some(requests), Some(token));
+            held.report_queued(listening.take().as_ref());
             if turn.send(Turn::Asks(asked)).is_err() {
                 return;
             }
-            let next = tokio::select! {
-                next = &mut resume => next,
-                result = &mut held.call => {
-                    // Ended while it waited for the client (the server gave
-                    // up on it, or went away): the client's next round, if
-                    // it comes within another call timeout, gets the result.
-                    if let Ok(Ok(next)) = tokio::time::timeout(self.call_timeout, resume).await {
-                        let _ = next.turn.send(Turn::Done(result));
+            let next = loop {
+                tokio::select! {
+                    next = &mut resume => break next,
+                    result = &mut held.call => {
+                        // Ended while it waited for the client (the server
+                        // gave up on it, or went away): the client's next
+                        // round, if it comes within another call timeout,
+                        // gets the result.
+                        let next = tokio::time::timeout(self.call_timeout, resume).await;
+                        if let Ok(Ok(next)) = next {
+                            let _ = next.turn.send(Turn::Done(result));
+                        }
+                        return;
                     }
-                    return;
+                    // No round waits: the server's progress meanwhile is
+                    // not for the next one.
+                    Some(_) = held.events.recv() => {}
                 }
             };
             // Taken by the client's round (or gone with the server).

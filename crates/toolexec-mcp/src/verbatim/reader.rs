@@ -132,16 +132,21 @@ impl<R> HoldingReader<R> {
         // client may get `resultType` (its revision's results allow any
         // field), where rmcp would remove it.
         let complete = read.result_type.map(RawValue::get) == Some("\"complete\"");
-        let hinted = complete
-            && read
-                .ttl_ms
-                .is_some_and(|t| t.get().starts_with(|c: char| c.is_ascii_digit()))
-            && read.cache_scope.is_some_and(|c| c.get().starts_with('"'));
-        let fits = if how.modern {
-            hinted
-        } else {
-            read.result_type.is_none() || complete
-        };
+        // The caching hints as rmcp reads them, when present.
+        let ttl_ok = read
+            .ttl_ms
+            .is_none_or(|t| serde_json::from_str::<u64>(t.get()).is_ok());
+        let scope_ok = read
+            .cache_scope
+            .is_none_or(|c| serde_json::from_str::<rmcp::model::CacheScope>(c.get()).is_ok());
+        let hinted = complete && read.ttl_ms.is_some() && read.cache_scope.is_some();
+        let fits = ttl_ok
+            && scope_ok
+            && if how.modern {
+                hinted
+            } else {
+                read.result_type.is_none() || complete
+            };
         if !fits || !read.meta.is_none_or(is_object) {
             return None;
         }
@@ -298,7 +303,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for HoldingReader<R> {
             if let Some(i) = memchr::memchr(b'\n', &this.data[this.searched..]) {
                 let line = this.data.split_to(this.searched + i + 1);
                 if line.len() >= MIN_BYTES {
-                    this.widen.once();
+                    this.widen.fit(line.len());
                 }
                 this.searched = 0;
                 this.out = if std::mem::take(&mut this.passing) {
@@ -312,7 +317,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for HoldingReader<R> {
             let pending = this.data.len();
             if pending > 0 && (this.passing || pending >= this.max_line || this.eof) {
                 // Too long to keep (rmcp drops it), or the last bytes.
-                this.widen.once();
+                this.widen.fit(pending);
                 this.passing = !this.eof;
                 this.out = this.data.split().freeze();
                 this.searched = 0;

@@ -253,32 +253,45 @@ async fn a_placeholder_without_its_result_becomes_an_error() {
 
 /// Which revision's results are kept for which client: a 2026-07-28
 /// client's only with `resultType` `complete` and the caching hints; an
-/// earlier client's with or without them.
+/// earlier client's with or without them. Hints rmcp would refuse (a
+/// fractional `ttlMs`, an unknown `cacheScope`) are never kept.
 #[tokio::test]
 async fn results_are_kept_for_the_client_s_revision() {
     let text = escaped_text(100_000);
-    let hinted = |n: u32| {
+    let hinted = |n: u32, ttl: &str, scope: &str| {
         format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{n},\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"private\"}}}}\n"
+            "{{\"jsonrpc\":\"2.0\",\"id\":{n},\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"resultType\":\"complete\",\"ttlMs\":{ttl},\"cacheScope\":{scope}}}}}\n"
         )
     };
+    let good = |n: u32| hinted(n, "0", "\"private\"");
     let plain = read_answer("3", &text);
-    let input = [hinted(1), hinted(2), plain.clone()].concat();
+    let refused = [
+        hinted(4, "1.5", "\"private\""),
+        hinted(5, "0", "\"bogus\""),
+        hinted(6, "-1", "\"public\""),
+    ];
+    let input = [good(1), good(2), plain.clone()].concat() + &refused.concat();
     let wanted = Arc::new(Wanted::default());
     wanted.add(&id(1), MODERN);
     wanted.add(&id(2), LEGACY);
     wanted.add(&id(3), MODERN);
+    wanted.add(&id(4), MODERN);
+    wanted.add(&id(5), LEGACY);
+    wanted.add(&id(6), MODERN);
     let out = String::from_utf8(through_reader(input.into_bytes(), 9000, wanted).await).unwrap();
     let lines: Vec<&str> = out.split_inclusive('\n').collect();
-    assert_eq!(lines.len(), 3);
+    assert_eq!(lines.len(), 6);
     for (line, n) in lines[..2].iter().zip(1..) {
         assert!(line.len() < 200 && line.contains(MARKER), "{n}: {line}");
         let token = line.split(&format!("\"{MARKER}\":\"")).nth(1).unwrap();
         let kept = release(&token[..32]).unwrap();
-        assert!(kept.line == hinted(n).as_bytes(), "{n}: not the line read");
+        assert!(kept.line == good(n).as_bytes(), "{n}: not the line read");
         assert!(kept.line[kept.result.clone()].starts_with(b"{\"contents\""));
     }
     assert_eq!(lines[2], plain);
+    for (line, sent) in lines[3..].iter().zip(&refused) {
+        assert_eq!(line, sent);
+    }
 }
 
 /// A pipe's buffer size (Linux).
@@ -289,35 +302,42 @@ fn pipe_size(fd: std::os::fd::RawFd) -> i32 {
 }
 
 /// The reader widens the server's pipe once a large message came through
-/// it, not before; the writer the client's, once it wrote a large one.
+/// it, not before, to fit the largest so far (a power of two, at most
+/// 1 MiB); the writer the client's, before it writes a large one.
 #[cfg(target_os = "linux")]
 #[tokio::test]
-async fn pipes_are_widened_by_the_first_large_message() {
+async fn pipes_are_widened_to_fit_large_messages() {
     use std::os::fd::AsRawFd;
     use tokio::net::unix::pipe;
 
     let (mut tx, rx) = pipe::pipe().unwrap();
     let fd = rx.as_raw_fd();
     let default = pipe_size(fd);
-    assert!(default < 1 << 20, "{default}");
+    assert_eq!(default, 64 * 1024);
     let mut reader = HoldingReader::new(rx, Arc::default()).widening(crate::pipes::Widen::pipe(fd));
     let mut buf = vec![0u8; 1 << 16];
-    tx.write_all(b"{\"small\":1}\n").await.unwrap();
-    let n = reader.read(&mut buf).await.unwrap();
-    assert_eq!(&buf[..n], b"{\"small\":1}\n");
-    assert_eq!(pipe_size(fd), default);
-    let large = format!("{}\n", read_answer("1", &escaped_text(MIN_BYTES + 10)));
-    let writing = tokio::spawn(async move {
-        tx.write_all(large.as_bytes()).await.unwrap();
-        tx
-    });
-    let mut out = Vec::new();
-    while !out.contains(&b'\n') {
-        let n = reader.read(&mut buf).await.unwrap();
-        out.extend_from_slice(&buf[..n]);
+    for (text, size) in [
+        (None, default),
+        (Some(MIN_BYTES + 10), 128 * 1024),
+        (Some(700 * 1024), 1 << 20),
+        (Some(3 << 20), 1 << 20),
+    ] {
+        let line = match text {
+            None => "{\"small\":1}\n".to_owned(),
+            Some(n) => read_answer("1", &escaped_text(n)),
+        };
+        let writing = tokio::spawn(async move {
+            tx.write_all(line.as_bytes()).await.unwrap();
+            tx
+        });
+        let mut out = Vec::new();
+        while !out.contains(&b'\n') {
+            let n = reader.read(&mut buf).await.unwrap();
+            out.extend_from_slice(&buf[..n]);
+        }
+        tx = writing.await.unwrap();
+        assert_eq!(pipe_size(fd), size, "after a line of {text:?}");
     }
-    drop(writing.await.unwrap());
-    assert_eq!(pipe_size(fd), 1 << 20);
 
     let (tx, _rx) = pipe::pipe().unwrap();
     let fd = tx.as_raw_fd();
@@ -326,6 +346,6 @@ async fn pipes_are_widened_by_the_first_large_message() {
     writer.flush().await.unwrap();
     assert_eq!(pipe_size(fd), default);
     // A large message widens the pipe before it is written.
-    writer.write_all(&vec![b'x'; MIN_BYTES]).await.unwrap();
-    assert_eq!(pipe_size(fd), 1 << 20);
+    writer.write_all(&vec![b'x'; 200 * 1024]).await.unwrap();
+    assert_eq!(pipe_size(fd), 256 * 1024);
 }

@@ -43,8 +43,8 @@ impl<W> ReleasingWriter<W> {
         }
     }
 
-    /// Widens the pipe `fd` (what `inner` writes to) when a large message
-    /// goes through it.
+    /// Widens the pipe `fd` (what `inner` writes to, held open as long as
+    /// it) when large messages go through it.
     pub(crate) fn widening(mut self, fd: std::os::fd::RawFd) -> Self {
         self.widen = Widen::pipe(fd);
         self
@@ -64,7 +64,7 @@ impl<W> ReleasingWriter<W> {
         let id = placeholder.id.get();
         match release(&placeholder.result.meta.token) {
             Some(kept) => {
-                self.widen.once();
+                self.widen.fit(kept.result.len());
                 let head = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":");
                 self.out.push_back(head.into());
                 self.out.push_back(kept.line.slice(kept.result));
@@ -146,7 +146,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ReleasingWriter<W> {
         }
         if this.passing {
             if end >= super::MIN_BYTES {
-                this.widen.once();
+                this.widen.fit(end);
             }
             let n = ready!(Pin::new(&mut this.inner).poll_write(cx, &buf[..end]))?;
             if n == end && newline.is_some() {
