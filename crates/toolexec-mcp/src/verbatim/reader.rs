@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio_util::io::poll_read_buf;
 
-use super::{MIN_BYTES, Wanted, hold, placeholder, plain_json};
+use super::{MIN_BYTES, Verbatim, Wanted, hold, placeholder, plain_json};
 use crate::pipes::Widen;
 
 /// The most bytes buffered while looking for the end of a line: rmcp's own
@@ -125,32 +125,14 @@ impl<R> HoldingReader<R> {
         if !is_object(result) || !plain_json(result.get().as_bytes()) {
             return None;
         }
-        let read: ReadResult<'_> = serde_json::from_str(result.get()).ok()?;
-        // A 2026-07-28 server's result says `complete` and carries caching
-        // hints, which a 2026-07-28 client needs; an earlier server's has
-        // none, and is decoded for such a client (rmcp adds them). A 2025
-        // client may get `resultType` (its revision's results allow any
-        // field), where rmcp would remove it.
-        let complete = read.result_type.map(RawValue::get) == Some("\"complete\"");
-        // The caching hints as rmcp reads them, when present.
-        let ttl_ok = read
-            .ttl_ms
-            .is_none_or(|t| serde_json::from_str::<u64>(t.get()).is_ok());
-        let scope_ok = read
-            .cache_scope
-            .is_none_or(|c| serde_json::from_str::<rmcp::model::CacheScope>(c.get()).is_ok());
-        let hinted = complete && read.ttl_ms.is_some() && read.cache_scope.is_some();
-        let fits = ttl_ok
-            && scope_ok
-            && if how.modern {
-                hinted
-            } else {
-                read.result_type.is_none() || complete
-            };
-        if !fits || !read.meta.is_none_or(is_object) {
-            return None;
-        }
-        if !read.contents.iter().all(Contents::is_valid) {
+        // Without a backslash the texts are skimmed, not scanned again.
+        let raw = result.get();
+        let fits = if memchr::memchr(b'\\', raw.as_bytes()).is_none() {
+            serde_json::from_str::<ReadResult<'_, Skimmed>>(raw).is_ok_and(|r| r.fits(how))
+        } else {
+            serde_json::from_str::<ReadResult<'_, Scanned>>(raw).is_ok_and(|r| r.fits(how))
+        };
+        if !fits {
             return None;
         }
         let start = result.get().as_ptr() as usize - body.as_ptr() as usize;
@@ -170,11 +152,13 @@ struct Answer<'a> {
 
 /// A `resources/read` result, as far as telling one whose contents have
 /// the shape MCP gives them (what rmcp's decoding would check), without
-/// copying or unescaping their text.
+/// copying or unescaping their text. `S` reads the text or blob of each
+/// ([`Skimmed`] or [`Scanned`]).
 #[derive(Deserialize)]
-struct ReadResult<'a> {
+#[serde(bound(deserialize = "S: Deserialize<'de>"))]
+struct ReadResult<'a, S> {
     #[serde(borrow)]
-    contents: Vec<Contents<'a>>,
+    contents: Vec<Contents<'a, S>>,
     #[serde(borrow, rename = "resultType")]
     result_type: Option<&'a RawValue>,
     #[serde(borrow, rename = "ttlMs")]
@@ -185,63 +169,112 @@ struct ReadResult<'a> {
     meta: Option<&'a RawValue>,
 }
 
+impl<S> ReadResult<'_, S> {
+    /// Whether a client of `how`'s revision may get this result as it is.
+    fn fits(&self, how: Verbatim) -> bool {
+        // A 2026-07-28 server's result says `complete` and carries caching
+        // hints, which a 2026-07-28 client needs; an earlier server's has
+        // none, and is decoded for such a client (rmcp adds them). A 2025
+        // client may get `resultType` (its revision's results allow any
+        // field), where rmcp would remove it.
+        let complete = self.result_type.map(RawValue::get) == Some("\"complete\"");
+        // The caching hints as rmcp reads them, when present.
+        let ttl_ok = self
+            .ttl_ms
+            .is_none_or(|t| serde_json::from_str::<u64>(t.get()).is_ok());
+        let scope_ok = self
+            .cache_scope
+            .is_none_or(|c| serde_json::from_str::<rmcp::model::CacheScope>(c.get()).is_ok());
+        let revision_ok = if how.modern {
+            complete && self.ttl_ms.is_some() && self.cache_scope.is_some()
+        } else {
+            self.result_type.is_none() || complete
+        };
+        ttl_ok
+            && scope_ok
+            && revision_ok
+            && self.meta.is_none_or(is_object)
+            && self.contents.iter().all(Contents::is_valid)
+    }
+}
+
 /// One of a read result's contents: a URI and either text or a blob, all
 /// strings, and the optional fields MCP defines with their types. Read
 /// from a JSON object only, its fields once each (a key written twice, or
 /// escaped, is refused: clients could read either value).
-#[derive(Default)]
-struct Contents<'a> {
+struct Contents<'a, S> {
     uri: Option<&'a RawValue>,
-    text: Option<Str>,
-    blob: Option<Str>,
+    text: Option<S>,
+    blob: Option<S>,
     mime_type: Option<&'a RawValue>,
     meta: Option<&'a RawValue>,
 }
 
-/// A JSON string, read without checking its characters again: the whole
-/// answer was checked to be JSON (the `Answer` it is part of), and the text
-/// of a large result is most of its bytes, so it is scanned for its end
-/// only (serde_json's byte-string path: a quote or backslash search) rather
-/// than a second time byte by byte for control characters.
-struct Str;
+/// A JSON string in a result without a backslash, read for its end only
+/// (serde_json's byte-string path: a quote search): the whole answer was
+/// checked to be JSON (the `Answer` it is part of), every character once,
+/// and the text of a large result is most of its bytes. With escapes that
+/// path copies the string, so such results are [`Scanned`].
+struct Skimmed;
 
-impl<'de> Deserialize<'de> for Str {
+impl<'de> Deserialize<'de> for Skimmed {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_bytes(StrVisitor)
+        deserializer.deserialize_bytes(SkimVisitor)
     }
 }
 
-struct StrVisitor;
+struct SkimVisitor;
 
-impl serde::de::Visitor<'_> for StrVisitor {
-    type Value = Str;
+impl serde::de::Visitor<'_> for SkimVisitor {
+    type Value = Skimmed;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a string")
     }
 
-    fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<Str, E> {
-        Ok(Str)
+    fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<Skimmed, E> {
+        Ok(Skimmed)
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Contents<'a> {
+/// A JSON string read as a borrowed raw value (every byte checked again,
+/// nothing copied).
+struct Scanned;
+
+impl<'de> Deserialize<'de> for Scanned {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw: &'de RawValue = Deserialize::deserialize(deserializer)?;
+        if raw.get().starts_with('"') {
+            Ok(Scanned)
+        } else {
+            Err(serde::de::Error::custom("a string"))
+        }
+    }
+}
+
+impl<'de: 'a, 'a, S: Deserialize<'de>> Deserialize<'de> for Contents<'a, S> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_map(ContentsVisitor(std::marker::PhantomData))
     }
 }
 
-struct ContentsVisitor<'a>(std::marker::PhantomData<&'a ()>);
+struct ContentsVisitor<'a, S>(std::marker::PhantomData<(&'a (), S)>);
 
-impl<'de: 'a, 'a> serde::de::Visitor<'de> for ContentsVisitor<'a> {
-    type Value = Contents<'a>;
+impl<'de: 'a, 'a, S: Deserialize<'de>> serde::de::Visitor<'de> for ContentsVisitor<'a, S> {
+    type Value = Contents<'a, S>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("resource contents, an object")
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut contents = Contents::default();
+        let mut contents = Contents {
+            uri: None,
+            text: None,
+            blob: None,
+            mime_type: None,
+            meta: None,
+        };
         while let Some(key) = map.next_key::<&'de str>()? {
             let string = match key {
                 "text" => Some(&mut contents.text),
@@ -252,7 +285,7 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for ContentsVisitor<'a> {
                 if slot.is_some() {
                     return Err(serde::de::Error::duplicate_field("contents field"));
                 }
-                *slot = Some(map.next_value::<Str>()?);
+                *slot = Some(map.next_value::<S>()?);
                 continue;
             }
             let slot = match key {
@@ -273,7 +306,7 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for ContentsVisitor<'a> {
     }
 }
 
-impl Contents<'_> {
+impl<S> Contents<'_, S> {
     fn is_valid(&self) -> bool {
         let string = |v: &RawValue| v.get().starts_with('"');
         self.uri.is_some_and(string)

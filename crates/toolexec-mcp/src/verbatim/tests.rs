@@ -19,6 +19,11 @@ fn escaped_text(n: usize) -> String {
     format!("\"{}\"", "caf\\u00e9 \\/ ".repeat(n / 12))
 }
 
+/// A JSON string of about `n` bytes without a backslash.
+fn plain_text(n: usize) -> String {
+    format!("\"{}\"", "plain text ".repeat(n / 11))
+}
+
 /// Everything `reader` hands out, read in pieces of `piece` bytes.
 async fn read_all(mut reader: impl tokio::io::AsyncRead + Unpin, piece: usize) -> Vec<u8> {
     let mut out = Vec::new();
@@ -132,74 +137,78 @@ async fn a_large_read_result_goes_through_untouched() {
 /// buffer, which rmcp drops itself.
 #[tokio::test]
 async fn other_answers_pass_unchanged() {
-    let text = escaped_text(100_000);
-    let asking = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{{\"resultType\":\"input_required\",\"contents\":[],\"pad\":{text}}}}}\n"
-    );
-    let tool = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":{text}}}]}}}}\n"
-    );
-    let broken = format!("{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{\"contents\":[{text}\n");
-    let error =
-        format!("{{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{{\"code\":-1,\"message\":{text}}}}}\n");
-    // Contents MCP would not accept: text and blob, or text not a string.
-    let both = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text},\"blob\":\"AA==\"}}]}}}}\n"
-    );
-    let number = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":6,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":1,\"pad\":{text}}}]}}}}\n"
-    );
-    // Shapes the typed path would rewrite, or refuse: contents as an
-    // array, a result nested deeper than serde_json reads, an unpaired
-    // surrogate, a carriage return between tokens (a line end to some
-    // clients), a 2026-07-28 result without caching hints for a 2026-07-28
-    // client (rmcp adds them).
-    let array =
-        format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"contents\":[[\"a\",{text}]]}}}}\n");
-    let deep = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"x\":{}{}}}}}\n",
-        "[".repeat(200),
-        "]".repeat(200)
-    );
-    let lone = read_answer("9", &format!("{}\\ud800\"", &text[..text.len() - 1]));
-    let carriage = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":10,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"x\":\r{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{}}}}\r}}}}\n"
-    );
-    let modern = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{{\"resultType\":\"complete\",\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}]}}}}\n"
-    );
-    // A field twice (clients differ on which counts).
-    let twice = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":13,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text},\"text\":\"b\"}}]}}}}\n"
-    );
-    let input = [
-        &twice,
-        asking.as_str(),
-        &tool,
-        &broken,
-        &error,
-        &both,
-        &number,
-        &array,
-        &deep,
-        &lone,
-        &carriage,
-        &modern,
-    ]
-    .concat();
-    let wanted = Arc::new(Wanted::default());
-    for n in 1..=11 {
-        wanted.add(&id(n), LEGACY);
+    // With escapes (each text scanned again) and without (skimmed).
+    for text in [escaped_text(100_000), plain_text(100_000)] {
+        let asking = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{{\"resultType\":\"input_required\",\"contents\":[],\"pad\":{text}}}}}\n"
+        );
+        let tool = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":{text}}}]}}}}\n"
+        );
+        let broken = format!("{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{\"contents\":[{text}\n");
+        let error = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{{\"code\":-1,\"message\":{text}}}}}\n"
+        );
+        // Contents MCP would not accept: text and blob, or text not a string.
+        let both = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text},\"blob\":\"AA==\"}}]}}}}\n"
+        );
+        let number = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":6,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":1,\"pad\":{text}}}]}}}}\n"
+        );
+        // Shapes the typed path would rewrite, or refuse: contents as an
+        // array, a result nested deeper than serde_json reads, an unpaired
+        // surrogate, a carriage return between tokens (a line end to some
+        // clients), a 2026-07-28 result without caching hints for a 2026-07-28
+        // client (rmcp adds them).
+        let array = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"contents\":[[\"a\",{text}]]}}}}\n"
+        );
+        let deep = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"x\":{}{}}}}}\n",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let lone = read_answer("9", &format!("{}\\ud800\"", &text[..text.len() - 1]));
+        let carriage = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":10,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"x\":\r{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{}}}}\r}}}}\n"
+        );
+        let modern = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{{\"resultType\":\"complete\",\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}]}}}}\n"
+        );
+        // A field twice (clients differ on which counts).
+        let twice = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":13,\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text},\"text\":\"b\"}}]}}}}\n"
+        );
+        let input = [
+            &twice,
+            asking.as_str(),
+            &tool,
+            &broken,
+            &error,
+            &both,
+            &number,
+            &array,
+            &deep,
+            &lone,
+            &carriage,
+            &modern,
+        ]
+        .concat();
+        let wanted = Arc::new(Wanted::default());
+        for n in 1..=11 {
+            wanted.add(&id(n), LEGACY);
+        }
+        // A 2026-07-28 client needs the caching hints this result lacks.
+        wanted.add(&id(12), MODERN);
+        for n in 13..=13 {
+            wanted.add(&id(n), LEGACY);
+        }
+        let out = through_reader(input.clone().into_bytes(), 5000, wanted.clone()).await;
+        assert_eq!(String::from_utf8(out).unwrap(), input);
+        // The broken line's id could not be read: still waited on.
+        assert!(!wanted.is_empty());
     }
-    // A 2026-07-28 client needs the caching hints this result lacks.
-    wanted.add(&id(12), MODERN);
-    for n in 13..=13 {
-        wanted.add(&id(n), LEGACY);
-    }
-    let out = through_reader(input.clone().into_bytes(), 5000, wanted.clone()).await;
-    assert_eq!(String::from_utf8(out).unwrap(), input);
-    // The broken line's id could not be read: still waited on.
-    assert!(!wanted.is_empty());
 
     let long = format!("{}\n{}", "x".repeat(100_000), "tail");
     let mut reader = HoldingReader::new(long.as_bytes(), Arc::new(Wanted::default()));
@@ -257,40 +266,43 @@ async fn a_placeholder_without_its_result_becomes_an_error() {
 /// fractional `ttlMs`, an unknown `cacheScope`) are never kept.
 #[tokio::test]
 async fn results_are_kept_for_the_client_s_revision() {
-    let text = escaped_text(100_000);
-    let hinted = |n: u32, ttl: &str, scope: &str| {
-        format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{n},\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"resultType\":\"complete\",\"ttlMs\":{ttl},\"cacheScope\":{scope}}}}}\n"
-        )
-    };
-    let good = |n: u32| hinted(n, "0", "\"private\"");
-    let plain = read_answer("3", &text);
-    let refused = [
-        hinted(4, "1.5", "\"private\""),
-        hinted(5, "0", "\"bogus\""),
-        hinted(6, "-1", "\"public\""),
-    ];
-    let input = [good(1), good(2), plain.clone()].concat() + &refused.concat();
-    let wanted = Arc::new(Wanted::default());
-    wanted.add(&id(1), MODERN);
-    wanted.add(&id(2), LEGACY);
-    wanted.add(&id(3), MODERN);
-    wanted.add(&id(4), MODERN);
-    wanted.add(&id(5), LEGACY);
-    wanted.add(&id(6), MODERN);
-    let out = String::from_utf8(through_reader(input.into_bytes(), 9000, wanted).await).unwrap();
-    let lines: Vec<&str> = out.split_inclusive('\n').collect();
-    assert_eq!(lines.len(), 6);
-    for (line, n) in lines[..2].iter().zip(1..) {
-        assert!(line.len() < 200 && line.contains(MARKER), "{n}: {line}");
-        let token = line.split(&format!("\"{MARKER}\":\"")).nth(1).unwrap();
-        let kept = release(&token[..32]).unwrap();
-        assert!(kept.line == good(n).as_bytes(), "{n}: not the line read");
-        assert!(kept.line[kept.result.clone()].starts_with(b"{\"contents\""));
-    }
-    assert_eq!(lines[2], plain);
-    for (line, sent) in lines[3..].iter().zip(&refused) {
-        assert_eq!(line, sent);
+    // With escapes (each text scanned again) and without (skimmed).
+    for text in [escaped_text(100_000), plain_text(100_000)] {
+        let hinted = |n: u32, ttl: &str, scope: &str| {
+            format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{n},\"result\":{{\"contents\":[{{\"uri\":\"a\",\"text\":{text}}}],\"resultType\":\"complete\",\"ttlMs\":{ttl},\"cacheScope\":{scope}}}}}\n"
+            )
+        };
+        let good = |n: u32| hinted(n, "0", "\"private\"");
+        let plain = read_answer("3", &text);
+        let refused = [
+            hinted(4, "1.5", "\"private\""),
+            hinted(5, "0", "\"bogus\""),
+            hinted(6, "-1", "\"public\""),
+        ];
+        let input = [good(1), good(2), plain.clone()].concat() + &refused.concat();
+        let wanted = Arc::new(Wanted::default());
+        wanted.add(&id(1), MODERN);
+        wanted.add(&id(2), LEGACY);
+        wanted.add(&id(3), MODERN);
+        wanted.add(&id(4), MODERN);
+        wanted.add(&id(5), LEGACY);
+        wanted.add(&id(6), MODERN);
+        let out =
+            String::from_utf8(through_reader(input.into_bytes(), 9000, wanted).await).unwrap();
+        let lines: Vec<&str> = out.split_inclusive('\n').collect();
+        assert_eq!(lines.len(), 6);
+        for (line, n) in lines[..2].iter().zip(1..) {
+            assert!(line.len() < 200 && line.contains(MARKER), "{n}: {line}");
+            let token = line.split(&format!("\"{MARKER}\":\"")).nth(1).unwrap();
+            let kept = release(&token[..32]).unwrap();
+            assert!(kept.line == good(n).as_bytes(), "{n}: not the line read");
+            assert!(kept.line[kept.result.clone()].starts_with(b"{\"contents\""));
+        }
+        assert_eq!(lines[2], plain);
+        for (line, sent) in lines[3..].iter().zip(&refused) {
+            assert_eq!(line, sent);
+        }
     }
 }
 
