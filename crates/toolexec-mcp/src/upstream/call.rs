@@ -121,16 +121,20 @@ impl Shared {
                 .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
             params.request_state = input.state.clone();
         }
-        let owner = Owner::of(&tool, params.arguments.as_ref().unwrap_or(&Map::new()));
+        // A server that asks during its calls, for a caller that answers
+        // input itself: the call is held across its rounds.
+        let held = (call.ctx.client_input())
+            .filter(|input| self.holds(input.state.as_deref()))
+            .map(|input| {
+                let no_args = Map::new();
+                let args = params.arguments.as_ref().unwrap_or(&no_args);
+                (input, Owner::of(&tool, args))
+            });
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let turn = match call.ctx.client_input() {
-            // A server that asks during its calls, for a caller that
-            // answers input itself: the call is held across its rounds.
-            Some(input) if self.holds(input.state.as_deref()) => {
-                self.held_round(request, input, owner, &call.ctx).await?
-            }
+        let turn = match held {
+            Some((input, owner)) => self.held_round(request, input, owner, &call.ctx).await?,
             // One deadline for the whole call, its input rounds included.
-            _ => Turn::Done(self.request_answering(&tool, request, &call.ctx).await),
+            None => Turn::Done(self.request_answering(&tool, request, &call.ctx).await),
         };
         let result = match turn {
             Turn::Done(result) => result,
