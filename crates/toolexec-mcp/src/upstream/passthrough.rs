@@ -107,34 +107,38 @@ impl Upstream {
         mut request: ClientRequest,
         cancel: CancellationToken,
     ) -> Result<ServerResult, RelayError> {
-        let (label, args, input) = match &request {
+        let (method, target, args, responses, state) = match &request {
             ClientRequest::GetPromptRequest(r) => (
-                format!("prompts/get {} ({})", r.params.name, self.shared.name),
-                r.params.arguments.clone().unwrap_or_default(),
-                (&r.params.input_responses, &r.params.request_state),
+                "prompts/get",
+                r.params.name.as_str(),
+                r.params.arguments.as_ref(),
+                &r.params.input_responses,
+                &r.params.request_state,
             ),
             ClientRequest::ReadResourceRequest(r) => (
-                format!("resources/read {} ({})", r.params.uri, self.shared.name),
-                Map::new(),
-                (&r.params.input_responses, &r.params.request_state),
+                "resources/read",
+                r.params.uri.as_str(),
+                None,
+                &r.params.input_responses,
+                &r.params.request_state,
             ),
             _ => return self.relay(request, cancel).await,
         };
-        let input = ClientInput {
-            responses: input
-                .0
-                .as_ref()
-                .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
-            state: input.1.clone(),
-        };
-        if !self.shared.holds(input.state.as_deref()) {
+        if !self.shared.holds(state.as_deref()) {
             return self.relay(request, cancel).await;
         }
+        let input = ClientInput {
+            responses: responses
+                .as_ref()
+                .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            state: state.clone(),
+        };
+        let label = format!("{method} {target} ({})", self.shared.name);
+        let owner = Owner::of(&label, args.unwrap_or(&Map::new()));
         // Its answer comes back through the held call, decoded.
         request
             .extensions_mut()
             .remove::<crate::verbatim::Verbatim>();
-        let owner = Owner::of(&label, &args);
         let ctx = ToolContext::with_cancel(cancel);
         match self
             .shared
