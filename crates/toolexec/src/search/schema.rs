@@ -8,6 +8,13 @@ const MAX_DEPTH: usize = 3;
 const MAX_PARAMS: usize = 256;
 /// Upper bound on schema nodes visited, so `anyOf`/`$ref` fan-out cannot blow up.
 const MAX_NODES: usize = 2_048;
+/// Upper bound on the example values kept for one parameter (an `enum` of every country
+/// code would otherwise drown its description).
+const MAX_VALUES: usize = 12;
+/// Longest example value kept, in bytes; longer ones are data, not words worth indexing.
+const MAX_VALUE_LEN: usize = 64;
+/// Schema keywords whose values say what a parameter takes.
+const VALUE_KEYS: [&str; 5] = ["enum", "const", "examples", "example", "default"];
 
 /// Extracts `(name, description)` pairs of parameters from a JSON Schema.
 ///
@@ -15,8 +22,11 @@ const MAX_NODES: usize = 2_048;
 /// three levels, nested names are dotted: `address.city`), merges `allOf`/`anyOf`/`oneOf`
 /// branches, and follows local `$ref`s (`#/$defs/..`, `#/definitions/..`, any `#/..` JSON
 /// pointer) without looping. The description is the property's `description`, else its
-/// `title`, else empty. Duplicate names are reported once. Any JSON value is accepted;
-/// non-schemas yield an empty vector.
+/// `title`, else empty, followed by the values the schema gives for it (`enum`, `const`,
+/// `examples`, `example`, `default`; strings and numbers, at most twelve) as
+/// `(e.g. a, b)`: a request often names the value it wants ("in celsius", a tracking
+/// number) rather than the parameter. Duplicate names are reported once. Any JSON value is
+/// accepted; non-schemas yield an empty vector.
 pub fn schema_params(schema: &Value) -> Vec<(String, String)> {
     let mut w = Walker {
         root: schema,
@@ -88,6 +98,51 @@ impl<'a> Walker<'a> {
         String::new()
     }
 
+    /// The example values of a property schema: its own, its local `$ref`'s, its array
+    /// items' and its `anyOf`/`oneOf` branches' (one level each), distinct, in order.
+    fn values(&self, v: &'a Value) -> Vec<String> {
+        let mut nodes = vec![v];
+        if let Some(t) = v
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| self.resolve(r))
+        {
+            nodes.push(t);
+        }
+        if let Some(items @ Value::Object(_)) = v.get("items") {
+            nodes.push(items);
+        }
+        for key in ["anyOf", "oneOf"] {
+            nodes.extend(v.get(key).and_then(Value::as_array).into_iter().flatten());
+        }
+        let mut out: Vec<String> = Vec::new();
+        for node in nodes {
+            for key in VALUE_KEYS {
+                let found = match node.get(key) {
+                    Some(Value::Array(a)) if key != "const" && key != "default" => {
+                        a.iter().collect()
+                    }
+                    Some(x) => vec![x],
+                    None => Vec::new(),
+                };
+                for x in found {
+                    let text = match x {
+                        Value::String(s) => s.trim().to_string(),
+                        Value::Number(n) => n.to_string(),
+                        _ => continue,
+                    };
+                    if out.len() == MAX_VALUES {
+                        return out;
+                    }
+                    if !text.is_empty() && text.len() <= MAX_VALUE_LEN && !out.contains(&text) {
+                        out.push(text);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     fn walk(&mut self, node: &'a Value, prefix: &str, depth: usize) {
         self.nodes += 1;
         if self.nodes > MAX_NODES || self.out.len() >= MAX_PARAMS {
@@ -115,7 +170,16 @@ impl<'a> Walker<'a> {
                     format!("{prefix}.{k}")
                 };
                 if self.seen.insert(name.clone()) {
-                    let desc = self.describe(v);
+                    let mut desc = self.describe(v);
+                    let values = self.values(v);
+                    if !values.is_empty() {
+                        if !desc.is_empty() {
+                            desc.push(' ');
+                        }
+                        desc.push_str("(e.g. ");
+                        desc.push_str(&values.join(", "));
+                        desc.push(')');
+                    }
                     self.out.push((name.clone(), desc));
                 }
                 if depth < MAX_DEPTH {
@@ -262,5 +326,42 @@ mod tests {
         }
         let s = json!({"properties": props});
         assert!(schema_params(&s).len() <= MAX_PARAMS);
+    }
+
+    #[test]
+    fn values_follow_the_description() {
+        let long = "x".repeat(MAX_VALUE_LEN + 1);
+        let many: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
+        let s = json!({
+            "type": "object",
+            "properties": {
+                "units": {"type": "string", "description": "Unit system",
+                    "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                "id": {"type": "string", "default": "CA107308006SI"},
+                "limit": {"type": "integer", "examples": [10, 50], "default": 10},
+                "kind": {"$ref": "#/$defs/Kind"},
+                "tags": {"type": "array", "items": {"enum": ["red", "blue"]}},
+                "either": {"anyOf": [{"const": "on"}, {"const": "off"}]},
+                "flag": {"type": "boolean", "default": true},
+                "blob": {"type": "string", "default": long, "example": " "},
+                "country": {"type": "string", "enum": many},
+                "nested": {"type": "object", "default": {"a": 1}}
+            },
+            "$defs": {"Kind": {"title": "Kind", "enum": ["a", "b"]}}
+        });
+        let p: std::collections::HashMap<String, String> = schema_params(&s).into_iter().collect();
+        assert_eq!(p["units"], "Unit system (e.g. celsius, fahrenheit)");
+        assert_eq!(p["id"], "(e.g. CA107308006SI)");
+        assert_eq!(p["limit"], "(e.g. 10, 50)");
+        assert_eq!(p["kind"], "Kind (e.g. a, b)");
+        assert_eq!(p["tags"], "(e.g. red, blue)");
+        assert_eq!(p["either"], "(e.g. on, off)");
+        assert_eq!(p["flag"], "", "booleans say nothing a request would name");
+        assert_eq!(p["blob"], "", "long and blank values are left out");
+        assert_eq!(
+            p["country"],
+            format!("(e.g. {})", many[..MAX_VALUES].join(", "))
+        );
+        assert_eq!(p["nested"], "");
     }
 }

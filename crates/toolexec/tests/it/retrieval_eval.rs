@@ -137,6 +137,14 @@ fn retrieval_variants() {
             FULL,
         ),
         (
+            "param descriptions weighted 1.0",
+            SearchConfig {
+                param_descriptions: FieldConfig::new(1.0, 0.5),
+                ..d()
+            },
+            FULL,
+        ),
+        (
             "no title",
             d(),
             Mapping {
