@@ -49,6 +49,14 @@ pub trait ClientRequests: Send + Sync + fmt::Debug {
     /// Sends the notification `method` (a log message) when the client
     /// wants it (a log message below the level it set is not sent).
     fn notify(&self, method: &str, params: Value);
+
+    /// The lowest level of log message the client wants during this call,
+    /// as an MCP logging level (`debug`, `info`, … `emergency`); `None`
+    /// when it wants none (the default). A server told the level with each
+    /// request (MCP 2026-07-28) is told this one.
+    fn log_level(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Why a request to the client has no result.

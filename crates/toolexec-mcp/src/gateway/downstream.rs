@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use toolexec::{BoxFuture, ClientError, ClientRequests};
 
-use super::session::Session;
+use super::session::{LogGate, Session};
 
 /// Log messages of one request waiting for the client; more are dropped.
 const LOG_BACKLOG: usize = 256;
@@ -56,6 +56,8 @@ pub(super) struct Downstream {
     /// Cancelled when the client cancels that request (or goes away).
     cancelled: CancellationToken,
     session: Arc<Session>,
+    /// Which log messages it wants.
+    logs: LogGate,
     /// Notifications on their way to the client, in the order they came.
     outgoing: OnceLock<mpsc::Sender<Outgoing>>,
     /// Requests to the client in flight.
@@ -79,6 +81,7 @@ impl Downstream {
             request: context.id.clone(),
             cancelled: context.ct.clone(),
             session: session.clone(),
+            logs: LogGate::of(context, session),
             outgoing: OnceLock::new(),
             asks: Arc::default(),
         })
@@ -229,7 +232,7 @@ impl ClientRequests for Downstream {
                 else {
                     return;
                 };
-                if !self.session.wants(param.level) {
+                if !self.logs.wants(param.level) {
                     return;
                 }
                 ServerNotification::LoggingMessageNotification(
@@ -253,6 +256,26 @@ impl ClientRequests for Downstream {
             _ => return,
         };
         self.send(notification);
+    }
+
+    fn log_level(&self) -> Option<&str> {
+        self.logs.lowest().map(level_name)
+    }
+}
+
+/// `debug`, `info`, … as on the wire.
+#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+fn level_name(level: rmcp::model::LoggingLevel) -> &'static str {
+    use rmcp::model::LoggingLevel as L;
+    match level {
+        L::Debug => "debug",
+        L::Info => "info",
+        L::Notice => "notice",
+        L::Warning => "warning",
+        L::Error => "error",
+        L::Critical => "critical",
+        L::Alert => "alert",
+        L::Emergency => "emergency",
     }
 }
 

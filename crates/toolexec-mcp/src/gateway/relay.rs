@@ -1,7 +1,7 @@
 //! The progress relay: a streamed run's progress becomes
 //! `notifications/progress` (strictly increasing; a chain's steps count one
 //! each), its chunks `notifications/message` log messages (logger
-//! [`CHUNK_LOGGER`]) unless the client raised the log level.
+//! [`CHUNK_LOGGER`]) when the client wants `info` ([`LogGate`]).
 
 use rmcp::RoleServer;
 // MCP logging is deprecated by SEP-2577 (2026-07-28) but current in the
@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use toolexec::{ErrorBody, RunOptions, RunResult, STREAM_BUFFER, StreamEvent, StreamRequest};
 
 use super::server::Gateway;
+use super::session::LogGate;
 
 /// Logger name of relayed chunks.
 pub const CHUNK_LOGGER: &str = "toolexec";
@@ -131,7 +132,7 @@ impl<'a> Relay<'a> {
     /// Sends one chunk as a log message.
     #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
     async fn chunk(&self, step: Option<usize>, data: Value) {
-        if !self.gateway.session.chunk_logging_enabled() {
+        if !LogGate::of(self.context, &self.gateway.session).wants(LoggingLevel::Info) {
             return;
         }
         let data = json!({

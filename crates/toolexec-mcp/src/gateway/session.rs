@@ -1,13 +1,16 @@
-//! Per-connection state: the lowest log level the client asked for
-//! (`logging/setLevel`), which decides whether streamed chunks are relayed.
+//! Per-connection state, and which log messages the client of one request
+//! wants ([`LogGate`]): its session's level (`logging/setLevel`) or, from a
+//! 2026-07-28 client, the level its request names.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
+use rmcp::RoleServer;
 // MCP logging is deprecated by SEP-2577 (2026-07-28) but current in the
 // 2025-11-25 revision the gateway speaks; chunks are relayed as log messages.
 #[allow(deprecated)]
 use rmcp::model::LoggingLevel;
+use rmcp::service::RequestContext;
 
 /// Session and listener ids: unique within the process.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -73,14 +76,49 @@ impl Session {
         self.min_level.store(level_index(level), Ordering::Relaxed);
     }
 
-    /// True when a log message at `level` is sent.
-    pub(super) fn wants(&self, level: LoggingLevel) -> bool {
-        self.min_level.load(Ordering::Relaxed) <= level_index(level)
+    /// The lowest level of log message sent.
+    fn level(&self) -> u8 {
+        self.min_level.load(Ordering::Relaxed)
+    }
+}
+
+/// Which log messages the client of one request wants.
+#[derive(Clone)]
+pub(super) enum LogGate {
+    /// A client of a revision with sessions: the level its session set
+    /// (`logging/setLevel`; `info` until it sets one), read as each message
+    /// comes.
+    Session(Arc<Session>),
+    /// A 2026-07-28 client: the level its request names in `_meta`
+    /// (`io.modelcontextprotocol/logLevel`), as an index into [`LEVELS`];
+    /// none named, no log messages (SEP-2575: a client opts in per request).
+    Request(Option<u8>),
+}
+
+#[allow(deprecated)]
+impl LogGate {
+    /// The gate of the request `context`, on `session`.
+    pub(super) fn of(context: &RequestContext<RoleServer>, session: &Arc<Session>) -> Self {
+        if super::downstream::answers_inputs_itself(context) {
+            LogGate::Request(context.meta.log_level().map(level_index))
+        } else {
+            LogGate::Session(session.clone())
+        }
     }
 
-    /// True when streamed chunks (sent at level `info`) are relayed.
-    pub(super) fn chunk_logging_enabled(&self) -> bool {
-        self.min_level.load(Ordering::Relaxed) <= level_index(LoggingLevel::Info)
+    /// The lowest level of log message the client wants; `None`: none.
+    pub(super) fn lowest(&self) -> Option<LoggingLevel> {
+        let index = match self {
+            LogGate::Session(session) => session.level(),
+            LogGate::Request(level) => (*level)?,
+        };
+        LEVELS.get(usize::from(index)).copied()
+    }
+
+    /// True when a log message at `level` is sent.
+    pub(super) fn wants(&self, level: LoggingLevel) -> bool {
+        self.lowest()
+            .is_some_and(|lowest| level_index(lowest) <= level_index(level))
     }
 }
 

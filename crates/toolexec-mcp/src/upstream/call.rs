@@ -363,6 +363,9 @@ impl Shared {
             .filter(|c| c.link.is_some())
             .map(|caller| ForClient::new(caller, ended.clone(), relayed == Relayed::ToHeld));
         let serial = client.as_ref().map(|c| c.serial);
+        if let Some(level) = client.as_ref().and_then(|c| self.log_level_for(peer, c)) {
+            rmcp::model::GetMeta::get_meta_mut(&mut request).set_log_level(level);
+        }
         request
             .extensions_mut()
             .insert(WatchProgress(ctx.clone(), client));
@@ -382,6 +385,29 @@ impl Shared {
         let result = handle.await_response().await;
         guard.id = None;
         result.map_err(|e| self.failure(label, e))
+    }
+
+    /// The level a 2026-07-28 server is told for a request made for
+    /// `client` (`_meta` `io.modelcontextprotocol/logLevel`): such a server
+    /// sends log messages only for requests that name one (SEP-2575). The
+    /// client's own level, when this server's log messages are relayed and
+    /// the client wants some; a server of an earlier revision is not told
+    /// per request.
+    #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+    fn log_level_for(
+        &self,
+        peer: &Peer<RoleClient>,
+        client: &ForClient,
+    ) -> Option<rmcp::model::LoggingLevel> {
+        if !self.relay.logging
+            || peer
+                .peer_info()
+                .is_none_or(|info| info.protocol_version.has_initialize())
+        {
+            return None;
+        }
+        let level = client.caller.link.as_ref()?.0.log_level()?;
+        serde_json::from_value(Value::String(level.to_owned())).ok()
     }
 
     /// Classifies an rmcp error.

@@ -17,8 +17,9 @@
 //!    whose server gets the answers, and the round waits for the call's
 //!    result or its next requests.
 //!
-//! The server's progress goes to the round that waits for the call, if
-//! any. A held call keeps its concurrency slot and its one `call_timeout`; one
+//! The server's progress and log messages go to the round that waits for
+//! the call, if any (log messages at the level the first round named: the
+//! server was told it with the request). A held call keeps its concurrency slot and its one `call_timeout`; one
 //! principal holds at most half the server's slots at once (its next
 //! calls' requests are refused); a client that cancels a round abandons
 //! the call (the server is told); a result that comes while no round waits
@@ -79,7 +80,12 @@ struct Resume {
     turn: oneshot::Sender<Turn>,
     /// The round's context: the server's progress goes to it.
     ctx: ToolContext,
+    /// The round's client: the server's log messages go to it.
+    link: Option<ClientLink>,
 }
+
+/// The client of the round that waits for a held call, if any.
+type Listener = Arc<Mutex<Option<ClientLink>>>;
 
 /// Who may resume a held call: the caller, the request (a tool id, or a
 /// method and a prompt or URI) and the arguments of its first round.
@@ -201,6 +207,8 @@ struct HeldRequest {
     asks: mpsc::Receiver<Ask>,
     /// Its progress.
     events: mpsc::Receiver<StreamEvent>,
+    /// Where its log messages go.
+    listener: Listener,
 }
 
 impl HeldRequest {
@@ -239,10 +247,14 @@ struct Ask {
 }
 
 /// The client link of a held call: the server's requests queue for the
-/// round in progress.
+/// round in progress; its log messages go to that round's client.
 #[derive(Debug)]
 struct HeldLink {
     asks: mpsc::Sender<Ask>,
+    listener: Listener,
+    /// The level the first round's client wants (the server is told it
+    /// with the request).
+    level: Option<String>,
 }
 
 impl std::fmt::Debug for Ask {
@@ -286,12 +298,18 @@ impl ClientRequests for HeldLink {
         })
     }
 
-    /// A client that answers input itself gets no messages during a call.
-    fn notify(&self, method: &str, _: Value) {
-        tracing::debug!(
-            method,
-            "not relayed: the call is held for a 2026-07-28 client"
-        );
+    /// To the client of the round that waits for the call (which sends
+    /// what it wants); dropped while none waits.
+    fn notify(&self, method: &str, params: Value) {
+        let listener = self.listener.lock().clone();
+        match listener {
+            Some(link) => link.notify(method, params),
+            None => tracing::debug!(method, "not relayed: no round waits for the held call"),
+        }
+    }
+
+    fn log_level(&self) -> Option<&str> {
+        self.level.as_deref()
     }
 }
 
@@ -338,7 +356,8 @@ impl Shared {
             },
             Some(token) => {
                 let answers = input.responses.clone().unwrap_or_default();
-                self.resume(token, answers, &owner, ctx)?
+                let link = current_caller().and_then(|c| c.link.clone());
+                self.resume(token, answers, &owner, ctx, link)?
             }
         };
         tokio::select! {
@@ -364,7 +383,17 @@ impl Shared {
         let (asks_tx, asks) = mpsc::channel(MAX_INPUTS);
         let (events_tx, events) = mpsc::channel(EVENTS);
         let mut caller: Caller = current_caller().as_deref().cloned().unwrap_or_default();
-        caller.link = Some(ClientLink(Arc::new(HeldLink { asks: asks_tx })));
+        let level = caller
+            .link
+            .as_ref()
+            .and_then(|l| l.0.log_level())
+            .map(str::to_owned);
+        let listener: Listener = Arc::new(Mutex::new(caller.link.take()));
+        caller.link = Some(ClientLink(Arc::new(HeldLink {
+            asks: asks_tx,
+            listener: listener.clone(),
+            level,
+        })));
         let shared = self.clone();
         let label = owner.label.clone();
         // Not this round's cancellation: the call may outlive the round.
@@ -376,7 +405,12 @@ impl Shared {
                 .request_for(&label, request, &reporting, Relayed::ToHeld)
                 .await
         }));
-        let mut held = HeldRequest { call, asks, events };
+        let mut held = HeldRequest {
+            call,
+            asks,
+            events,
+            listener,
+        };
         let cap = (self.max_concurrency / 2).max(1);
         let first = loop {
             let ask = tokio::select! {
@@ -418,6 +452,7 @@ impl Shared {
         answers: Map<String, Value>,
         owner: &Owner,
         ctx: &ToolContext,
+        link: Option<ClientLink>,
     ) -> Result<oneshot::Receiver<Turn>, Error> {
         let gone = || {
             Error::invalid_request(
@@ -437,6 +472,7 @@ impl Shared {
                 answers,
                 turn: turn_tx,
                 ctx: ctx.clone(),
+                link,
             })
             .map_err(|_| gone())?;
         Ok(turn)
@@ -498,6 +534,7 @@ impl Shared {
             );
             let asked = InputRequiredResult::new(Some(requests), Some(token));
             held.report_queued(listening.take().as_ref());
+            *held.listener.lock() = None;
             if turn.send(Turn::Asks(asked)).is_err() {
                 return;
             }
@@ -533,6 +570,7 @@ impl Shared {
             }
             turn = next.turn;
             listening = Some(next.ctx);
+            *held.listener.lock() = next.link;
         }
     }
 }
@@ -611,7 +649,11 @@ mod tests {
     #[tokio::test]
     async fn a_held_link_queues_at_most_eight_requests() {
         let (asks_tx, mut asks) = mpsc::channel(MAX_INPUTS);
-        let link = HeldLink { asks: asks_tx };
+        let link = HeldLink {
+            asks: asks_tx,
+            listener: Listener::default(),
+            level: None,
+        };
         let waiting: Vec<_> = (0..MAX_INPUTS)
             .map(|_| link.request("roots/list", json!({})))
             .collect();

@@ -109,9 +109,13 @@
 //! - **Log messages** (`notifications/message`, with
 //!   [`ClientRelay::logging`]) go to the client of the calls in flight
 //!   under the same rule, in order, at or above the level it set (`info`
-//!   until it sets one), and before the call's answer; so does
-//!   `notifications/elicitation/complete`, to a client that declared URL
-//!   mode. Progress is relayed by its token, as before.
+//!   until it sets one; a 2026-07-28 client names one with each request,
+//!   and gets none when it names none), and before the call's answer. A
+//!   2026-07-28 server, which logs only for requests that name a level, is
+//!   told the client's
+//!   ([`ClientRequests::log_level`](toolexec::ClientRequests::log_level)).
+//!   `notifications/elicitation/complete` goes the same way, to a client
+//!   that declared URL mode. Progress is relayed by its token, as before.
 //! - **Roots** are not in [`ClientRelay::GATEWAY`]: they describe a whole
 //!   session, one upstream session serves every client of a gateway, and a
 //!   server that keeps the roots one client answered would apply them to

@@ -13,8 +13,8 @@ use rmcp::model::{CallToolRequest, ClientRequest};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    GetPromptRequestParams, Implementation, InputRequiredResult, ListRootsResult,
-    ProgressNotificationParam, ProtocolVersion, RootsCapabilities,
+    GetPromptRequestParams, Implementation, InputRequiredResult, ListRootsResult, LoggingLevel,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RootsCapabilities,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
@@ -30,13 +30,27 @@ use super::gateway_relay::{Link, publishing, upstream};
 use crate::support::gateway as support;
 
 /// A 2026-07-28 client that answers sampling, elicitation and roots, and
-/// passes on the progress it is sent.
+/// passes on the progress and log messages (level, text) it is sent.
 #[derive(Clone, Default)]
 struct Answers {
     progress: Option<tokio::sync::mpsc::UnboundedSender<ProgressNotificationParam>>,
+    logs: Option<tokio::sync::mpsc::UnboundedSender<(String, String)>>,
 }
 
 impl ClientHandler for Answers {
+    #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        if let Some(tx) = &self.logs {
+            let level = serde_json::to_value(params.level).unwrap();
+            let text = params.data.as_str().unwrap_or_default().to_owned();
+            let _ = tx.send((level.as_str().unwrap().to_owned(), text));
+        }
+    }
+
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
@@ -542,34 +556,104 @@ async fn cancelling_a_round_abandons_the_held_call() {
     setup.close().await;
 }
 
-/// The server's progress during a held call reaches the round that waits
-/// for it: here the second, which sent the answer and waits for the work.
+/// `params` naming the log level `level` (`_meta`
+/// `io.modelcontextprotocol/logLevel`), as a 2026-07-28 client opts in to
+/// log messages.
+#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+fn logging(mut params: CallToolRequestParams, level: LoggingLevel) -> CallToolRequestParams {
+    let mut meta = params.meta.take().unwrap_or_default();
+    meta.set_log_level(level);
+    params.meta = Some(meta);
+    params
+}
+
+/// The next `n` log messages (level, text), sorted (the client's handler
+/// may see them out of order); fails after 5 s.
+async fn next_logs(
+    logs: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+    n: usize,
+) -> Vec<(String, String)> {
+    let mut seen = Vec::new();
+    let wait = tokio::time::timeout(Duration::from_secs(5), async {
+        while seen.len() < n {
+            seen.push(logs.recv().await.unwrap());
+        }
+    });
+    assert!(wait.await.is_ok(), "{seen:?}");
+    seen.sort();
+    seen
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = expected
+        .iter()
+        .map(|(l, t)| (l.to_string(), t.to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The server's progress and log messages during a held call reach the
+/// round that waits for it, log messages at the level the client's first
+/// round named: the first round hears what the server logged before it
+/// asked, the second (which sent the answer and waits for the work) its
+/// progress and what it logged after. A call that names no level gets no
+/// log messages (SEP-2575), one that names `warning` only those.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_held_call_reports_progress_to_the_round_that_waits() {
-    let test = "a_held_call_reports_progress_to_the_round_that_waits";
+#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+async fn a_held_call_reports_progress_and_logs_to_the_round_that_waits() {
+    let test = "a_held_call_reports_progress_and_logs_to_the_round_that_waits";
     let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
         return;
     };
     let (progress_tx, mut progress) = tokio::sync::mpsc::unbounded_channel();
+    let (logs_tx, mut logs) = tokio::sync::mpsc::unbounded_channel();
     let answers = Answers {
         progress: Some(progress_tx),
+        logs: Some(logs_tx),
     };
     let timeout = Duration::from_secs(20);
     let setup = tuned_client_of(&python, Link::Stdio, Front::Pipe, timeout, |_| {}, answers).await;
     let client = &setup.client;
+
+    // No level named: nothing. `warning`: only the warning. `debug` (a
+    // marker that the first two calls' messages have all come): all three.
+    for level in [None, Some(LoggingLevel::Warning), Some(LoggingLevel::Debug)] {
+        let chatty = params("asking__chatty", json!({}));
+        let chatty = match level {
+            Some(level) => logging(chatty, level),
+            None => chatty,
+        };
+        let r = client.call_tool(chatty).await.unwrap();
+        assert_eq!(text_of(&r), "said three things", "{r:?}");
+    }
+    assert_eq!(
+        next_logs(&mut logs, 4).await,
+        pairs(&[
+            ("warning", "chatty warning"),
+            ("debug", "chatty debug"),
+            ("info", "chatty info"),
+            ("warning", "chatty warning"),
+        ])
+    );
+
     let ask = params(
         "asking__ask_then_work",
         json!({"question": "Who?", "seconds": 0.5}),
     );
-    let asks = asks_of(client.call_tool_once(ask.clone()).await.unwrap());
+    let first = logging(ask.clone(), LoggingLevel::Info);
+    let asks = asks_of(client.call_tool_once(first.clone()).await.unwrap());
+    assert_eq!(
+        next_logs(&mut logs, 1).await,
+        pairs(&[("info", "asking: Who?")])
+    );
     let key = first_key(&asks);
     let answer = json!({key: {"action": "accept", "content": {"name": "Ada"}}});
-    let r = result_of(
-        client
-            .call_tool_once(again(&ask, answer, asks.request_state.as_deref()))
-            .await
-            .unwrap(),
+    let second = logging(
+        again(&ask, answer, asks.request_state.as_deref()),
+        LoggingLevel::Warning,
     );
+    let r = result_of(client.call_tool_once(second).await.unwrap());
     assert_eq!(
         r.structured_content,
         Some(json!({"ok": {"action": "accept"}})),
@@ -587,5 +671,10 @@ async fn a_held_call_reports_progress_to_the_round_that_waits() {
         }
     });
     assert!(wait.await.is_ok(), "{seen:?}");
+    // The second round named `warning`: the server's `info` is not sent.
+    assert_eq!(
+        next_logs(&mut logs, 1).await,
+        pairs(&[("warning", "work done, loudly")])
+    );
     setup.close().await;
 }

@@ -927,3 +927,184 @@ async fn subscriptions_to_a_modern_upstream() {
     assert!(late.is_err(), "an update after unsubscribing: {late:?}");
     client.cancel().await.unwrap();
 }
+
+/// A client of a revision that passes on the log messages (level, text)
+/// it is sent.
+#[derive(Clone)]
+struct Logs(
+    tokio::sync::mpsc::UnboundedSender<(String, String)>,
+    ProtocolVersion,
+);
+
+impl rmcp::ClientHandler for Logs {
+    #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let level = serde_json::to_value(params.level).unwrap();
+        let text = params.data.as_str().unwrap_or_default().to_owned();
+        let _ = self.0.send((level.as_str().unwrap().to_owned(), text));
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        info(self.1.clone())
+    }
+}
+
+/// `chatty` called through `peer`, naming `level` in `_meta` when given.
+#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+async fn chatty(peer: &rmcp::Peer<RoleClient>, level: Option<rmcp::model::LoggingLevel>) {
+    let mut params = CallToolRequestParams::new("modern__chatty");
+    if let Some(level) = level {
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        meta.set_log_level(level);
+        params.meta = Some(meta);
+    }
+    let r = peer.call_tool(params).await.unwrap();
+    assert_eq!(first_text(&r), "said three things", "{r:?}");
+}
+
+/// The next `n` log messages, sorted (the client's handler may see them
+/// out of order); fails after 5 s.
+async fn next_logs(
+    logs: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+    n: usize,
+) -> Vec<(String, String)> {
+    let mut seen = Vec::new();
+    let wait = tokio::time::timeout(Duration::from_secs(5), async {
+        while seen.len() < n {
+            seen.push(logs.recv().await.unwrap());
+        }
+    });
+    assert!(wait.await.is_ok(), "{seen:?}");
+    seen.sort();
+    seen
+}
+
+fn sorted(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = expected
+        .iter()
+        .map(|(l, t)| (l.to_string(), t.to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A gateway publishing every tool of a fresh 2026-07-28 upstream whose
+/// log messages it relays.
+async fn relaying_modern_gateway(node: &str, modules: &str) -> (Gateway, Arc<Upstream>) {
+    let catalog = Arc::new(Catalog::new());
+    let mut config = modern_upstream("modern", node, modules);
+    config.relay = toolexec_mcp::upstream::ClientRelay::GATEWAY;
+    let modern = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
+    assert_eq!(modern.protocol_version().as_deref(), Some("2026-07-28"));
+    let gateway = Gateway::with_upstreams(
+        Exec::new(catalog),
+        GatewayOptions {
+            expose: Expose::All,
+            ..GatewayOptions::default()
+        },
+        vec![modern.clone()],
+    );
+    (gateway, modern)
+}
+
+/// A 2026-07-28 server sends log messages only for requests that name a
+/// level (SEP-2575): the gateway names its client's. A 2025 client of the
+/// gateway hears them at its session's level (`info` until it sets
+/// another); a 2026-07-28 client, over a pipe and over HTTP, at the level
+/// each of its requests names, and none when it names none. (Each client
+/// has a server of its own: the pipe's and HTTP's callers are different
+/// principals, and a server's log messages, which name no call, reach no
+/// one while calls of several principals are about.)
+#[tokio::test(flavor = "multi_thread")]
+#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+async fn a_modern_upstream_logs_at_the_level_each_request_names() {
+    use rmcp::model::LoggingLevel;
+    let test = "a_modern_upstream_logs_at_the_level_each_request_names";
+    let Some(v) = toolexec_testkit::deps(test, &["TOOLEXEC_NODE22", "TOOLEXEC_NODE_MODULES"])
+    else {
+        return;
+    };
+    let (tx, mut logs) = tokio::sync::mpsc::unbounded_channel();
+
+    // 2025-11-25: the session's level.
+    let (gateway, modern) = relaying_modern_gateway(&v[0], &v[1]).await;
+    let client = Logs(tx.clone(), ProtocolVersion::V_2025_11_25)
+        .serve(serve_duplex(gateway.clone(), 1 << 16))
+        .await
+        .unwrap();
+    assert_eq!(
+        client.peer().peer_info().unwrap().protocol_version,
+        ProtocolVersion::V_2025_11_25
+    );
+    chatty(client.peer(), None).await;
+    assert_eq!(
+        next_logs(&mut logs, 2).await,
+        sorted(&[("info", "chatty info"), ("warning", "chatty warning")])
+    );
+    client
+        .peer()
+        .set_level(rmcp::model::SetLevelRequestParams::new(
+            LoggingLevel::Warning,
+        ))
+        .await
+        .unwrap();
+    chatty(client.peer(), None).await;
+    assert_eq!(
+        next_logs(&mut logs, 1).await,
+        sorted(&[("warning", "chatty warning")])
+    );
+    client.cancel().await.unwrap();
+
+    // 2026-07-28, on the same gateway over a pipe (the same principal),
+    // then on a gateway of its own over HTTP: each request's level; the
+    // last call (debug) marks that every message of the first two came.
+    let lifecycle = || ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let modern_logs = Logs(tx.clone(), ProtocolVersion::V_2026_07_28);
+    let pipe = modern_logs
+        .clone()
+        .serve_with_lifecycle(serve_duplex(gateway, 1 << 16), lifecycle())
+        .await
+        .unwrap();
+    let (gateway, http_modern) = relaying_modern_gateway(&v[0], &v[1]).await;
+    let (addr, shutdown) =
+        support::start_http(gateway, HttpAuth::Bearer(Secret::new("logs"))).await;
+    let http = modern_logs
+        .serve_with_lifecycle(
+            support::rmcp_http_transport(
+                StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
+                    .auth_header("logs"),
+            ),
+            lifecycle(),
+        )
+        .await
+        .unwrap();
+    for client in [pipe.peer(), http.peer()] {
+        assert_eq!(
+            client.peer_info().unwrap().protocol_version,
+            ProtocolVersion::V_2026_07_28
+        );
+        for level in [None, Some(LoggingLevel::Warning), Some(LoggingLevel::Debug)] {
+            chatty(client, level).await;
+        }
+        assert_eq!(
+            next_logs(&mut logs, 4).await,
+            sorted(&[
+                ("warning", "chatty warning"),
+                ("debug", "chatty debug"),
+                ("info", "chatty info"),
+                ("warning", "chatty warning"),
+            ])
+        );
+    }
+    pipe.cancel().await.unwrap();
+    http.cancel().await.unwrap();
+    shutdown.cancel();
+    modern.shutdown().await;
+    http_modern.shutdown().await;
+}
