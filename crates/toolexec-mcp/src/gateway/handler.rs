@@ -207,7 +207,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let id = request.task_id;
-        let work = self.update_task_of_caller(&id, &context);
+        let work = self.update_task_of_caller(&id, request.input_responses, &context);
         self.traced("tasks/update", Some(&id), &context, rpc_failure, work)
             .await
     }

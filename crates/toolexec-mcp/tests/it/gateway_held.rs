@@ -13,8 +13,9 @@ use rmcp::model::{CallToolRequest, ClientRequest};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    GetPromptRequestParams, Implementation, InputRequiredResult, ListRootsResult, LoggingLevel,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RootsCapabilities,
+    GetPromptRequestParams, Implementation, InputRequiredResult, InputResponses, ListRootsResult,
+    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
+    RootsCapabilities, TaskPayload, UpdateTaskParams,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
@@ -30,11 +31,13 @@ use super::gateway_relay::{Link, publishing, upstream};
 use crate::support::gateway as support;
 
 /// A 2026-07-28 client that answers sampling, elicitation and roots, and
-/// passes on the progress and log messages (level, text) it is sent.
+/// passes on the progress and log messages (level, text) it is sent;
+/// with `tasks`, it declares the Tasks extension.
 #[derive(Clone, Default)]
 struct Answers {
     progress: Option<tokio::sync::mpsc::UnboundedSender<ProgressNotificationParam>>,
     logs: Option<tokio::sync::mpsc::UnboundedSender<(String, String)>>,
+    tasks: bool,
 }
 
 impl ClientHandler for Answers {
@@ -94,6 +97,12 @@ impl ClientHandler for Answers {
         caps.sampling = Some(Default::default());
         caps.elicitation = Some(Default::default());
         caps.roots = Some(RootsCapabilities::default());
+        if self.tasks {
+            caps.extensions = ClientCapabilities::builder()
+                .enable_tasks()
+                .build()
+                .extensions;
+        }
         ClientConfig::new(caps, Implementation::new("modern-answers", "1"))
     }
 }
@@ -611,6 +620,7 @@ async fn a_held_call_reports_progress_and_logs_to_the_round_that_waits() {
     let answers = Answers {
         progress: Some(progress_tx),
         logs: Some(logs_tx),
+        tasks: false,
     };
     let timeout = Duration::from_secs(20);
     let setup = tuned_client_of(&python, Link::Stdio, Front::Pipe, timeout, |_| {}, answers).await;
@@ -675,6 +685,74 @@ async fn a_held_call_reports_progress_and_logs_to_the_round_that_waits() {
     assert_eq!(
         next_logs(&mut logs, 1).await,
         pairs(&[("warning", "work done, loudly")])
+    );
+    setup.close().await;
+}
+
+/// A held call that asks after it became a task (the client declared the
+/// Tasks extension; the call runs past the gateway's second): the task is
+/// `input_required` with the server's request, `tasks/update` answers it
+/// (a key that names no request is refused), and the task completes with
+/// the server's result; then it takes no more input.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_call_that_became_a_task_takes_its_input_by_tasks_update() {
+    let test = "a_held_call_that_became_a_task_takes_its_input_by_tasks_update";
+    let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let answers = Answers {
+        tasks: true,
+        ..Answers::default()
+    };
+    let timeout = Duration::from_secs(20);
+    let setup = tuned_client_of(&python, Link::Stdio, Front::Pipe, timeout, |_| {}, answers).await;
+    let peer = setup.client.peer();
+    let slow = params(
+        "asking__work_then_ask",
+        json!({"seconds": 1.5, "question": "Who, later?"}),
+    );
+    let task = match peer.call_tool_once(slow).await.unwrap() {
+        CallToolResponse::Task(created) => created.task,
+        other => panic!("expected a task: {other:?}"),
+    };
+    let id = task.task_id.clone();
+    let requests = match support::task_settled(peer, &id).await {
+        TaskPayload::InputRequired { input_requests } => input_requests,
+        other => panic!("expected input_required: {other:?}"),
+    };
+    let (key, request) = requests.iter().next().unwrap();
+    let request = serde_json::to_value(request).unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert_eq!(request["params"]["message"], "Who, later?", "{request}");
+
+    let answer = |key: &str| -> InputResponses {
+        serde_json::from_value(json!({key: {"action": "accept", "content": {"name": "Ada"}}}))
+            .unwrap()
+    };
+    let refused = |r: Result<(), rmcp::service::ServiceError>| {
+        assert!(
+            matches!(&r, Err(rmcp::service::ServiceError::McpError(e)) if e.code.0 == -32602),
+            "{r:?}"
+        );
+    };
+    refused(
+        peer.update_task(UpdateTaskParams::new(id.clone(), answer("input-99")))
+            .await,
+    );
+    peer.update_task(UpdateTaskParams::new(id.clone(), answer(key)))
+        .await
+        .unwrap();
+    match support::task_settled(peer, &id).await {
+        TaskPayload::Completed { result } => assert_eq!(
+            result["structuredContent"],
+            json!({"action": "accept", "data": {"name": "Ada"}}),
+            "{result:?}"
+        ),
+        other => panic!("expected completed: {other:?}"),
+    }
+    refused(
+        peer.update_task(UpdateTaskParams::new(id.clone(), answer(key)))
+            .await,
     );
     setup.close().await;
 }

@@ -14,10 +14,13 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig,
-    GetPromptRequestParams, GetPromptResponse, Implementation, ProtocolVersion,
-    ReadResourceRequestParams, ServerNotification, SubscriptionFilter,
+    GetPromptRequestParams, GetPromptResponse, Implementation, InputResponses, ProtocolVersion,
+    ReadResourceRequestParams, ServerNotification, SubscriptionFilter, TaskPayload,
+    UpdateTaskParams,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService, Subscription};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, RunningService, ServiceError, Subscription,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
@@ -1107,4 +1110,88 @@ async fn a_modern_upstream_logs_at_the_level_each_request_names() {
     shutdown.cancel();
     modern.shutdown().await;
     http_modern.shutdown().await;
+}
+
+/// A 2026-07-28 server's `input_required` that comes after the call became
+/// a task (its client declared the Tasks extension): the task is
+/// `input_required` with the server's requests, each `tasks/update`
+/// answers some (those answered leave the task's `inputRequests`; a key
+/// that names none is refused), and once all are answered the call is made
+/// again with them and the server's state, and the task completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_upstream_asks_a_task_for_input() {
+    let test = "a_modern_upstream_asks_a_task_for_input";
+    let Some(v) = toolexec_testkit::deps(test, &["TOOLEXEC_NODE22", "TOOLEXEC_NODE_MODULES"])
+    else {
+        return;
+    };
+    let catalog = Arc::new(Catalog::new());
+    let mut config = modern_upstream("modern", &v[0], &v[1]);
+    config.relay = toolexec_mcp::upstream::ClientRelay::GATEWAY;
+    let modern = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
+    let gateway = Gateway::with_upstreams(
+        Exec::new(catalog),
+        GatewayOptions {
+            expose: Expose::All,
+            tasks: toolexec_mcp::gateway::TaskOptions {
+                after: Duration::from_millis(300),
+                ..Default::default()
+            },
+            ..GatewayOptions::default()
+        },
+        vec![modern.clone()],
+    );
+    let client = ClientConfig::new(
+        ClientCapabilities::builder().enable_tasks().build(),
+        Implementation::new("tasks-input", "1"),
+    )
+    .with_protocol_version(ProtocolVersion::V_2026_07_28)
+    .serve_with_lifecycle(
+        serve_duplex(gateway, 1 << 16),
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .unwrap();
+    let peer = client.peer();
+    let slow = CallToolRequestParams::new("modern__slow_survey")
+        .with_arguments(json!({"n": 2, "ms": 800}).as_object().unwrap().clone());
+    let id = match peer.call_tool_once(slow).await.unwrap() {
+        CallToolResponse::Task(created) => created.task.task_id,
+        other => panic!("expected a task: {other:?}"),
+    };
+    let outstanding = || async {
+        match support::task_settled(peer, &id).await {
+            TaskPayload::InputRequired { input_requests } => {
+                input_requests.keys().cloned().collect::<Vec<_>>()
+            }
+            other => panic!("expected input_required: {other:?}"),
+        }
+    };
+    let keys = outstanding().await;
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let yes = |key: &str| -> InputResponses {
+        serde_json::from_value(json!({key: {"action": "accept", "content": {"confirm": true}}}))
+            .unwrap()
+    };
+    let update =
+        |responses: InputResponses| peer.update_task(UpdateTaskParams::new(&id, responses));
+    update(yes(&keys[0])).await.unwrap();
+    assert_eq!(outstanding().await, [keys[1].clone()]);
+    let refused = update(yes("nope")).await;
+    assert!(
+        matches!(&refused, Err(ServiceError::McpError(e)) if e.code.0 == -32602),
+        "{refused:?}"
+    );
+    update(yes(&keys[1])).await.unwrap();
+    match support::task_settled(peer, &id).await {
+        TaskPayload::Completed { result } => {
+            let text = result["content"][0]["text"].as_str().unwrap_or_default();
+            assert_eq!(text, "2 of 2 agreed", "{result:?}");
+        }
+        other => panic!("expected completed: {other:?}"),
+    }
+    client.cancel().await.unwrap();
+    modern.shutdown().await;
 }

@@ -150,7 +150,7 @@ async fn long_calls_become_tasks_that_outlive_the_connection() {
         }
         other => panic!("{other:?}"),
     }
-    // The gateway never asks for input.
+    // A task that waits for no input takes none.
     let update = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(UpdateTaskParams::new(
         task.task_id.clone(),
         Default::default(),

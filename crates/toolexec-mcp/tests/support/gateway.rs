@@ -233,3 +233,26 @@ pub(crate) async fn prompt_and_resource_text<S: rmcp::Service<rmcp::RoleClient>>
     };
     (greeted, read)
 }
+
+/// Task `id`'s payload once it is no longer `working`, polled through
+/// `peer` every 50 ms; fails after 20 s.
+pub(crate) async fn task_settled(
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+    id: &str,
+) -> rmcp::model::TaskPayload {
+    let start = std::time::Instant::now();
+    loop {
+        let r = peer
+            .get_task(rmcp::model::GetTaskParams::new(id))
+            .await
+            .expect("tasks/get");
+        if r.task.status() != rmcp::model::TaskStatus::Working {
+            return r.task.payload;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "task {id} never settled"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

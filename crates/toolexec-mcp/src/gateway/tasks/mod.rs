@@ -19,8 +19,15 @@
 //!   held, past which a long call is answered as usual instead.
 //! - A tool's error result is a `completed` task (with `isError: true`), a
 //!   JSON-RPC error a `failed` one, a cancelled task `cancelled`.
-//! - The gateway never asks for input through a task (`input_required`):
-//!   `tasks/update` is refused.
+//! - A call that asks its client for input after it became a task (a
+//!   2026-07-28 client's call whose server answers `input_required`, or
+//!   whose 2025 server asks during it) makes the task `input_required`:
+//!   `tasks/get` shows the requests still unanswered, `tasks/update`
+//!   answers some or all of them (a key that names none is refused), and
+//!   once each has its answer the call is made again with them and the
+//!   server's state, as a client's next round would be, and the task is
+//!   working again. A task that waits for input past its time to live
+//!   fails with `timeout`; a cancelled one stops waiting.
 //! - With a [`TaskJournal`] (a fleet's, `[cluster]`), a task whose call
 //!   the journal can resume (a tool that runs on the fleet) is also kept
 //!   there: another gateway of the deployment, or this one restarted,
@@ -42,7 +49,7 @@ use toolexec::telemetry::CallScope;
 mod store;
 
 pub(super) use store::TaskStore;
-use store::{Adopted, error_code, millis, no_input};
+use store::{Adopted, error_code, millis};
 
 /// A call's answer, as a task ends with it.
 pub type CallAnswer = Result<CallToolResult, McpError>;
@@ -162,15 +169,69 @@ impl super::server::Gateway {
             // after answering leaves a task another one can resume. Not
             // with the client's answers to a server's input requests: they
             // answered this request, not a resumed one.
-            let mut request = request;
+            let mut request = request.clone();
             request.input_responses = None;
             request.request_state = None;
             self.shared.tasks.journal_task(&mut running, request).await;
         }
         let created = self.shared.tasks.created(&running);
         abandoned.disarm();
-        tokio::spawn(async move { running.finish(for_task(finished(run.await))).await });
+        let rounds = self.task_rounds(running, request, run, context, cancel);
+        // In the request's scope: each later round runs for its caller.
+        tokio::spawn(CallScope::capture().bind(rounds));
         Ok(CallToolResponse::Task(created))
+    }
+
+    /// The rest of task `running`'s call: its first round `run`; while a
+    /// round asks for input, the task waits for the client's answers and the
+    /// call is made again with them and the server's state.
+    fn task_rounds(
+        &self,
+        running: store::Running,
+        mut request: CallToolRequestParams,
+        run: tokio::task::JoinHandle<Result<CallToolResponse, McpError>>,
+        context: &RequestContext<RoleServer>,
+        cancel: CancellationToken,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let gateway = self.clone();
+        let mut context = context.clone();
+        async move {
+            let mut answer = finished(run.await);
+            loop {
+                let asks = match answer {
+                    Ok(CallToolResponse::InputRequired(asks)) if asks.input_requests.is_some() => {
+                        asks
+                    }
+                    other => return running.finish(for_task(other)).await,
+                };
+                let requests = asks.input_requests.unwrap_or_default();
+                let ttl = gateway.shared.tasks.options.ttl;
+                match running.input(requests, ttl).await {
+                    store::Input::Answered(responses) => {
+                        // As the client's next round would carry them.
+                        context.extensions.insert(toolexec::ClientInput {
+                            responses: Some(responses.clone().into_iter().collect()),
+                            state: asks.request_state.clone(),
+                        });
+                        request.input_responses = Some(responses);
+                        request.request_state = asks.request_state;
+                        let round = gateway.detached_call(
+                            &running.id,
+                            request.clone(),
+                            false,
+                            &context,
+                            &cancel,
+                        );
+                        answer = finished(tokio::spawn(round).await);
+                    }
+                    store::Input::Ended => return running.cancelled().await,
+                    store::Input::Expired => {
+                        let expired = waited_too_long(&request.name, ttl);
+                        return running.finish(Ok(expired)).await;
+                    }
+                }
+            }
+        }
     }
 
     /// The call of task `id`, detached from the request (cancelled through
@@ -290,14 +351,17 @@ impl super::server::Gateway {
         self.shared.tasks.cancel(id, &owner)
     }
 
-    /// `tasks/update`: only for a task of the calling principal, and refused.
+    /// `tasks/update`: answers to the input requests of a task of the
+    /// calling principal.
     pub(super) async fn update_task_of_caller(
         &self,
         id: &str,
+        responses: rmcp::model::InputResponses,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.find_task(id, &owner(), context, false).await?;
-        Err(no_input(id))
+        let owner = owner();
+        self.find_task(id, &owner, context, false).await?;
+        self.shared.tasks.answer(id, &owner, responses)
     }
 }
 
@@ -335,17 +399,17 @@ fn unsettled(answer: &CallAnswer) -> bool {
     }
 }
 
-/// What a task ends with when its call did: a task never waits for
-/// input, so a server's `input_required` that comes after the call became a
-/// task (before, the client gets it as the call's answer) ends it with
-/// that error.
+/// What a task ends with when its call did. A server's `input_required`
+/// with requests makes the task wait for input ([`Gateway::task_rounds`]);
+/// one without any (only a state) cannot be answered, and ends the task
+/// with that error.
 fn for_task(answer: Result<CallToolResponse, McpError>) -> CallAnswer {
     match answer? {
         CallToolResponse::Complete(result) => Ok(result),
         CallToolResponse::InputRequired(asks) => Ok(super::result::error(&toolexec::ErrorBody {
             code: toolexec::ErrorCode::InputRequired,
             message: "input_required: the tool asked for client input after its call became a \
-                      task, and a task does not wait for input; call it again without a task"
+                      task, but named no request to answer; call it again without a task"
                 .into(),
             details: serde_json::to_value(asks)
                 .ok()
@@ -356,6 +420,20 @@ fn for_task(answer: Result<CallToolResponse, McpError>) -> CallAnswer {
             None,
         )),
     }
+}
+
+/// What a task that waited for its client's input for its whole time to
+/// live `ttl` ends with.
+fn waited_too_long(tool: &str, ttl: Duration) -> CallToolResult {
+    super::result::error(&toolexec::ErrorBody {
+        code: toolexec::ErrorCode::Timeout,
+        message: format!(
+            "timeout: the task of {tool} waited for its client's input for its whole time to \
+             live ({} s)",
+            ttl.as_secs()
+        ),
+        details: None,
+    })
 }
 
 /// A call's outcome from its task; a panic is an internal error.

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CreateTaskResult, DetailedTask, ErrorCode, JsonObject,
-    Task, TaskPayload,
+    CallToolRequestParams, CallToolResult, CreateTaskResult, DetailedTask, ErrorCode,
+    InputRequests, InputResponses, JsonObject, Task, TaskPayload,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::{TaskJournal, TaskOptions};
@@ -23,6 +24,9 @@ use super::{TaskJournal, TaskOptions};
 #[serde(tag = "state", content = "value", rename_all = "snake_case")]
 enum State {
     Working,
+    /// Waits for the client's answers to these requests (`tasks/update`);
+    /// those answered already are left out.
+    InputRequired(InputRequests),
     Completed(JsonObject),
     Failed(JsonObject),
     Cancelled,
@@ -57,13 +61,40 @@ struct Entry {
     started: Instant,
     state: Mutex<(State, SystemTime)>,
     cancel: CancellationToken,
+    /// While the task is `input_required`: the answers so far, and where
+    /// they go once every request has one. Locked after `state`.
+    input: Mutex<Option<Answering>>,
+}
+
+/// The answers gathered for an `input_required` task.
+#[derive(Debug)]
+struct Answering {
+    answered: InputResponses,
+    done: oneshot::Sender<InputResponses>,
+}
+
+impl State {
+    /// Not ended: working, or waiting for input.
+    fn running(&self) -> bool {
+        matches!(self, State::Working | State::InputRequired(_))
+    }
 }
 
 impl Entry {
     /// Still kept: within `ttl` of its creation, or still running.
     fn kept(&self, ttl: Duration) -> bool {
-        self.started.elapsed() <= ttl || matches!(self.state.lock().0, State::Working)
+        self.started.elapsed() <= ttl || self.state.lock().0.running()
     }
+}
+
+/// How a task's wait for its client's input ended.
+pub(super) enum Input {
+    /// Every request has its answer.
+    Answered(InputResponses),
+    /// The task was cancelled.
+    Ended,
+    /// No answers within the task's time to live.
+    Expired,
 }
 
 /// The tasks of one gateway, shared by every connection.
@@ -139,6 +170,7 @@ impl TaskStore {
             started: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
             state: Mutex::new(state),
             cancel,
+            input: Mutex::new(None),
         });
         tasks.insert(id.clone(), entry.clone());
         Some(Running {
@@ -237,9 +269,58 @@ impl TaskStore {
     pub(super) fn cancel(&self, id: &str, owner: &str) -> Result<(), McpError> {
         let entry = self.find(id, owner)?;
         let mut state = entry.state.lock();
-        if matches!(state.0, State::Working) {
+        if state.0.running() {
             *state = (State::Cancelled, SystemTime::now());
+            entry.input.lock().take();
             entry.cancel.cancel();
+        }
+        Ok(())
+    }
+
+    /// `tasks/update`: `responses` to the requests the task `id` of `owner`
+    /// waits for; once every request has one, its call goes on with them.
+    /// A key that names no outstanding request is refused, naming it.
+    pub(super) fn answer(
+        &self,
+        id: &str,
+        owner: &str,
+        responses: InputResponses,
+    ) -> Result<(), McpError> {
+        let entry = self.find(id, owner)?;
+        let mut state = entry.state.lock();
+        let State::InputRequired(outstanding) = &mut state.0 else {
+            return Err(no_input(id));
+        };
+        if let Some(key) = responses.keys().find(|k| !outstanding.contains_key(*k)) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "task {:?} waits for no input request {:?}: answer those its \
+                     `inputRequests` name",
+                    toolexec::telemetry::clip(id),
+                    toolexec::telemetry::clip(key)
+                ),
+                Some(json!({
+                    "taskId": toolexec::telemetry::clip(id),
+                    "inputResponses": toolexec::telemetry::clip(key),
+                })),
+            ));
+        }
+        let mut input = entry.input.lock();
+        let Some(answering) = input.as_mut() else {
+            return Err(no_input(id));
+        };
+        for (key, value) in responses {
+            outstanding.remove(&key);
+            answering.answered.insert(key, value);
+        }
+        let now = SystemTime::now();
+        if outstanding.is_empty()
+            && let Some(answering) = input.take()
+        {
+            *state = (State::Working, now);
+            let _ = answering.done.send(answering.answered);
+        } else {
+            state.1 = now;
         }
         Ok(())
     }
@@ -260,6 +341,9 @@ impl TaskStore {
         let state = entry.state.lock();
         let payload = match &state.0 {
             State::Working => TaskPayload::Working,
+            State::InputRequired(requests) => TaskPayload::InputRequired {
+                input_requests: requests.clone(),
+            },
             State::Completed(result) => TaskPayload::Completed {
                 result: result.clone(),
             },
@@ -294,11 +378,44 @@ impl Running {
         self.save().await;
     }
 
+    /// Puts the task in `input_required` for `requests` until the client
+    /// answered each (`tasks/update`), the task is cancelled, or its time to
+    /// live from its creation ran out (`ttl`; the task is working again
+    /// then). The journal keeps the task as working: another gateway could
+    /// not take the answers.
+    pub(super) async fn input(&self, requests: InputRequests, ttl: Duration) -> Input {
+        let (done, answers) = oneshot::channel();
+        {
+            let mut state = self.entry.state.lock();
+            if !matches!(state.0, State::Working) {
+                return Input::Ended;
+            }
+            *state = (State::InputRequired(requests), SystemTime::now());
+            *self.entry.input.lock() = Some(Answering {
+                answered: InputResponses::new(),
+                done,
+            });
+        }
+        let deadline = tokio::time::Instant::from_std(self.entry.started + ttl);
+        tokio::select! {
+            answers = answers => answers.map_or(Input::Ended, Input::Answered),
+            () = self.entry.cancel.cancelled() => Input::Ended,
+            () = tokio::time::sleep_until(deadline) => {
+                let mut state = self.entry.state.lock();
+                if matches!(state.0, State::InputRequired(_)) {
+                    *state = (State::Working, SystemTime::now());
+                }
+                self.entry.input.lock().take();
+                Input::Expired
+            }
+        }
+    }
+
     /// Marks the task cancelled, here and in the journal.
     pub(super) async fn cancelled(self) {
         {
             let mut state = self.entry.state.lock();
-            if matches!(state.0, State::Working) {
+            if state.0.running() {
                 *state = (State::Cancelled, SystemTime::now());
             }
         }
@@ -367,16 +484,15 @@ fn error_object(e: &McpError) -> JsonObject {
     map
 }
 
-/// The refusal of `tasks/update`: a task of the gateway never waits for
-/// input (its call cannot be answered with `input_required`).
+/// The refusal of `tasks/update` for a task that waits for no input.
 pub(super) fn no_input(id: &str) -> McpError {
     McpError::new(
         ErrorCode::INVALID_PARAMS,
         format!(
-            "task {:?} asks for no input: the gateway's tasks never wait for client input",
+            "task {:?} waits for no input (it is not `input_required`)",
             toolexec::telemetry::clip(id)
         ),
-        None,
+        Some(json!({"taskId": toolexec::telemetry::clip(id)})),
     )
 }
 
@@ -394,4 +510,103 @@ pub(super) fn error_code(result: &CallToolResult) -> Option<&str> {
         .get("error")?
         .get("code")?
         .as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn requests(keys: &[&str]) -> InputRequests {
+        let confirm = json!({
+            "method": "elicitation/create",
+            "params": {"message": "Agree?", "requestedSchema": {"type": "object", "properties": {}}},
+        });
+        keys.iter()
+            .map(|k| {
+                (
+                    (*k).to_owned(),
+                    serde_json::from_value(confirm.clone()).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    fn yes(keys: &[&str]) -> InputResponses {
+        keys.iter()
+            .map(|k| ((*k).to_owned(), json!({"action": "accept"})))
+            .collect()
+    }
+
+    fn status(store: &TaskStore, id: &str) -> TaskPayload {
+        store.get(id, "alice").unwrap().payload
+    }
+
+    /// A task waits for every request's answer, given over several
+    /// updates; a key it does not wait for, another principal, and a task
+    /// that waits for nothing are refused; then it is working again.
+    #[tokio::test]
+    async fn a_task_takes_its_input_in_parts() {
+        let store = Arc::new(TaskStore::new(TaskOptions::default()));
+        let running = store
+            .create("t1".into(), "alice".into(), CancellationToken::new())
+            .unwrap();
+        assert!(store.answer("t1", "alice", yes(&["a"])).is_err());
+        let ttl = Duration::from_secs(60);
+        let waiting = tokio::spawn(async move {
+            let input = running.input(requests(&["a", "b"]), ttl).await;
+            (running, input)
+        });
+        while !matches!(status(&store, "t1"), TaskPayload::InputRequired { .. }) {
+            tokio::task::yield_now().await;
+        }
+        let refused = store.answer("t1", "alice", yes(&["c"])).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::INVALID_PARAMS);
+        assert!(refused.message.contains("\"c\""), "{refused:?}");
+        assert!(store.answer("t1", "bob", yes(&["a"])).is_err());
+        store.answer("t1", "alice", yes(&["a"])).unwrap();
+        match status(&store, "t1") {
+            TaskPayload::InputRequired { input_requests } => {
+                assert_eq!(input_requests.keys().collect::<Vec<_>>(), ["b"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        store.answer("t1", "alice", yes(&["b"])).unwrap();
+        let (_running, input) = waiting.await.unwrap();
+        match input {
+            Input::Answered(answers) => assert_eq!(answers, yes(&["a", "b"])),
+            _ => panic!("not answered"),
+        }
+        assert_eq!(status(&store, "t1"), TaskPayload::Working);
+        assert!(store.answer("t1", "alice", yes(&["b"])).is_err());
+    }
+
+    /// A task cancelled while it waits stops waiting and stays cancelled;
+    /// one whose time to live runs out is working again (its call then
+    /// ends it).
+    #[tokio::test]
+    async fn a_task_stops_waiting_when_cancelled_or_expired() {
+        let store = TaskStore::new(TaskOptions::default());
+        let running = store
+            .create("t2".into(), "alice".into(), CancellationToken::new())
+            .unwrap();
+        let ttl = Duration::from_secs(60);
+        let (input, ()) = tokio::join!(running.input(requests(&["a"]), ttl), async {
+            while !matches!(status(&store, "t2"), TaskPayload::InputRequired { .. }) {
+                tokio::task::yield_now().await;
+            }
+            store.cancel("t2", "alice").unwrap();
+        });
+        assert!(matches!(input, Input::Ended));
+        assert_eq!(status(&store, "t2"), TaskPayload::Cancelled);
+
+        let running = store
+            .create("t3".into(), "alice".into(), CancellationToken::new())
+            .unwrap();
+        let input = running
+            .input(requests(&["a"]), Duration::from_millis(50))
+            .await;
+        assert!(matches!(input, Input::Expired));
+        assert_eq!(status(&store, "t3"), TaskPayload::Working);
+        assert!(store.answer("t3", "alice", yes(&["a"])).is_err());
+    }
 }
