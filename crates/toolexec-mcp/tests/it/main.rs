@@ -10,6 +10,7 @@ mod gateway_conformance;
 mod gateway_held;
 mod gateway_inspector;
 mod gateway_limits;
+mod gateway_modern_upstream;
 mod gateway_oauth;
 mod gateway_passthrough;
 mod gateway_policy;
