@@ -48,9 +48,7 @@ impl ClientHandler for Answers {
         _: rmcp::service::NotificationContext<RoleClient>,
     ) {
         if let Some(tx) = &self.logs {
-            let level = serde_json::to_value(params.level).unwrap();
-            let text = params.data.as_str().unwrap_or_default().to_owned();
-            let _ = tx.send((level.as_str().unwrap().to_owned(), text));
+            let _ = tx.send(support::log_entry(&params));
         }
     }
 
@@ -565,43 +563,6 @@ async fn cancelling_a_round_abandons_the_held_call() {
     setup.close().await;
 }
 
-/// `params` naming the log level `level` (`_meta`
-/// `io.modelcontextprotocol/logLevel`), as a 2026-07-28 client opts in to
-/// log messages.
-#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
-fn logging(mut params: CallToolRequestParams, level: LoggingLevel) -> CallToolRequestParams {
-    let mut meta = params.meta.take().unwrap_or_default();
-    meta.set_log_level(level);
-    params.meta = Some(meta);
-    params
-}
-
-/// The next `n` log messages (level, text), sorted (the client's handler
-/// may see them out of order); fails after 5 s.
-async fn next_logs(
-    logs: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
-    n: usize,
-) -> Vec<(String, String)> {
-    let mut seen = Vec::new();
-    let wait = tokio::time::timeout(Duration::from_secs(5), async {
-        while seen.len() < n {
-            seen.push(logs.recv().await.unwrap());
-        }
-    });
-    assert!(wait.await.is_ok(), "{seen:?}");
-    seen.sort();
-    seen
-}
-
-fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = expected
-        .iter()
-        .map(|(l, t)| (l.to_string(), t.to_string()))
-        .collect();
-    v.sort();
-    v
-}
-
 /// The server's progress and log messages during a held call reach the
 /// round that waits for it, log messages at the level the client's first
 /// round named: the first round hears what the server logged before it
@@ -631,15 +592,15 @@ async fn a_held_call_reports_progress_and_logs_to_the_round_that_waits() {
     for level in [None, Some(LoggingLevel::Warning), Some(LoggingLevel::Debug)] {
         let chatty = params("asking__chatty", json!({}));
         let chatty = match level {
-            Some(level) => logging(chatty, level),
+            Some(level) => support::with_log_level(chatty, level),
             None => chatty,
         };
         let r = client.call_tool(chatty).await.unwrap();
         assert_eq!(text_of(&r), "said three things", "{r:?}");
     }
     assert_eq!(
-        next_logs(&mut logs, 4).await,
-        pairs(&[
+        support::next_logs(&mut logs, 4).await,
+        support::sorted_logs(&[
             ("warning", "chatty warning"),
             ("debug", "chatty debug"),
             ("info", "chatty info"),
@@ -651,15 +612,15 @@ async fn a_held_call_reports_progress_and_logs_to_the_round_that_waits() {
         "asking__ask_then_work",
         json!({"question": "Who?", "seconds": 0.5}),
     );
-    let first = logging(ask.clone(), LoggingLevel::Info);
+    let first = support::with_log_level(ask.clone(), LoggingLevel::Info);
     let asks = asks_of(client.call_tool_once(first.clone()).await.unwrap());
     assert_eq!(
-        next_logs(&mut logs, 1).await,
-        pairs(&[("info", "asking: Who?")])
+        support::next_logs(&mut logs, 1).await,
+        support::sorted_logs(&[("info", "asking: Who?")])
     );
     let key = first_key(&asks);
     let answer = json!({key: {"action": "accept", "content": {"name": "Ada"}}});
-    let second = logging(
+    let second = support::with_log_level(
         again(&ask, answer, asks.request_state.as_deref()),
         LoggingLevel::Warning,
     );
@@ -683,8 +644,8 @@ async fn a_held_call_reports_progress_and_logs_to_the_round_that_waits() {
     assert!(wait.await.is_ok(), "{seen:?}");
     // The second round named `warning`: the server's `info` is not sent.
     assert_eq!(
-        next_logs(&mut logs, 1).await,
-        pairs(&[("warning", "work done, loudly")])
+        support::next_logs(&mut logs, 1).await,
+        support::sorted_logs(&[("warning", "work done, loudly")])
     );
     setup.close().await;
 }

@@ -479,9 +479,7 @@ impl rmcp::ClientHandler for Logs {
         params: rmcp::model::LoggingMessageNotificationParam,
         _: rmcp::service::NotificationContext<RoleClient>,
     ) {
-        let level = serde_json::to_value(params.level).unwrap();
-        let text = params.data.as_str().unwrap_or_default().to_owned();
-        let _ = self.0.send((level.as_str().unwrap().to_owned(), text));
+        let _ = self.0.send(support::log_entry(&params));
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -494,38 +492,10 @@ impl rmcp::ClientHandler for Logs {
 async fn chatty(peer: &rmcp::Peer<RoleClient>, level: Option<rmcp::model::LoggingLevel>) {
     let mut params = CallToolRequestParams::new("modern__chatty");
     if let Some(level) = level {
-        let mut meta = rmcp::model::RequestMetaObject::new();
-        meta.set_log_level(level);
-        params.meta = Some(meta);
+        params = support::with_log_level(params, level);
     }
     let r = peer.call_tool(params).await.unwrap();
     assert_eq!(first_text(&r), "said three things", "{r:?}");
-}
-
-/// The next `n` log messages, sorted (the client's handler may see them
-/// out of order); fails after 5 s.
-async fn next_logs(
-    logs: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
-    n: usize,
-) -> Vec<(String, String)> {
-    let mut seen = Vec::new();
-    let wait = tokio::time::timeout(Duration::from_secs(5), async {
-        while seen.len() < n {
-            seen.push(logs.recv().await.unwrap());
-        }
-    });
-    assert!(wait.await.is_ok(), "{seen:?}");
-    seen.sort();
-    seen
-}
-
-fn sorted(expected: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = expected
-        .iter()
-        .map(|(l, t)| (l.to_string(), t.to_string()))
-        .collect();
-    v.sort();
-    v
 }
 
 /// A 2026-07-28 server sends log messages only for requests that name a
@@ -557,8 +527,8 @@ async fn a_modern_upstream_logs_at_the_level_each_request_names() {
     );
     chatty(client.peer(), None).await;
     assert_eq!(
-        next_logs(&mut logs, 2).await,
-        sorted(&[("info", "chatty info"), ("warning", "chatty warning")])
+        support::next_logs(&mut logs, 2).await,
+        support::sorted_logs(&[("info", "chatty info"), ("warning", "chatty warning")])
     );
     client
         .peer()
@@ -569,8 +539,8 @@ async fn a_modern_upstream_logs_at_the_level_each_request_names() {
         .unwrap();
     chatty(client.peer(), None).await;
     assert_eq!(
-        next_logs(&mut logs, 1).await,
-        sorted(&[("warning", "chatty warning")])
+        support::next_logs(&mut logs, 1).await,
+        support::sorted_logs(&[("warning", "chatty warning")])
     );
     client.cancel().await.unwrap();
 
@@ -608,8 +578,8 @@ async fn a_modern_upstream_logs_at_the_level_each_request_names() {
             chatty(client, level).await;
         }
         assert_eq!(
-            next_logs(&mut logs, 4).await,
-            sorted(&[
+            support::next_logs(&mut logs, 4).await,
+            support::sorted_logs(&[
                 ("warning", "chatty warning"),
                 ("debug", "chatty debug"),
                 ("info", "chatty info"),

@@ -256,3 +256,52 @@ pub(crate) async fn task_settled(
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// A log message as (level, text): what the log tests compare.
+#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+pub(crate) fn log_entry(params: &rmcp::model::LoggingMessageNotificationParam) -> (String, String) {
+    let level = serde_json::to_value(params.level).unwrap();
+    let text = params.data.as_str().unwrap_or_default().to_owned();
+    (level.as_str().unwrap().to_owned(), text)
+}
+
+/// The next `n` log messages from `logs`, sorted (a client's handler may
+/// see them out of order); fails after 5 s.
+pub(crate) async fn next_logs(
+    logs: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+    n: usize,
+) -> Vec<(String, String)> {
+    let mut seen = Vec::new();
+    let wait = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while seen.len() < n {
+            seen.push(logs.recv().await.unwrap());
+        }
+    });
+    assert!(wait.await.is_ok(), "{seen:?}");
+    seen.sort();
+    seen
+}
+
+/// `expected` as [`next_logs`] returns it.
+pub(crate) fn sorted_logs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = expected
+        .iter()
+        .map(|(l, t)| (l.to_string(), t.to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `params` naming the log level `level` (`_meta`
+/// `io.modelcontextprotocol/logLevel`), as a 2026-07-28 client opts in to
+/// log messages.
+#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+pub(crate) fn with_log_level(
+    mut params: rmcp::model::CallToolRequestParams,
+    level: rmcp::model::LoggingLevel,
+) -> rmcp::model::CallToolRequestParams {
+    let mut meta = params.meta.take().unwrap_or_default();
+    meta.set_log_level(level);
+    params.meta = Some(meta);
+    params
+}
