@@ -587,26 +587,7 @@ async fn a_held_call_reports_progress_and_logs_to_the_round_that_waits() {
     let setup = tuned_client_of(&python, Link::Stdio, Front::Pipe, timeout, |_| {}, answers).await;
     let client = &setup.client;
 
-    // No level named: nothing. `warning`: only the warning. `debug` (a
-    // marker that the first two calls' messages have all come): all three.
-    for level in [None, Some(LoggingLevel::Warning), Some(LoggingLevel::Debug)] {
-        let chatty = params("asking__chatty", json!({}));
-        let chatty = match level {
-            Some(level) => support::with_log_level(chatty, level),
-            None => chatty,
-        };
-        let r = client.call_tool(chatty).await.unwrap();
-        assert_eq!(text_of(&r), "said three things", "{r:?}");
-    }
-    assert_eq!(
-        support::next_logs(&mut logs, 4).await,
-        support::sorted_logs(&[
-            ("warning", "chatty warning"),
-            ("debug", "chatty debug"),
-            ("info", "chatty info"),
-            ("warning", "chatty warning"),
-        ])
-    );
+    support::chatty_at_each_level(client.peer(), "asking__chatty", &mut logs).await;
 
     let ask = params(
         "asking__ask_then_work",

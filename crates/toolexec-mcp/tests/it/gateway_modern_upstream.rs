@@ -574,18 +574,7 @@ async fn a_modern_upstream_logs_at_the_level_each_request_names() {
             client.peer_info().unwrap().protocol_version,
             ProtocolVersion::V_2026_07_28
         );
-        for level in [None, Some(LoggingLevel::Warning), Some(LoggingLevel::Debug)] {
-            chatty(client, level).await;
-        }
-        assert_eq!(
-            support::next_logs(&mut logs, 4).await,
-            support::sorted_logs(&[
-                ("warning", "chatty warning"),
-                ("debug", "chatty debug"),
-                ("info", "chatty info"),
-                ("warning", "chatty warning"),
-            ])
-        );
+        support::chatty_at_each_level(client, "modern__chatty", &mut logs).await;
     }
     pipe.cancel().await.unwrap();
     http.cancel().await.unwrap();

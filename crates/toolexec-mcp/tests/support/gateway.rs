@@ -305,3 +305,40 @@ pub(crate) fn with_log_level(
     params.meta = Some(meta);
     params
 }
+
+/// Calls `tool` (a fixture's `chatty`: it logs `chatty debug`, `chatty
+/// info` and `chatty warning`, then answers) through `peer` of a
+/// 2026-07-28 client three times: naming no log level (so it hears
+/// nothing), `warning` (the warning) and `debug` (all three, and a marker
+/// that the first two calls' messages have all come); checks what `logs`
+/// got.
+#[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+pub(crate) async fn chatty_at_each_level(
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+    tool: &'static str,
+    logs: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+) {
+    use rmcp::model::LoggingLevel;
+    for level in [None, Some(LoggingLevel::Warning), Some(LoggingLevel::Debug)] {
+        let mut params = rmcp::model::CallToolRequestParams::new(tool);
+        if let Some(level) = level {
+            params = with_log_level(params, level);
+        }
+        let r = peer.call_tool(params).await.expect("tools/call");
+        let text = r
+            .content
+            .first()
+            .and_then(|c| c.as_text())
+            .map(|t| t.text.as_str());
+        assert_eq!(text, Some("said three things"), "{r:?}");
+    }
+    assert_eq!(
+        next_logs(logs, 4).await,
+        sorted_logs(&[
+            ("warning", "chatty warning"),
+            ("debug", "chatty debug"),
+            ("info", "chatty info"),
+            ("warning", "chatty warning"),
+        ])
+    );
+}
