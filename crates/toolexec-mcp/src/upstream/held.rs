@@ -562,6 +562,9 @@ impl Shared {
             let Ok(next) = next else {
                 return;
             };
+            // Before the answers: what the server logs on reading them is
+            // for this round.
+            *held.listener.lock() = next.link;
             for (key, ask) in pending {
                 let answer = next.answers.get(&key).cloned().ok_or_else(|| {
                     ClientError::Failed(format!("the client sent no answer for input {key:?}"))
@@ -570,7 +573,6 @@ impl Shared {
             }
             turn = next.turn;
             listening = Some(next.ctx);
-            *held.listener.lock() = next.link;
         }
     }
 }

@@ -26,8 +26,9 @@
 //!   answers some or all of them (a key that names none is refused), and
 //!   once each has its answer the call is made again with them and the
 //!   server's state, as a client's next round would be, and the task is
-//!   working again. A task that waits for input past its time to live
-//!   fails with `timeout`; a cancelled one stops waiting.
+//!   working again. A task still waiting when a tenth of its time to live
+//!   is left (a minute at most) ends with `timeout`; a cancelled one stops
+//!   waiting.
 //! - With a [`TaskJournal`] (a fleet's, `[cluster]`), a task whose call
 //!   the journal can resume (a tool that runs on the fleet) is also kept
 //!   there: another gateway of the deployment, or this one restarted,
@@ -199,7 +200,9 @@ impl super::server::Gateway {
             let mut answer = finished(run.await);
             loop {
                 let asks = match answer {
-                    Ok(CallToolResponse::InputRequired(asks)) if asks.input_requests.is_some() => {
+                    Ok(CallToolResponse::InputRequired(asks))
+                        if asks.input_requests.as_ref().is_some_and(|r| !r.is_empty()) =>
+                    {
                         asks
                     }
                     other => return running.finish(for_task(other)).await,

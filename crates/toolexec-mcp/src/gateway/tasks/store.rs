@@ -380,9 +380,9 @@ impl Running {
 
     /// Puts the task in `input_required` for `requests` until the client
     /// answered each (`tasks/update`), the task is cancelled, or its time to
-    /// live from its creation ran out (`ttl`; the task is working again
-    /// then). The journal keeps the task as working: another gateway could
-    /// not take the answers.
+    /// live (`ttl`, from its creation) is about to run out ([`input_window`];
+    /// the task is working again then). The journal keeps the task as
+    /// working: another gateway could not take the answers.
     pub(super) async fn input(&self, requests: InputRequests, ttl: Duration) -> Input {
         let (done, answers) = oneshot::channel();
         {
@@ -396,19 +396,30 @@ impl Running {
                 done,
             });
         }
-        let deadline = tokio::time::Instant::from_std(self.entry.started + ttl);
+        let mut answers = answers;
+        let deadline = self.entry.started.checked_add(input_window(ttl));
+        let expired = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            answers = answers => answers.map_or(Input::Ended, Input::Answered),
-            () = self.entry.cancel.cancelled() => Input::Ended,
-            () = tokio::time::sleep_until(deadline) => {
-                let mut state = self.entry.state.lock();
-                if matches!(state.0, State::InputRequired(_)) {
-                    *state = (State::Working, SystemTime::now());
-                }
+            biased;
+            answers = &mut answers => return answers.map_or(Input::Ended, Input::Answered),
+            () = self.entry.cancel.cancelled() => return Input::Ended,
+            () = expired => {}
+        }
+        {
+            let mut state = self.entry.state.lock();
+            if matches!(state.0, State::InputRequired(_)) {
+                *state = (State::Working, SystemTime::now());
                 self.entry.input.lock().take();
-                Input::Expired
+                return Input::Expired;
             }
         }
+        // Answered (or cancelled) as the wait ran out.
+        answers.await.map_or(Input::Ended, Input::Answered)
     }
 
     /// Marks the task cancelled, here and in the journal.
@@ -471,6 +482,13 @@ impl Running {
         };
         *state = (next, SystemTime::now());
     }
+}
+
+/// How long after its creation a task with time to live `ttl` may wait for
+/// input: until a tenth of its ttl (a minute at most) is left, so that the
+/// `timeout` it then ends with is still there to read.
+fn input_window(ttl: Duration) -> Duration {
+    ttl - (ttl / 10).min(Duration::from_secs(60))
 }
 
 /// A JSON-RPC error as a task's `error`.
@@ -607,6 +625,16 @@ mod tests {
             .await;
         assert!(matches!(input, Input::Expired));
         assert_eq!(status(&store, "t3"), TaskPayload::Working);
+        // It stops waiting before its ttl runs out, so that its outcome can
+        // still be read: a tenth of the ttl early, a minute at most.
+        assert_eq!(
+            input_window(Duration::from_secs(100)),
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            input_window(Duration::from_secs(3600)),
+            Duration::from_secs(3540)
+        );
         assert!(store.answer("t3", "alice", yes(&["a"])).is_err());
     }
 }
