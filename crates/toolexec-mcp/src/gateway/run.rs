@@ -117,6 +117,34 @@ impl Gateway {
         Ok(Some(input))
     }
 
+    /// Tells the upstream of tool `id` that the client will not answer the
+    /// input requests it was given with the `requestState` `sealed` (a task
+    /// that waited for them was cancelled or ran out of time): a call the
+    /// server holds for them ends, and the server is told.
+    #[cfg(feature = "upstream")]
+    pub(super) fn abandon_input(&self, id: &str, sealed: &str) {
+        let Ok(entry) = self.exec().catalog().get(id) else {
+            return;
+        };
+        let tool_id = entry.tool().id.to_string();
+        let server = entry.tool().namespace();
+        let round = Round {
+            method: "tools/call",
+            server,
+            target: &tool_id,
+        };
+        let passthrough = &self.shared.passthrough;
+        if let Ok(Some(state)) = passthrough.input_states.open(round, sealed)
+            && passthrough.abandon_held(server, &state)
+        {
+            tracing::debug!(tool = %tool_id, "abandoned a held call: its client will not answer");
+        }
+    }
+
+    /// Without upstream servers no call is held.
+    #[cfg(not(feature = "upstream"))]
+    pub(super) fn abandon_input(&self, _: &str, _: &str) {}
+
     /// Without upstream servers no tool takes client input.
     #[cfg(not(feature = "upstream"))]
     fn client_input(

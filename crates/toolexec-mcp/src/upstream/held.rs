@@ -153,6 +153,15 @@ impl HeldCalls {
         }
     }
 
+    /// Drops the call waiting under `token`: its client will not come
+    /// back (a task that waited for its answers was cancelled or ran out of
+    /// time). The call ends there, and the server is told. The token is a
+    /// secret the gateway sealed to its caller, so whoever holds it may.
+    #[cfg(feature = "gateway")]
+    fn abandon(&self, token: &str) -> bool {
+        self.state.lock().waiting.remove(token).is_some()
+    }
+
     /// Counts one more held call of `principal`, unless it holds `cap`.
     fn admit(&self, principal: &str, cap: usize) -> bool {
         let mut state = self.state.lock();
@@ -314,6 +323,13 @@ impl ClientRequests for HeldLink {
 }
 
 impl Shared {
+    /// Abandons the held call whose token is `state` (anything else: no
+    /// call of this server is held under it); whether one was.
+    #[cfg(feature = "gateway")]
+    pub(crate) fn abandon_held(&self, state: &str) -> bool {
+        state.starts_with(TOKEN_PREFIX) && self.held.abandon(state)
+    }
+
     /// Whether a request of a caller that answers input itself, sent again
     /// with `state` (or first, without), goes through a held call: this
     /// server relays requests, and either the state is a held call's token

@@ -377,6 +377,14 @@ impl Upstream {
         self.shared.conn.borrow().generation.saturating_sub(1)
     }
 
+    /// Ends the call held for a 2026-07-28 client under `state` (the
+    /// server's state as the gateway opened it from a `requestState`): the
+    /// client will not answer. Whether a call was held under it.
+    #[cfg(feature = "gateway")]
+    pub(crate) fn abandon_held(&self, state: &str) -> bool {
+        self.shared.abandon_held(state)
+    }
+
     /// The ids of the tools imported from this server, sorted.
     pub fn tool_ids(&self) -> Vec<String> {
         self.shared.tools.lock().tools.keys().cloned().collect()

@@ -11,11 +11,11 @@ use std::time::Duration;
 use rmcp::model::{CallToolRequest, ClientRequest};
 #[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, current in 2025-11-25.
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    GetPromptRequestParams, Implementation, InputRequiredResult, InputResponses, ListRootsResult,
-    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
-    RootsCapabilities, TaskPayload, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
+    ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
+    ElicitResult, GetPromptRequestParams, Implementation, InputRequiredResult, InputResponses,
+    ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ProtocolVersion, RootsCapabilities, TaskPayload, UpdateTaskParams,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
@@ -687,7 +687,7 @@ async fn a_held_call_that_became_a_task_takes_its_input_by_tasks_update() {
     match support::task_settled(peer, &id).await {
         TaskPayload::Completed { result } => assert_eq!(
             result["structuredContent"],
-            json!({"action": "accept", "data": {"name": "Ada"}}),
+            json!({"ok": {"action": "accept", "data": {"name": "Ada"}}}),
             "{result:?}"
         ),
         other => panic!("expected completed: {other:?}"),
@@ -695,6 +695,37 @@ async fn a_held_call_that_became_a_task_takes_its_input_by_tasks_update() {
     refused(
         peer.update_task(UpdateTaskParams::new(id.clone(), answer(key)))
             .await,
+    );
+
+    // Cancelled while it waits for input: the held call ends now (the
+    // server's ask ends with an error or is cancelled within 5 s), not at
+    // its 20 s deadline.
+    let slow = params(
+        "asking__work_then_ask",
+        json!({"seconds": 1.5, "question": "Who, never?"}),
+    );
+    let id = match peer.call_tool_once(slow).await.unwrap() {
+        CallToolResponse::Task(created) => created.task.task_id,
+        other => panic!("expected a task: {other:?}"),
+    };
+    assert!(matches!(
+        support::task_settled(peer, &id).await,
+        TaskPayload::InputRequired { .. }
+    ));
+    peer.cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        support::task_settled(peer, &id).await,
+        TaskPayload::Cancelled
+    );
+    let asked = outcome_where(&setup.client, Duration::from_secs(5), |o| {
+        o["kind"] == "late_elicitation" && o.get("ok").is_none()
+    })
+    .await;
+    assert!(
+        asked["cancelled"] == true || asked["error"]["code"].is_i64(),
+        "{asked}"
     );
     setup.close().await;
 }

@@ -197,6 +197,15 @@ impl Passthrough {
         self.list_changes.subscribe()
     }
 
+    /// Ends the call server `server` holds under `state` (opened from a
+    /// `requestState`), if it holds one.
+    pub(crate) fn abandon_held(&self, server: &str, state: &str) -> bool {
+        self.upstreams
+            .iter()
+            .find(|u| u.name() == server)
+            .is_some_and(|u| u.abandon_held(state))
+    }
+
     /// True when there is no upstream to relay.
     pub(crate) fn is_empty(&self) -> bool {
         self.upstreams.is_empty()

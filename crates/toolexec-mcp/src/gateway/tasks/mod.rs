@@ -227,13 +227,26 @@ impl super::server::Gateway {
                         );
                         answer = finished(tokio::spawn(round).await);
                     }
-                    store::Input::Ended => return running.cancelled().await,
+                    store::Input::Ended => {
+                        gateway.abandon_task_input(&request.name, asks.request_state.as_deref());
+                        return running.cancelled().await;
+                    }
                     store::Input::Expired => {
+                        gateway.abandon_task_input(&request.name, asks.request_state.as_deref());
                         let expired = waited_too_long(&request.name, ttl);
                         return running.finish(Ok(expired)).await;
                     }
                 }
             }
+        }
+    }
+
+    /// The input requests a task's call (of the published tool `name`)
+    /// made under `sealed` will not be answered: a call its server holds
+    /// for them ends now rather than at its deadline.
+    fn abandon_task_input(&self, name: &str, sealed: Option<&str>) {
+        if let (Some(sealed), Ok(Some(id))) = (sealed, self.resolve_name(name)) {
+            self.abandon_input(&id, sealed);
         }
     }
 
