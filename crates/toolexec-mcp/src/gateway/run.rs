@@ -117,15 +117,11 @@ impl Gateway {
         Ok(Some(input))
     }
 
-    /// Tells the upstream of tool `id` that the client will not answer the
-    /// input requests it was given with the `requestState` `sealed` (a task
-    /// that waited for them was cancelled or ran out of time): a call the
-    /// server holds for them ends, and the server is told.
+    /// The upstream server of tool `id` and its own state under the
+    /// `requestState` `sealed` the gateway gave the current caller for it.
     #[cfg(feature = "upstream")]
-    pub(super) fn abandon_input(&self, id: &str, sealed: &str) {
-        let Ok(entry) = self.exec().catalog().get(id) else {
-            return;
-        };
+    fn opened_input(&self, id: &str, sealed: &str) -> Option<(String, String)> {
+        let entry = self.exec().catalog().get(id).ok()?;
         let tool_id = entry.tool().id.to_string();
         let server = entry.tool().namespace();
         let round = Round {
@@ -133,17 +129,51 @@ impl Gateway {
             server,
             target: &tool_id,
         };
-        let passthrough = &self.shared.passthrough;
-        if let Ok(Some(state)) = passthrough.input_states.open(round, sealed)
-            && passthrough.abandon_held(server, &state)
+        let state = self
+            .shared
+            .passthrough
+            .input_states
+            .open(round, sealed)
+            .ok()??;
+        Some((server.to_owned(), state))
+    }
+
+    /// Tells the upstream of tool `id` that the client will not answer the
+    /// input requests it was given with the `requestState` `sealed` (a task
+    /// that waited for them was cancelled or ran out of time): a call the
+    /// server holds for them ends, and the server is told.
+    #[cfg(feature = "upstream")]
+    pub(super) fn abandon_input(&self, id: &str, sealed: &str) {
+        if let Some((server, state)) = self.opened_input(id, sealed)
+            && self.shared.passthrough.abandon_held(&server, &state)
         {
-            tracing::debug!(tool = %tool_id, "abandoned a held call: its client will not answer");
+            tracing::debug!(tool = %id, "abandoned a held call: its client will not answer");
         }
+    }
+
+    /// How long answers to the input requests given with `sealed` for tool
+    /// `id` may still come: a call its server holds for them ends at its
+    /// deadline; `None` when nothing is held for them (a 2026-07-28
+    /// server's state keeps as long as the gateway's seal).
+    #[cfg(feature = "upstream")]
+    pub(super) fn input_answers_within(
+        &self,
+        id: &str,
+        sealed: &str,
+    ) -> Option<std::time::Duration> {
+        let (server, state) = self.opened_input(id, sealed)?;
+        self.shared.passthrough.held_answers_within(&server, &state)
     }
 
     /// Without upstream servers no call is held.
     #[cfg(not(feature = "upstream"))]
     pub(super) fn abandon_input(&self, _: &str, _: &str) {}
+
+    /// Without upstream servers no call is held.
+    #[cfg(not(feature = "upstream"))]
+    pub(super) fn input_answers_within(&self, _: &str, _: &str) -> Option<std::time::Duration> {
+        None
+    }
 
     /// Without upstream servers no tool takes client input.
     #[cfg(not(feature = "upstream"))]

@@ -330,6 +330,16 @@ impl Shared {
         state.starts_with(TOKEN_PREFIX) && self.held.abandon(state)
     }
 
+    /// How long answers to the requests of the call held under `state` may
+    /// still come (at most its `call_timeout`: it ends by then); `None`
+    /// when no call of this server waits under it.
+    #[cfg(feature = "gateway")]
+    pub(crate) fn held_answers_within(&self, state: &str) -> Option<std::time::Duration> {
+        let waiting =
+            state.starts_with(TOKEN_PREFIX) && self.held.state.lock().waiting.contains_key(state);
+        waiting.then_some(self.call_timeout)
+    }
+
     /// Whether a request of a caller that answers input itself, sent again
     /// with `state` (or first, without), goes through a held call: this
     /// server relays requests, and either the state is a held call's token

@@ -385,6 +385,14 @@ impl Upstream {
         self.shared.abandon_held(state)
     }
 
+    /// How long answers to the requests of the call held under `state` may
+    /// still come (at most the server's `call_timeout`); `None` when no
+    /// call waits under it.
+    #[cfg(feature = "gateway")]
+    pub(crate) fn held_answers_within(&self, state: &str) -> Option<Duration> {
+        self.shared.held_answers_within(state)
+    }
+
     /// The ids of the tools imported from this server, sorted.
     pub fn tool_ids(&self) -> Vec<String> {
         self.shared.tools.lock().tools.keys().cloned().collect()

@@ -15,7 +15,7 @@ use rmcp::model::{
     ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
     ElicitResult, GetPromptRequestParams, Implementation, InputRequiredResult, InputResponses,
     ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ProtocolVersion, RootsCapabilities, TaskPayload, UpdateTaskParams,
+    ProtocolVersion, RootsCapabilities, TaskPayload, TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
@@ -727,5 +727,48 @@ async fn a_held_call_that_became_a_task_takes_its_input_by_tasks_update() {
         asked["cancelled"] == true || asked["error"]["code"].is_i64(),
         "{asked}"
     );
+    setup.close().await;
+}
+
+/// A task waits for the answers to a held call's requests only as long as
+/// the call may wait (its server's `call_timeout`, here 3 s, against the
+/// task's hour): then it ends with `timeout`, which it can still be asked
+/// for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_waits_for_input_only_as_long_as_its_held_call() {
+    let test = "a_task_waits_for_input_only_as_long_as_its_held_call";
+    let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let answers = Answers {
+        tasks: true,
+        ..Answers::default()
+    };
+    let timeout = Duration::from_secs(3);
+    let setup = tuned_client_of(&python, Link::Stdio, Front::Pipe, timeout, |_| {}, answers).await;
+    let peer = setup.client.peer();
+    let slow = params(
+        "asking__work_then_ask",
+        json!({"seconds": 1.2, "question": "Who, too late?"}),
+    );
+    let id = match peer.call_tool_once(slow).await.unwrap() {
+        CallToolResponse::Task(created) => created.task.task_id,
+        other => panic!("expected a task: {other:?}"),
+    };
+    assert!(matches!(
+        support::task_settled(peer, &id).await,
+        TaskPayload::InputRequired { .. }
+    ));
+    let waiting = [TaskStatus::Working, TaskStatus::InputRequired];
+    match support::task_past(peer, &id, &waiting).await {
+        TaskPayload::Completed { result } => {
+            assert_eq!(result["isError"], true, "{result:?}");
+            assert_eq!(
+                result["structuredContent"]["error"]["code"], "timeout",
+                "{result:?}"
+            );
+        }
+        other => panic!("expected a timeout: {other:?}"),
+    }
     setup.close().await;
 }

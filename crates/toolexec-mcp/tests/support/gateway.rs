@@ -240,13 +240,23 @@ pub(crate) async fn task_settled(
     peer: &rmcp::Peer<rmcp::RoleClient>,
     id: &str,
 ) -> rmcp::model::TaskPayload {
+    task_past(peer, id, &[rmcp::model::TaskStatus::Working]).await
+}
+
+/// Task `id`'s payload once its status is none of `waiting`, polled
+/// through `peer` every 50 ms; fails after 20 s.
+pub(crate) async fn task_past(
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+    id: &str,
+    waiting: &[rmcp::model::TaskStatus],
+) -> rmcp::model::TaskPayload {
     let start = std::time::Instant::now();
     loop {
         let r = peer
             .get_task(rmcp::model::GetTaskParams::new(id))
             .await
             .expect("tasks/get");
-        if r.task.status() != rmcp::model::TaskStatus::Working {
+        if !waiting.contains(&r.task.status()) {
             return r.task.payload;
         }
         assert!(

@@ -206,6 +206,19 @@ impl Passthrough {
             .is_some_and(|u| u.abandon_held(state))
     }
 
+    /// How long answers for the call server `server` holds under `state`
+    /// may still come; `None` when it holds none under it.
+    pub(crate) fn held_answers_within(
+        &self,
+        server: &str,
+        state: &str,
+    ) -> Option<std::time::Duration> {
+        self.upstreams
+            .iter()
+            .find(|u| u.name() == server)
+            .and_then(|u| u.held_answers_within(state))
+    }
+
     /// True when there is no upstream to relay.
     pub(crate) fn is_empty(&self) -> bool {
         self.upstreams.is_empty()

@@ -209,7 +209,11 @@ impl super::server::Gateway {
                 };
                 let requests = asks.input_requests.unwrap_or_default();
                 let ttl = gateway.shared.tasks.options.ttl;
-                match running.input(requests, ttl).await {
+                let sealed = asks.request_state.as_deref();
+                let within = gateway.task_input_within(&request.name, sealed);
+                let until = running.input_until(ttl, within);
+                let started = tokio::time::Instant::now();
+                match running.input(requests, until).await {
                     store::Input::Answered(responses) => {
                         // As the client's next round would carry them.
                         context.extensions.insert(toolexec::ClientInput {
@@ -233,7 +237,7 @@ impl super::server::Gateway {
                     }
                     store::Input::Expired => {
                         gateway.abandon_task_input(&request.name, asks.request_state.as_deref());
-                        let expired = waited_too_long(&request.name, ttl);
+                        let expired = waited_too_long(&request.name, started.elapsed());
                         return running.finish(Ok(expired)).await;
                     }
                 }
@@ -248,6 +252,14 @@ impl super::server::Gateway {
         if let (Some(sealed), Ok(Some(id))) = (sealed, self.resolve_name(name)) {
             self.abandon_input(&id, sealed);
         }
+    }
+
+    /// How long answers to the input requests a task's call (of the
+    /// published tool `name`) made under `sealed` may still come: a call
+    /// its server holds for them ends at its deadline.
+    fn task_input_within(&self, name: &str, sealed: Option<&str>) -> Option<Duration> {
+        let id = self.resolve_name(name).ok()??;
+        self.input_answers_within(&id, sealed?)
     }
 
     /// The call of task `id`, detached from the request (cancelled through
@@ -438,15 +450,15 @@ fn for_task(answer: Result<CallToolResponse, McpError>) -> CallAnswer {
     }
 }
 
-/// What a task that waited for its client's input for its whole time to
-/// live `ttl` ends with.
-fn waited_too_long(tool: &str, ttl: Duration) -> CallToolResult {
+/// What a task whose call of `tool` waited `waited` for its client's input
+/// and could wait no longer ends with.
+fn waited_too_long(tool: &str, waited: Duration) -> CallToolResult {
     super::result::error(&toolexec::ErrorBody {
         code: toolexec::ErrorCode::Timeout,
         message: format!(
-            "timeout: the task of {tool} waited for its client's input for its whole time to \
-             live ({} s)",
-            ttl.as_secs()
+            "timeout: the task of {tool} waited {} s for its client's input (tasks/update), as \
+             long as its time to live, or the call that asked, allowed",
+            waited.as_secs()
         ),
         details: None,
     })

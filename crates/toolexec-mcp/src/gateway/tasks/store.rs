@@ -378,12 +378,24 @@ impl Running {
         self.save().await;
     }
 
+    /// Until when the task may wait for input: until a tenth of its time to
+    /// live `ttl` is left ([`input_window`]), or `within` from now if that
+    /// is sooner (the call that asked ends by then); `None`: no end.
+    pub(super) fn input_until(&self, ttl: Duration, within: Option<Duration>) -> Option<Instant> {
+        let window = self.entry.started.checked_add(input_window(ttl));
+        let limit = within.and_then(|w| Instant::now().checked_add(w));
+        match (window, limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Puts the task in `input_required` for `requests` until the client
-    /// answered each (`tasks/update`), the task is cancelled, or its time to
-    /// live (`ttl`, from its creation) is about to run out ([`input_window`];
-    /// the task is working again then). The journal keeps the task as
-    /// working: another gateway could not take the answers.
-    pub(super) async fn input(&self, requests: InputRequests, ttl: Duration) -> Input {
+    /// answered each (`tasks/update`), the task is cancelled, or `until`
+    /// ([`Self::input_until`]; the task is working again then). The journal
+    /// keeps the task as working: another gateway could not take the
+    /// answers.
+    pub(super) async fn input(&self, requests: InputRequests, until: Option<Instant>) -> Input {
         let (done, answers) = oneshot::channel();
         {
             let mut state = self.entry.state.lock();
@@ -397,9 +409,8 @@ impl Running {
             });
         }
         let mut answers = answers;
-        let deadline = self.entry.started.checked_add(input_window(ttl));
         let expired = async {
-            match deadline {
+            match until {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
                 None => std::future::pending().await,
             }
@@ -569,9 +580,9 @@ mod tests {
             .create("t1".into(), "alice".into(), CancellationToken::new())
             .unwrap();
         assert!(store.answer("t1", "alice", yes(&["a"])).is_err());
-        let ttl = Duration::from_secs(60);
+        let until = running.input_until(Duration::from_secs(60), None);
         let waiting = tokio::spawn(async move {
-            let input = running.input(requests(&["a", "b"]), ttl).await;
+            let input = running.input(requests(&["a", "b"]), until).await;
             (running, input)
         });
         while !matches!(status(&store, "t1"), TaskPayload::InputRequired { .. }) {
@@ -607,8 +618,8 @@ mod tests {
         let running = store
             .create("t2".into(), "alice".into(), CancellationToken::new())
             .unwrap();
-        let ttl = Duration::from_secs(60);
-        let (input, ()) = tokio::join!(running.input(requests(&["a"]), ttl), async {
+        let until = running.input_until(Duration::from_secs(60), None);
+        let (input, ()) = tokio::join!(running.input(requests(&["a"]), until), async {
             while !matches!(status(&store, "t2"), TaskPayload::InputRequired { .. }) {
                 tokio::task::yield_now().await;
             }
@@ -620,9 +631,8 @@ mod tests {
         let running = store
             .create("t3".into(), "alice".into(), CancellationToken::new())
             .unwrap();
-        let input = running
-            .input(requests(&["a"]), Duration::from_millis(50))
-            .await;
+        let until = running.input_until(Duration::from_secs(60), Some(Duration::from_millis(50)));
+        let input = running.input(requests(&["a"]), until).await;
         assert!(matches!(input, Input::Expired));
         assert_eq!(status(&store, "t3"), TaskPayload::Working);
         // It stops waiting before its ttl runs out, so that its outcome can
