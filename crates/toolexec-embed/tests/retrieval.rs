@@ -8,7 +8,9 @@
 //! fusion per StableToolBench group (G1 queries need one RapidAPI tool's
 //! endpoints, G2 and G3 several tools'); `sentence_variants` (ignored too)
 //! the ablations that fuse each sentence of a query on its own;
-//! `feedback_variants` (ignored) pseudo-relevance feedback, not adopted.
+//! `feedback_variants` (ignored) pseudo-relevance feedback, and
+//! `named_namespace_variants` (ignored) a bonus for the namespaces a query
+//! names; neither adopted.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -693,6 +695,46 @@ fn feedback_variants() {
                 strings(&with_sentences(&whole, &parts, 10))
             });
             row(&format!("Rocchio beta {beta}, top {k}"), &m);
+        }
+    }
+}
+
+#[test]
+#[ignore = "prints the ablations of a bonus for namespaces a query names; run with --ignored --nocapture"]
+fn named_namespace_variants() {
+    let Some((tools, queries, r)) = ablation("named_namespace_variants") else {
+        return;
+    };
+    let eval = |f: &dyn Fn(usize) -> Vec<String>| retrieval::evaluate(&queries, |i, _| f(i));
+    let adopted = |i: usize| {
+        let whole = fuse(&r.lexical[i], &r.sentences[i], 100);
+        let parts: Vec<Hits> = r.parts[i].iter().map(|(l, s)| fuse(l, s, 100)).collect();
+        with_sentences(&whole, &parts, 100)
+    };
+    row(
+        "adopted",
+        &eval(&|i| strings(&adopted(i)[..10.min(adopted(i).len())])),
+    );
+    let ns: HashMap<Arc<str>, String> = tools
+        .iter()
+        .map(|t| (Arc::from(t.id.as_str()), t.namespace.to_lowercase()))
+        .collect();
+    // A namespace is named when its whole name (at least `min` bytes)
+    // appears in the query, case aside.
+    for min in [4usize, 8] {
+        for bonus in [0.25f32, 0.5, 1.0] {
+            let m = eval(&|i| {
+                let text = queries[i].text.to_lowercase();
+                let mut scores = unit(&adopted(i));
+                for (id, s) in scores.iter_mut() {
+                    let name = &ns[id];
+                    if name.len() >= min && text.contains(name.as_str()) {
+                        *s += bonus;
+                    }
+                }
+                top(scores)
+            });
+            row(&format!("named namespace (>= {min} bytes) + {bonus}"), &m);
         }
     }
 }
