@@ -115,6 +115,9 @@ impl Owner {
 struct Waiting {
     owner: Owner,
     resume: oneshot::Sender<Resume>,
+    /// When the call's one `call_timeout` ends it.
+    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
+    deadline: tokio::time::Instant,
 }
 
 /// The calls of one server held for their clients.
@@ -218,6 +221,8 @@ struct HeldRequest {
     events: mpsc::Receiver<StreamEvent>,
     /// Where its log messages go.
     listener: Listener,
+    /// When its one `call_timeout` ends it.
+    deadline: tokio::time::Instant,
 }
 
 impl HeldRequest {
@@ -331,13 +336,15 @@ impl Shared {
     }
 
     /// How long answers to the requests of the call held under `state` may
-    /// still come (at most its `call_timeout`: it ends by then); `None`
-    /// when no call of this server waits under it.
+    /// still come (until its one `call_timeout` ends it); `None` when no
+    /// call of this server waits under it.
     #[cfg(feature = "gateway")]
     pub(crate) fn held_answers_within(&self, state: &str) -> Option<std::time::Duration> {
-        let waiting =
-            state.starts_with(TOKEN_PREFIX) && self.held.state.lock().waiting.contains_key(state);
-        waiting.then_some(self.call_timeout)
+        if !state.starts_with(TOKEN_PREFIX) {
+            return None;
+        }
+        let deadline = self.held.state.lock().waiting.get(state)?.deadline;
+        Some(deadline.saturating_duration_since(tokio::time::Instant::now()))
     }
 
     /// Whether a request of a caller that answers input itself, sent again
@@ -436,6 +443,8 @@ impl Shared {
             asks,
             events,
             listener,
+            // The call's timeout starts as it is first polled, just after.
+            deadline: tokio::time::Instant::now() + self.call_timeout,
         };
         let cap = (self.max_concurrency / 2).max(1);
         let first = loop {
@@ -556,6 +565,7 @@ impl Shared {
                 Waiting {
                     owner: owner.clone(),
                     resume: resume_tx,
+                    deadline: held.deadline,
                 },
             );
             let asked = InputRequiredResult::new(Some(requests), Some(token));

@@ -386,8 +386,8 @@ impl Upstream {
     }
 
     /// How long answers to the requests of the call held under `state` may
-    /// still come (at most the server's `call_timeout`); `None` when no
-    /// call waits under it.
+    /// still come (until the server's `call_timeout` ends the call); `None`
+    /// when no call waits under it.
     #[cfg(feature = "gateway")]
     pub(crate) fn held_answers_within(&self, state: &str) -> Option<Duration> {
         self.shared.held_answers_within(state)

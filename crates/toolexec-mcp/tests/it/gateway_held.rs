@@ -24,10 +24,10 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 use toolexec::Secret;
-use toolexec_mcp::gateway::HttpAuth;
+use toolexec_mcp::gateway::{Expose, HttpAuth};
 use toolexec_mcp::upstream::{Upstream, UpstreamConfig};
 
-use super::gateway_relay::{Link, publishing, upstream};
+use super::gateway_relay::{Link, publishing_as, upstream};
 use crate::support::gateway as support;
 
 /// A 2026-07-28 client that answers sampling, elicitation and roots, and
@@ -130,8 +130,9 @@ impl Setup {
     }
 }
 
-/// A gateway publishing every tool in front of the asking server over
-/// `link`, whose calls end by `timeout`; a 2026-07-28 client of it.
+/// A gateway publishing every tool and the meta-tools in front of the
+/// asking server over `link`, whose calls end by `timeout`; a 2026-07-28
+/// client of it.
 async fn modern_client_of(python: &str, link: Link, timeout: Duration) -> Setup {
     tuned_client_of(
         python,
@@ -156,7 +157,8 @@ async fn tuned_client_of(
 ) -> Setup {
     let (mut config, server) = upstream(python, link, timeout);
     tune(&mut config);
-    let (gateway, upstream) = publishing(config).await;
+    // The meta-tools too: a held call can be made through `run_tool`.
+    let (gateway, upstream) = publishing_as(config, Expose::Both).await;
     assert_ne!(upstream.protocol_version().as_deref(), Some("2026-07-28"));
     let lifecycle = ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -699,34 +701,57 @@ async fn a_held_call_that_became_a_task_takes_its_input_by_tasks_update() {
 
     // Cancelled while it waits for input: the held call ends now (the
     // server's ask ends with an error or is cancelled within 5 s), not at
-    // its 20 s deadline.
-    let slow = params(
-        "asking__work_then_ask",
-        json!({"seconds": 1.5, "question": "Who, never?"}),
-    );
-    let id = match peer.call_tool_once(slow).await.unwrap() {
-        CallToolResponse::Task(created) => created.task.task_id,
-        other => panic!("expected a task: {other:?}"),
-    };
-    assert!(matches!(
-        support::task_settled(peer, &id).await,
-        TaskPayload::InputRequired { .. }
-    ));
-    peer.cancel_task(CancelTaskParams::new(id.clone()))
-        .await
-        .unwrap();
-    assert_eq!(
-        support::task_settled(peer, &id).await,
-        TaskPayload::Cancelled
-    );
-    let asked = outcome_where(&setup.client, Duration::from_secs(5), |o| {
-        o["kind"] == "late_elicitation" && o.get("ok").is_none()
-    })
-    .await;
-    assert!(
-        asked["cancelled"] == true || asked["error"]["code"].is_i64(),
-        "{asked}"
-    );
+    // its 20 s deadline; so too for a task of `run_tool`.
+    let args = json!({"seconds": 1.5, "question": "Who, never?"});
+    let run_tool = json!({"tool_id": "asking:work_then_ask", "args": args.clone()});
+    for (n, slow) in [
+        params("asking__work_then_ask", args),
+        params("run_tool", run_tool),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = match peer.call_tool_once(slow).await.unwrap() {
+            CallToolResponse::Task(created) => created.task.task_id,
+            other => panic!("expected a task: {other:?}"),
+        };
+        assert!(matches!(
+            support::task_settled(peer, &id).await,
+            TaskPayload::InputRequired { .. }
+        ));
+        peer.cancel_task(CancelTaskParams::new(id.clone()))
+            .await
+            .unwrap();
+        assert_eq!(
+            support::task_settled(peer, &id).await,
+            TaskPayload::Cancelled
+        );
+        let ended = |o: &Value| {
+            o["kind"] == "late_elicitation"
+                && (o["cancelled"] == true || o["error"]["code"].is_i64())
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = setup
+                .client
+                .call_tool(params("asking__outcomes", json!({})))
+                .await
+                .unwrap();
+            let outcomes = r.structured_content.unwrap()["result"].clone();
+            if outcomes
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|o| ended(o))
+                .count()
+                > n
+            {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{n}: {outcomes}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     setup.close().await;
 }
 

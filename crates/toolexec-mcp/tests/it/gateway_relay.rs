@@ -132,13 +132,21 @@ async fn until_listening(config: &UpstreamConfig) {
 /// A gateway publishing every tool of the upstream `config`, once its
 /// server listens; the upstream.
 pub(crate) async fn publishing(config: UpstreamConfig) -> (Gateway, Arc<Upstream>) {
+    publishing_as(config, Expose::All).await
+}
+
+/// [`publishing`], its tools published as `expose` says.
+pub(crate) async fn publishing_as(
+    config: UpstreamConfig,
+    expose: Expose,
+) -> (Gateway, Arc<Upstream>) {
     until_listening(&config).await;
     let catalog = Arc::new(Catalog::new());
     let upstream = Arc::new(Upstream::connect(config, catalog.clone()).await.unwrap());
     let gateway = Gateway::with_upstreams(
         Exec::new(catalog),
         GatewayOptions {
-            expose: Expose::All,
+            expose,
             ..GatewayOptions::default()
         },
         vec![upstream.clone()],

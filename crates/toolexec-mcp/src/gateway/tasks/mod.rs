@@ -210,7 +210,7 @@ impl super::server::Gateway {
                 let requests = asks.input_requests.unwrap_or_default();
                 let ttl = gateway.shared.tasks.options.ttl;
                 let sealed = asks.request_state.as_deref();
-                let within = gateway.task_input_within(&request.name, sealed);
+                let within = gateway.task_input_within(&request, sealed);
                 let until = running.input_until(ttl, within);
                 let started = tokio::time::Instant::now();
                 match running.input(requests, until).await {
@@ -232,11 +232,11 @@ impl super::server::Gateway {
                         answer = finished(tokio::spawn(round).await);
                     }
                     store::Input::Ended => {
-                        gateway.abandon_task_input(&request.name, asks.request_state.as_deref());
+                        gateway.abandon_task_input(&request, asks.request_state.as_deref());
                         return running.cancelled().await;
                     }
                     store::Input::Expired => {
-                        gateway.abandon_task_input(&request.name, asks.request_state.as_deref());
+                        gateway.abandon_task_input(&request, asks.request_state.as_deref());
                         let expired = waited_too_long(&request.name, started.elapsed());
                         return running.finish(Ok(expired)).await;
                     }
@@ -245,21 +245,35 @@ impl super::server::Gateway {
         }
     }
 
-    /// The input requests a task's call (of the published tool `name`)
-    /// made under `sealed` will not be answered: a call its server holds
-    /// for them ends now rather than at its deadline.
-    fn abandon_task_input(&self, name: &str, sealed: Option<&str>) {
-        if let (Some(sealed), Ok(Some(id))) = (sealed, self.resolve_name(name)) {
+    /// The catalog id of the tool a task's `request` runs: the published
+    /// tool it names, or the one `run_tool` is given.
+    fn task_tool_id(&self, request: &CallToolRequestParams) -> Option<String> {
+        let name = request.name.as_ref();
+        if self.shared.options.expose.meta() && name == super::meta::RUN_TOOL {
+            let id = request.arguments.as_ref()?.get("tool_id")?.as_str()?;
+            return Some(id.to_owned());
+        }
+        self.resolve_name(name).ok().flatten()
+    }
+
+    /// The input requests a task's `request` got under `sealed` will not
+    /// be answered: a call its server holds for them ends now rather than
+    /// at its deadline.
+    fn abandon_task_input(&self, request: &CallToolRequestParams, sealed: Option<&str>) {
+        if let (Some(sealed), Some(id)) = (sealed, self.task_tool_id(request)) {
             self.abandon_input(&id, sealed);
         }
     }
 
-    /// How long answers to the input requests a task's call (of the
-    /// published tool `name`) made under `sealed` may still come: a call
-    /// its server holds for them ends at its deadline.
-    fn task_input_within(&self, name: &str, sealed: Option<&str>) -> Option<Duration> {
-        let id = self.resolve_name(name).ok()??;
-        self.input_answers_within(&id, sealed?)
+    /// How long answers to the input requests a task's `request` got under
+    /// `sealed` may still come: a call its server holds for them ends at
+    /// its deadline.
+    fn task_input_within(
+        &self,
+        request: &CallToolRequestParams,
+        sealed: Option<&str>,
+    ) -> Option<Duration> {
+        self.input_answers_within(&self.task_tool_id(request)?, sealed?)
     }
 
     /// The call of task `id`, detached from the request (cancelled through
