@@ -27,8 +27,9 @@
 //!   once each has its answer the call is made again with them and the
 //!   server's state, as a client's next round would be, and the task is
 //!   working again. A task still waiting when a tenth of its time to live
-//!   is left (a minute at most) ends with `timeout`; a cancelled one stops
-//!   waiting.
+//!   is left (a minute at most), or when the call its server holds for the
+//!   answers reaches its deadline, ends with `timeout`; a cancelled one
+//!   stops waiting. Either way a call held for the answers ends then.
 //! - With a [`TaskJournal`] (a fleet's, `[cluster]`), a task whose call
 //!   the journal can resume (a tool that runs on the fleet) is also kept
 //!   there: another gateway of the deployment, or this one restarted,
@@ -189,7 +190,7 @@ impl super::server::Gateway {
     fn task_rounds(
         &self,
         running: store::Running,
-        mut request: CallToolRequestParams,
+        request: CallToolRequestParams,
         run: tokio::task::JoinHandle<Result<CallToolResponse, McpError>>,
         context: &RequestContext<RoleServer>,
         cancel: CancellationToken,
@@ -217,11 +218,9 @@ impl super::server::Gateway {
                     store::Input::Answered(responses) => {
                         // As the client's next round would carry them.
                         context.extensions.insert(toolexec::ClientInput {
-                            responses: Some(responses.clone().into_iter().collect()),
-                            state: asks.request_state.clone(),
+                            responses: Some(responses.into_iter().collect()),
+                            state: asks.request_state,
                         });
-                        request.input_responses = Some(responses);
-                        request.request_state = asks.request_state;
                         let round = gateway.detached_call(
                             &running.id,
                             request.clone(),
