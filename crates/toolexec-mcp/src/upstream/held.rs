@@ -19,10 +19,12 @@
 //!
 //! The server's progress and log messages go to the round that waits for
 //! the call, if any (log messages at the level the first round named: the
-//! server was told it with the request). A held call keeps its concurrency slot and its one `call_timeout`; one
-//! principal holds at most half the server's slots at once (its next
-//! calls' requests are refused); a client that cancels a round abandons
-//! the call (the server is told); a result that comes while no round waits
+//! server was told it with the request). A held call keeps its concurrency
+//! slot and its one `call_timeout`; one principal holds at most half the
+//! server's slots at once (its next calls' requests are refused); a client
+//! that cancels a round abandons the call (the server is told), and so does
+//! the gateway for a task that stops waiting for its answers
+//! (`Shared::abandon_held`); a result that comes while no round waits
 //! is kept for another `call_timeout`.
 
 use std::collections::HashMap;

@@ -200,10 +200,8 @@ impl Passthrough {
     /// Ends the call server `server` holds under `state` (opened from a
     /// `requestState`), if it holds one.
     pub(crate) fn abandon_held(&self, server: &str, state: &str) -> bool {
-        self.upstreams
-            .iter()
-            .find(|u| u.name() == server)
-            .is_some_and(|u| u.abandon_held(state))
+        self.index_of(server)
+            .is_some_and(|i| self.upstreams[i].abandon_held(state))
     }
 
     /// How long answers for the call server `server` holds under `state`
@@ -213,10 +211,7 @@ impl Passthrough {
         server: &str,
         state: &str,
     ) -> Option<std::time::Duration> {
-        self.upstreams
-            .iter()
-            .find(|u| u.name() == server)
-            .and_then(|u| u.held_answers_within(state))
+        self.upstreams[self.index_of(server)?].held_answers_within(state)
     }
 
     /// True when there is no upstream to relay.
