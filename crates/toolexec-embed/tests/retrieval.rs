@@ -569,11 +569,10 @@ fn sentence_variants() {
             );
         }
     }
-    let adopted = |i: usize| {
-        let parts: Vec<Hits> = r.parts[i].iter().map(|(l, s)| fuse(l, s, 100)).collect();
-        strings(&with_sentences(&chosen(i), &parts, 10))
-    };
-    row("adopted (`with_sentences`)", &eval(&adopted));
+    row(
+        "adopted (`with_sentences`)",
+        &eval(&|i| strings(&adopted(&r, i, 10))),
+    );
     for lambda in [0.25, 0.5, 0.75, 1.0, 1.25, 2.0] {
         let m = eval(&|i| whole_plus(i, lambda));
         row(&format!("whole + {lambda} x best sentence"), &m);
@@ -627,6 +626,14 @@ fn sentence_variants() {
     }
 }
 
+/// Query `i`'s first `limit` as hybrid search ranks them: [`fuse`] over
+/// the whole query, then [`with_sentences`] over each sentence's own.
+fn adopted(r: &Ranked, i: usize, limit: usize) -> Hits {
+    let whole = fuse(&r.lexical[i], &r.sentences[i], 100);
+    let parts: Vec<Hits> = r.parts[i].iter().map(|(l, s)| fuse(l, s, 100)).collect();
+    with_sentences(&whole, &parts, limit)
+}
+
 /// `a + w * b`, normalised to unit length.
 fn mix(a: &[f32], b: &[f32], w: f32) -> Vec<f32> {
     let v: Vec<f32> = a.iter().zip(b).map(|(x, y)| x + w * y).collect();
@@ -641,15 +648,7 @@ fn feedback_variants() {
         return;
     };
     let eval = |f: &dyn Fn(usize) -> Vec<String>| retrieval::evaluate(&queries, |i, _| f(i));
-    let adopted = |i: usize| {
-        let whole = fuse(&r.lexical[i], &r.sentences[i], 100);
-        let parts: Vec<Hits> = r.parts[i].iter().map(|(l, s)| fuse(l, s, 100)).collect();
-        with_sentences(&whole, &parts, 100)
-    };
-    row(
-        "adopted",
-        &eval(&|i| strings(&adopted(i)[..10.min(adopted(i).len())])),
-    );
+    row("adopted", &eval(&|i| strings(&adopted(&r, i, 10))));
     // The mean vector of the adopted ranking's first `k`.
     let centroid = |hits: &Hits, k: usize| {
         let dim = r.query_vectors[0].len();
@@ -665,7 +664,7 @@ fn feedback_variants() {
         // Neighbours of the first results, added to the adopted scores.
         for gamma in [0.1f32, 0.2, 0.35] {
             let m = eval(&|i| {
-                let first = adopted(i);
+                let first = adopted(&r, i, 100);
                 let near = r.index.nearest(&centroid(&first, k), 100, |_| true);
                 let mut scores = unit(&first);
                 for (id, s) in unit(&near) {
@@ -678,7 +677,7 @@ fn feedback_variants() {
         // Rocchio: the query moved towards the first results, fused again.
         for beta in [0.25f32, 0.5, 1.0] {
             let m = eval(&|i| {
-                let first = adopted(i);
+                let first = adopted(&r, i, 100);
                 let c = centroid(&first, k);
                 let q = mix(&r.query_vectors[i], &c, beta / k as f32);
                 let moved = r.index.nearest(&q, 100, |_| true);
@@ -706,15 +705,7 @@ fn named_namespace_variants() {
         return;
     };
     let eval = |f: &dyn Fn(usize) -> Vec<String>| retrieval::evaluate(&queries, |i, _| f(i));
-    let adopted = |i: usize| {
-        let whole = fuse(&r.lexical[i], &r.sentences[i], 100);
-        let parts: Vec<Hits> = r.parts[i].iter().map(|(l, s)| fuse(l, s, 100)).collect();
-        with_sentences(&whole, &parts, 100)
-    };
-    row(
-        "adopted",
-        &eval(&|i| strings(&adopted(i)[..10.min(adopted(i).len())])),
-    );
+    row("adopted", &eval(&|i| strings(&adopted(&r, i, 10))));
     let ns: HashMap<Arc<str>, String> = tools
         .iter()
         .map(|t| (Arc::from(t.id.as_str()), t.namespace.to_lowercase()))
@@ -725,7 +716,7 @@ fn named_namespace_variants() {
         for bonus in [0.25f32, 0.5, 1.0] {
             let m = eval(&|i| {
                 let text = queries[i].text.to_lowercase();
-                let mut scores = unit(&adopted(i));
+                let mut scores = unit(&adopted(&r, i, 100));
                 for (id, s) in scores.iter_mut() {
                     let name = &ns[id];
                     if name.len() >= min && text.contains(name.as_str()) {

@@ -13,9 +13,10 @@ use rmcp::model::{CallToolRequest, ClientRequest};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
     ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, GetPromptRequestParams, Implementation, InputRequiredResult, InputResponses,
-    ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ProtocolVersion, RootsCapabilities, TaskPayload, TaskStatus, UpdateTaskParams,
+    ElicitResult, GetPromptRequestParams, Implementation, InputRequests, InputRequiredResult,
+    InputResponses, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProtocolVersion, RootsCapabilities, TaskPayload, TaskStatus,
+    UpdateTaskParams,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
@@ -633,6 +634,33 @@ async fn a_held_call_reports_progress_and_logs_to_the_round_that_waits() {
     setup.close().await;
 }
 
+/// A client that declares the Tasks extension, of a gateway in front of
+/// the asking server over stdio, whose calls end by `timeout`.
+async fn tasks_client_of(python: &str, timeout: Duration) -> Setup {
+    let answers = Answers {
+        tasks: true,
+        ..Answers::default()
+    };
+    tuned_client_of(python, Link::Stdio, Front::Pipe, timeout, |_| {}, answers).await
+}
+
+/// `call` (the asking server's `work_then_ask`, which asks after it
+/// worked past the gateway's second) as a task: its id once it is
+/// `input_required`, and the requests it waits for.
+async fn asking_task(
+    peer: &rmcp::Peer<RoleClient>,
+    call: CallToolRequestParams,
+) -> (String, InputRequests) {
+    let id = match peer.call_tool_once(call).await.unwrap() {
+        CallToolResponse::Task(created) => created.task.task_id,
+        other => panic!("expected a task: {other:?}"),
+    };
+    match support::task_settled(peer, &id).await {
+        TaskPayload::InputRequired { input_requests } => (id, input_requests),
+        other => panic!("expected input_required: {other:?}"),
+    }
+}
+
 /// A held call that asks after it became a task (the client declared the
 /// Tasks extension; the call runs past the gateway's second): the task is
 /// `input_required` with the server's request, `tasks/update` answers it
@@ -644,26 +672,13 @@ async fn a_held_call_that_became_a_task_takes_its_input_by_tasks_update() {
     let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
         return;
     };
-    let answers = Answers {
-        tasks: true,
-        ..Answers::default()
-    };
-    let timeout = Duration::from_secs(20);
-    let setup = tuned_client_of(&python, Link::Stdio, Front::Pipe, timeout, |_| {}, answers).await;
+    let setup = tasks_client_of(&python, Duration::from_secs(20)).await;
     let peer = setup.client.peer();
     let slow = params(
         "asking__work_then_ask",
         json!({"seconds": 1.5, "question": "Who, later?"}),
     );
-    let task = match peer.call_tool_once(slow).await.unwrap() {
-        CallToolResponse::Task(created) => created.task,
-        other => panic!("expected a task: {other:?}"),
-    };
-    let id = task.task_id.clone();
-    let requests = match support::task_settled(peer, &id).await {
-        TaskPayload::InputRequired { input_requests } => input_requests,
-        other => panic!("expected input_required: {other:?}"),
-    };
+    let (id, requests) = asking_task(peer, slow).await;
     let (key, request) = requests.iter().next().unwrap();
     let request = serde_json::to_value(request).unwrap();
     assert_eq!(request["method"], "elicitation/create", "{request}");
@@ -711,14 +726,7 @@ async fn a_held_call_that_became_a_task_takes_its_input_by_tasks_update() {
     .into_iter()
     .enumerate()
     {
-        let id = match peer.call_tool_once(slow).await.unwrap() {
-            CallToolResponse::Task(created) => created.task.task_id,
-            other => panic!("expected a task: {other:?}"),
-        };
-        assert!(matches!(
-            support::task_settled(peer, &id).await,
-            TaskPayload::InputRequired { .. }
-        ));
+        let (id, _) = asking_task(peer, slow).await;
         peer.cancel_task(CancelTaskParams::new(id.clone()))
             .await
             .unwrap();
@@ -765,25 +773,13 @@ async fn a_task_waits_for_input_only_as_long_as_its_held_call() {
     let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
         return;
     };
-    let answers = Answers {
-        tasks: true,
-        ..Answers::default()
-    };
-    let timeout = Duration::from_secs(3);
-    let setup = tuned_client_of(&python, Link::Stdio, Front::Pipe, timeout, |_| {}, answers).await;
+    let setup = tasks_client_of(&python, Duration::from_secs(3)).await;
     let peer = setup.client.peer();
     let slow = params(
         "asking__work_then_ask",
         json!({"seconds": 1.2, "question": "Who, too late?"}),
     );
-    let id = match peer.call_tool_once(slow).await.unwrap() {
-        CallToolResponse::Task(created) => created.task.task_id,
-        other => panic!("expected a task: {other:?}"),
-    };
-    assert!(matches!(
-        support::task_settled(peer, &id).await,
-        TaskPayload::InputRequired { .. }
-    ));
+    let (id, _) = asking_task(peer, slow).await;
     let waiting = [TaskStatus::Working, TaskStatus::InputRequired];
     match support::task_past(peer, &id, &waiting).await {
         TaskPayload::Completed { result } => {
