@@ -239,6 +239,17 @@ async fn outcome_where(
     within: Duration,
     wanted: impl Fn(&Value) -> bool,
 ) -> Value {
+    let outcomes = outcomes_until(client, within, |all| all.iter().any(&wanted)).await;
+    outcomes.into_iter().find(|o| wanted(o)).unwrap()
+}
+
+/// The asking server's outcomes, polled every 100 ms until `done` holds
+/// for them (within `within`).
+async fn outcomes_until(
+    client: &RunningService<RoleClient, Answers>,
+    within: Duration,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
     let deadline = std::time::Instant::now() + within;
     loop {
         let r = client
@@ -246,8 +257,9 @@ async fn outcome_where(
             .await
             .unwrap();
         let outcomes = r.structured_content.unwrap()["result"].clone();
-        if let Some(found) = outcomes.as_array().unwrap().iter().find(|o| wanted(o)) {
-            return found.clone();
+        let all = outcomes.as_array().unwrap();
+        if done(all) {
+            return all.clone();
         }
         assert!(std::time::Instant::now() < deadline, "{outcomes}");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -738,27 +750,10 @@ async fn a_held_call_that_became_a_task_takes_its_input_by_tasks_update() {
             o["kind"] == "late_elicitation"
                 && (o["cancelled"] == true || o["error"]["code"].is_i64())
         };
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let r = setup
-                .client
-                .call_tool(params("asking__outcomes", json!({})))
-                .await
-                .unwrap();
-            let outcomes = r.structured_content.unwrap()["result"].clone();
-            if outcomes
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|o| ended(o))
-                .count()
-                > n
-            {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "{n}: {outcomes}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        outcomes_until(&setup.client, Duration::from_secs(5), |all| {
+            all.iter().filter(|o| ended(o)).count() > n
+        })
+        .await;
     }
     setup.close().await;
 }
