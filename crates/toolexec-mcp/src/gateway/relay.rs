@@ -28,6 +28,8 @@ pub(super) struct Relay<'a> {
     /// The chain's tool ids, for chains.
     chain: Option<Vec<String>>,
     last: Option<f64>,
+    /// Which log messages (chunks) the client wants.
+    logs: LogGate,
 }
 
 impl<'a> Relay<'a> {
@@ -44,6 +46,7 @@ impl<'a> Relay<'a> {
             context,
             chain,
             last: None,
+            logs: LogGate::of(context, &gateway.session),
         }
     }
 
@@ -132,7 +135,7 @@ impl<'a> Relay<'a> {
     /// Sends one chunk as a log message.
     #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
     async fn chunk(&self, step: Option<usize>, data: Value) {
-        if !LogGate::of(self.context, &self.gateway.session).wants(LoggingLevel::Info) {
+        if !self.logs.wants(LoggingLevel::Info) {
             return;
         }
         let data = json!({
