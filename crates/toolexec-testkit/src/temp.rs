@@ -71,12 +71,41 @@ impl Drop for TempDir {
     }
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, for a server the test starts
+/// next (which binds it itself).
+///
+/// Taken below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`), and never the same twice in
+/// one process: a port the kernel hands out for `127.0.0.1:0` (another
+/// test's server, binding meanwhile) is never one of these, so the server
+/// this port is for cannot find it taken, or be mistaken for another. Where
+/// no such range is known, a port the kernel picks.
 ///
 /// # Panics
 ///
 /// When no loopback port can be bound.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    /// Ports handed out start here.
+    const LOW: u32 = 20_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok());
+    if let Some(high) = ephemeral.filter(|&h| h > LOW + 1_000) {
+        let span = high - LOW;
+        // Where each test process starts, so two at once rarely meet.
+        let start = std::process::id().wrapping_mul(7_919) % span;
+        for _ in 0..span {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = LOW + (start + n) % span;
+            if let Ok(port) = u16::try_from(port)
+                && TcpListener::bind(("127.0.0.1", port)).is_ok()
+            {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("bind a loopback port")
@@ -109,4 +138,35 @@ pub fn spawn_printing_port(cmd: &mut std::process::Command) -> (std::process::Ch
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("{cmd:?} printed {line:?}, not PORT <n>"));
     (child, port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ports handed out are distinct, bindable, and (where the kernel says
+    /// where its ephemeral range starts) below it, so a server binding
+    /// `127.0.0.1:0` meanwhile never gets one.
+    #[test]
+    fn free_ports_stay_out_of_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        for &port in &ports {
+            TcpListener::bind(("127.0.0.1", port)).expect("a handed-out port binds");
+        }
+        let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok());
+        if let Some(low) = low.filter(|&l| u32::from(l) > 21_000) {
+            assert!(
+                ports.iter().all(|&p| p < low),
+                "{ports:?} (ephemeral from {low})"
+            );
+            let kernel = TcpListener::bind("127.0.0.1:0").unwrap();
+            assert!(!ports.contains(&kernel.local_addr().unwrap().port()));
+        }
+    }
 }
