@@ -21,6 +21,16 @@ use super::server::Gateway;
 #[cfg(feature = "upstream")]
 use super::passthrough::Round;
 
+/// A call an upstream server holds for its client's answers to the input
+/// requests it was given ([`Gateway::held_input`]).
+pub(super) struct HeldInput {
+    /// How long the answers may still come: the call ends at its deadline.
+    pub(super) within: std::time::Duration,
+    /// Resolves if the call ends before (its server gave up asking): the
+    /// next round, with or without answers, takes its result.
+    pub(super) ended: toolexec::BoxFuture<'static, ()>,
+}
+
 impl Gateway {
     /// The answer to a 2026-07-28 client whose call of `id` failed for
     /// want of the input its upstream MCP server asks for: the server's
@@ -151,18 +161,15 @@ impl Gateway {
         }
     }
 
-    /// How long answers to the input requests given with `sealed` for tool
-    /// `id` may still come: a call its server holds for them ends at its
-    /// deadline; `None` when nothing is held for them (a 2026-07-28
-    /// server's state keeps as long as the gateway's seal).
+    /// The call the upstream of tool `id` holds for the answers to the
+    /// input requests given with `sealed`; `None` when nothing is held for
+    /// them (a 2026-07-28 server's state keeps as long as the gateway's
+    /// seal).
     #[cfg(feature = "upstream")]
-    pub(super) fn input_answers_within(
-        &self,
-        id: &str,
-        sealed: &str,
-    ) -> Option<std::time::Duration> {
+    pub(super) fn held_input(&self, id: &str, sealed: &str) -> Option<HeldInput> {
         let (server, state) = self.opened_input(id, sealed)?;
-        self.shared.passthrough.held_answers_within(&server, &state)
+        let (within, ended) = self.shared.passthrough.held_wait(&server, &state)?;
+        Some(HeldInput { within, ended })
     }
 
     /// Without upstream servers no call is held.
@@ -171,7 +178,7 @@ impl Gateway {
 
     /// Without upstream servers no call is held.
     #[cfg(not(feature = "upstream"))]
-    pub(super) fn input_answers_within(&self, _: &str, _: &str) -> Option<std::time::Duration> {
+    pub(super) fn held_input(&self, _: &str, _: &str) -> Option<HeldInput> {
         None
     }
 

@@ -25,7 +25,8 @@
 //! that cancels a round abandons the call (the server is told), and so does
 //! the gateway for a task that stops waiting for its answers
 //! (`Shared::abandon_held`); a result that comes while no round waits
-//! is kept for another `call_timeout`.
+//! is kept for another `call_timeout`, and a task waiting for the
+//! answers is told (`Shared::held_wait`), so that it takes it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ use parking_lot::Mutex;
 use rmcp::model::{ClientRequest, InputRequest, InputRequests, InputRequiredResult, ServerResult};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use toolexec::telemetry::{Caller, current_caller, with_caller};
 use toolexec::{
     BoxFuture, ClientError, ClientInput, ClientLink, ClientRequests, Error, StreamEvent,
@@ -120,6 +121,10 @@ struct Waiting {
     /// When the call's one `call_timeout` ends it.
     #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
     deadline: tokio::time::Instant,
+    /// Turns true when the call ends while it waits (the server gave up
+    /// asking): the client's next round takes its result.
+    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
+    ended: watch::Receiver<bool>,
 }
 
 /// The calls of one server held for their clients.
@@ -225,6 +230,8 @@ struct HeldRequest {
     listener: Listener,
     /// When its one `call_timeout` ends it.
     deadline: tokio::time::Instant,
+    /// Set when it ends while it waits for the client ([`Waiting::ended`]).
+    ended: watch::Sender<bool>,
 }
 
 impl HeldRequest {
@@ -337,16 +344,34 @@ impl Shared {
         state.starts_with(TOKEN_PREFIX) && self.held.abandon(state)
     }
 
-    /// How long answers to the requests of the call held under `state` may
-    /// still come (until its one `call_timeout` ends it); `None` when no
-    /// call of this server waits under it.
+    /// The call held under `state`, as one who waits for its client's
+    /// answers sees it: how long they may still come (until its one
+    /// `call_timeout` ends it), and a future that resolves if the call ends
+    /// first (its server gave up asking: a next round, answered or not,
+    /// takes its result). `None` when no call of this server waits under it.
     #[cfg(feature = "gateway")]
-    pub(crate) fn held_answers_within(&self, state: &str) -> Option<std::time::Duration> {
+    pub(crate) fn held_wait(
+        &self,
+        state: &str,
+    ) -> Option<(std::time::Duration, BoxFuture<'static, ()>)> {
         if !state.starts_with(TOKEN_PREFIX) {
             return None;
         }
-        let deadline = self.held.state.lock().waiting.get(state)?.deadline;
-        Some(deadline.saturating_duration_since(tokio::time::Instant::now()))
+        let held = self.held.state.lock();
+        let waiting = held.waiting.get(state)?;
+        let within = waiting
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        let mut ended = waiting.ended.clone();
+        let ends = Box::pin(async move {
+            // The sender goes only with the call's task: once it has
+            // ended, the value says so; otherwise the call was resumed or
+            // abandoned, and it never ends here.
+            if ended.wait_for(|ended| *ended).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        });
+        Some((within, ends))
     }
 
     /// Whether a request of a caller that answers input itself, sent again
@@ -447,6 +472,7 @@ impl Shared {
             listener,
             // The call's timeout starts as it is first polled, just after.
             deadline: tokio::time::Instant::now() + self.call_timeout,
+            ended: watch::Sender::new(false),
         };
         let cap = (self.max_concurrency / 2).max(1);
         let first = loop {
@@ -568,6 +594,7 @@ impl Shared {
                     owner: owner.clone(),
                     resume: resume_tx,
                     deadline: held.deadline,
+                    ended: held.ended.subscribe(),
                 },
             );
             let asked = InputRequiredResult::new(Some(requests), Some(token));
@@ -583,7 +610,9 @@ impl Shared {
                         // Ended while it waited for the client (the server
                         // gave up on it, or went away): the client's next
                         // round, if it comes within another call timeout,
-                        // gets the result.
+                        // gets the result. A task waiting for the answers
+                        // is told, and makes that round now.
+                        held.ended.send_replace(true);
                         let next = tokio::time::timeout(self.call_timeout, resume).await;
                         if let Ok(Ok(next)) = next {
                             let _ = next.turn.send(Turn::Done(result));

@@ -385,12 +385,16 @@ impl Upstream {
         self.shared.abandon_held(state)
     }
 
-    /// How long answers to the requests of the call held under `state` may
-    /// still come (until the server's `call_timeout` ends the call); `None`
-    /// when no call waits under it.
+    /// The call held under `state` for its client's answers: how long they
+    /// may still come (until the server's `call_timeout` ends the call), and
+    /// a future that resolves if the call ends first. `None` when no call
+    /// waits under it.
     #[cfg(feature = "gateway")]
-    pub(crate) fn held_answers_within(&self, state: &str) -> Option<Duration> {
-        self.shared.held_answers_within(state)
+    pub(crate) fn held_wait(
+        &self,
+        state: &str,
+    ) -> Option<(Duration, toolexec::BoxFuture<'static, ()>)> {
+        self.shared.held_wait(state)
     }
 
     /// The ids of the tools imported from this server, sorted.

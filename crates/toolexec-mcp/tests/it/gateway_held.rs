@@ -788,3 +788,32 @@ async fn a_task_waits_for_input_only_as_long_as_its_held_call() {
     }
     setup.close().await;
 }
+
+/// A held call that ends by itself while its task waits for input (its
+/// server gives up asking after a second): the task takes the call's
+/// result then, rather than ending with `timeout` at the call's 30 s
+/// deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_takes_the_result_of_a_held_call_that_stopped_asking() {
+    let test = "a_task_takes_the_result_of_a_held_call_that_stopped_asking";
+    let Some(python) = crate::support::gateway::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let setup = tasks_client_of(&python, Duration::from_secs(30)).await;
+    let peer = setup.client.peer();
+    let impatient = params(
+        "asking__work_then_ask",
+        json!({"seconds": 1.5, "question": "Who, quickly?", "patience": 1.0}),
+    );
+    let (id, _) = asking_task(peer, impatient).await;
+    let waiting = [TaskStatus::Working, TaskStatus::InputRequired];
+    match support::task_past(peer, &id, &waiting).await {
+        TaskPayload::Completed { result } => assert_eq!(
+            result["structuredContent"],
+            json!({"gave_up": true}),
+            "{result:?}"
+        ),
+        other => panic!("expected the call's result: {other:?}"),
+    }
+    setup.close().await;
+}

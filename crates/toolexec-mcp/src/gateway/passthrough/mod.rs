@@ -204,14 +204,15 @@ impl Passthrough {
             .is_some_and(|i| self.upstreams[i].abandon_held(state))
     }
 
-    /// How long answers for the call server `server` holds under `state`
-    /// may still come; `None` when it holds none under it.
-    pub(crate) fn held_answers_within(
+    /// The call server `server` holds under `state` for its client's
+    /// answers: how long they may still come, and a future that resolves
+    /// if the call ends first; `None` when it holds none under it.
+    pub(crate) fn held_wait(
         &self,
         server: &str,
         state: &str,
-    ) -> Option<std::time::Duration> {
-        self.upstreams[self.index_of(server)?].held_answers_within(state)
+    ) -> Option<(std::time::Duration, toolexec::BoxFuture<'static, ()>)> {
+        self.upstreams[self.index_of(server)?].held_wait(state)
     }
 
     /// True when there is no upstream to relay.

@@ -29,7 +29,9 @@
 //!   working again. A task still waiting when a tenth of its time to live
 //!   is left (a minute at most), or when the call its server holds for the
 //!   answers reaches its deadline, ends with `timeout`; a cancelled one
-//!   stops waiting. Either way a call held for the answers ends then.
+//!   stops waiting. Either way a call held for the answers ends then. A
+//!   held call that ends first (its server gave up asking) ends the wait:
+//!   the next round, without answers, takes its result.
 //! - With a [`TaskJournal`] (a fleet's, `[cluster]`), a task whose call
 //!   the journal can resume (a tool that runs on the fleet) is also kept
 //!   there: another gateway of the deployment, or this one restarted,
@@ -211,25 +213,13 @@ impl super::server::Gateway {
                 let requests = asks.input_requests.unwrap_or_default();
                 let ttl = gateway.shared.tasks.options.ttl;
                 let sealed = asks.request_state.as_deref();
-                let within = gateway.task_input_within(&request, sealed);
-                let until = running.input_until(ttl, within);
+                let held = gateway.task_held_input(&request, sealed);
+                let until = running.input_until(ttl, held.as_ref().map(|h| h.within));
                 let started = tokio::time::Instant::now();
-                match running.input(requests, until).await {
-                    store::Input::Answered(responses) => {
-                        // As the client's next round would carry them.
-                        context.extensions.insert(toolexec::ClientInput {
-                            responses: Some(responses.into_iter().collect()),
-                            state: asks.request_state,
-                        });
-                        let round = gateway.detached_call(
-                            &running.id,
-                            request.clone(),
-                            false,
-                            &context,
-                            &cancel,
-                        );
-                        answer = finished(tokio::spawn(round).await);
-                    }
+                let responses = match running.input(requests, until, held.map(|h| h.ended)).await {
+                    store::Input::Answered(responses) => responses.into_iter().collect(),
+                    // The round without answers takes the call's result.
+                    store::Input::Withdrawn => Default::default(),
                     store::Input::Ended => {
                         gateway.abandon_task_input(&request, asks.request_state.as_deref());
                         return running.cancelled().await;
@@ -239,7 +229,15 @@ impl super::server::Gateway {
                         let expired = waited_too_long(&request.name, started.elapsed());
                         return running.finish(Ok(expired)).await;
                     }
-                }
+                };
+                // As the client's next round would carry them.
+                context.extensions.insert(toolexec::ClientInput {
+                    responses: Some(responses),
+                    state: asks.request_state,
+                });
+                let round =
+                    gateway.detached_call(&running.id, request.clone(), false, &context, &cancel);
+                answer = finished(tokio::spawn(round).await);
             }
         }
     }
@@ -264,15 +262,15 @@ impl super::server::Gateway {
         }
     }
 
-    /// How long answers to the input requests a task's `request` got under
-    /// `sealed` may still come: a call its server holds for them ends at
-    /// its deadline.
-    fn task_input_within(
+    /// The call an upstream holds for the answers to the input requests a
+    /// task's `request` got under `sealed`, if any: it ends at its
+    /// deadline, or before (its server gave up asking).
+    fn task_held_input(
         &self,
         request: &CallToolRequestParams,
         sealed: Option<&str>,
-    ) -> Option<Duration> {
-        self.input_answers_within(&self.task_tool_id(request)?, sealed?)
+    ) -> Option<super::run::HeldInput> {
+        self.held_input(&self.task_tool_id(request)?, sealed?)
     }
 
     /// The call of task `id`, detached from the request (cancelled through

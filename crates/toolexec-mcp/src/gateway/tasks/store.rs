@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use toolexec::BoxFuture;
 
 use super::{TaskJournal, TaskOptions};
 
@@ -95,6 +96,9 @@ pub(super) enum Input {
     Ended,
     /// No answers within the task's time to live.
     Expired,
+    /// The call that asked ended without the answers (its server gave up
+    /// asking): its next round takes the result.
+    Withdrawn,
 }
 
 /// The tasks of one gateway, shared by every connection.
@@ -391,11 +395,17 @@ impl Running {
     }
 
     /// Puts the task in `input_required` for `requests` until the client
-    /// answered each (`tasks/update`), the task is cancelled, or `until`
-    /// ([`Self::input_until`]; the task is working again then). The journal
+    /// answered each (`tasks/update`), the task is cancelled, `until`
+    /// ([`Self::input_until`]) or `withdrawn` resolves (the call that asked
+    /// ended without them); the task is working again then. The journal
     /// keeps the task as working: another gateway could not take the
     /// answers.
-    pub(super) async fn input(&self, requests: InputRequests, until: Option<Instant>) -> Input {
+    pub(super) async fn input(
+        &self,
+        requests: InputRequests,
+        until: Option<Instant>,
+        withdrawn: Option<BoxFuture<'static, ()>>,
+    ) -> Input {
         let (done, answers) = oneshot::channel();
         {
             let mut state = self.entry.state.lock();
@@ -415,21 +425,28 @@ impl Running {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let withdrawn = async {
+            match withdrawn {
+                Some(withdrawn) => withdrawn.await,
+                None => std::future::pending().await,
+            }
+        };
+        let stopped = tokio::select! {
             biased;
             answers = &mut answers => return answers.map_or(Input::Ended, Input::Answered),
             () = self.entry.cancel.cancelled() => return Input::Ended,
-            () = expired => {}
-        }
+            () = withdrawn => Input::Withdrawn,
+            () = expired => Input::Expired,
+        };
         {
             let mut state = self.entry.state.lock();
             if matches!(state.0, State::InputRequired(_)) {
                 *state = (State::Working, SystemTime::now());
                 self.entry.input.lock().take();
-                return Input::Expired;
+                return stopped;
             }
         }
-        // Answered (or cancelled) as the wait ran out.
+        // Answered (or cancelled) as the wait stopped.
         answers.await.map_or(Input::Ended, Input::Answered)
     }
 
@@ -582,7 +599,7 @@ mod tests {
         assert!(store.answer("t1", "alice", yes(&["a"])).is_err());
         let until = running.input_until(Duration::from_secs(60), None);
         let waiting = tokio::spawn(async move {
-            let input = running.input(requests(&["a", "b"]), until).await;
+            let input = running.input(requests(&["a", "b"]), until, None).await;
             (running, input)
         });
         while !matches!(status(&store, "t1"), TaskPayload::InputRequired { .. }) {
@@ -619,7 +636,7 @@ mod tests {
             .create("t2".into(), "alice".into(), CancellationToken::new())
             .unwrap();
         let until = running.input_until(Duration::from_secs(60), None);
-        let (input, ()) = tokio::join!(running.input(requests(&["a"]), until), async {
+        let (input, ()) = tokio::join!(running.input(requests(&["a"]), until, None), async {
             while !matches!(status(&store, "t2"), TaskPayload::InputRequired { .. }) {
                 tokio::task::yield_now().await;
             }
@@ -632,7 +649,7 @@ mod tests {
             .create("t3".into(), "alice".into(), CancellationToken::new())
             .unwrap();
         let until = running.input_until(Duration::from_secs(60), Some(Duration::from_millis(50)));
-        let input = running.input(requests(&["a"]), until).await;
+        let input = running.input(requests(&["a"]), until, None).await;
         assert!(matches!(input, Input::Expired));
         assert_eq!(status(&store, "t3"), TaskPayload::Working);
         // It stops waiting before its ttl runs out, so that its outcome can
@@ -646,5 +663,28 @@ mod tests {
             Duration::from_secs(3540)
         );
         assert!(store.answer("t3", "alice", yes(&["a"])).is_err());
+
+        // The call that asked ended without the answers: the task stops
+        // waiting at once, working again, and takes no more answers.
+        let running = store
+            .create("t4".into(), "alice".into(), CancellationToken::new())
+            .unwrap();
+        let until = running.input_until(Duration::from_secs(60), None);
+        let (ended, withdrawn) = oneshot::channel::<()>();
+        let withdrawn: BoxFuture<'static, ()> = Box::pin(async move {
+            let _ = withdrawn.await;
+        });
+        let (input, ()) = tokio::join!(
+            running.input(requests(&["a"]), until, Some(withdrawn)),
+            async {
+                while !matches!(status(&store, "t4"), TaskPayload::InputRequired { .. }) {
+                    tokio::task::yield_now().await;
+                }
+                ended.send(()).unwrap();
+            }
+        );
+        assert!(matches!(input, Input::Withdrawn));
+        assert_eq!(status(&store, "t4"), TaskPayload::Working);
+        assert!(store.answer("t4", "alice", yes(&["a"])).is_err());
     }
 }
