@@ -11,10 +11,14 @@
 //! with a session id becomes `SessionExpired`, so rmcp's recovery runs as for
 //! a 404. Any other uncorrelated error answering a request is re-correlated
 //! with the request, so the call fails instead of hanging.
+//!
+//! It also marks the log messages on a request's response stream with the
+//! request ([`origin`](super::origin)), which rmcp does only for requests.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures::StreamExt as _;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, GetExtensions as _, ServerJsonRpcMessage};
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
@@ -141,6 +145,18 @@ fn fix_up(
                 ServerJsonRpcMessage::Error(error),
                 session,
             ))
+        }
+        StreamableHttpPostResponse::Sse(stream, session) => {
+            let id = request.id.clone();
+            let marked = stream.map(move |event| {
+                event.map(|mut sse| {
+                    if let Some(data) = sse.data.as_mut() {
+                        super::origin::mark(data, &id);
+                    }
+                    sse
+                })
+            });
+            Ok(StreamableHttpPostResponse::Sse(marked.boxed(), session))
         }
         other => Ok(other),
     }

@@ -2,11 +2,11 @@
 //! `tools/call` requests in flight on one upstream, each recorded with the
 //! client it was made for ([`Caller::link`]) as the transport sends it.
 //!
-//! Over streamable HTTP a server sends a request on the response stream of
-//! the call it belongs to, which names the call. Otherwise (stdio, the
-//! standalone HTTP stream, the HTTP+SSE transport, every log message)
-//! nothing does, and one upstream session serves every client of the
-//! gateway. Such a message goes to the calls in flight only when every call
+//! Over streamable HTTP a server sends a request or log message on the
+//! response stream of the call it belongs to, which names the call (rmcp
+//! marks requests; [`origin`](super::origin) log messages). Otherwise
+//! (stdio, the standalone HTTP stream, the HTTP+SSE transport) nothing
+//! does, and one upstream session serves every client of the gateway. Such a message goes to the calls in flight only when every call
 //! in flight on that server, and every call that ended there in the last
 //! [`Links::recent`] window, was made for one principal: a server working
 //! late on one client's call must never reach another client, and when

@@ -189,6 +189,7 @@ mod import;
 mod input;
 mod links;
 pub mod oauth;
+mod origin;
 mod passthrough;
 mod revision;
 mod routing;

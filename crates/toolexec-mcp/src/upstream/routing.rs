@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use rmcp::RoleClient;
 use rmcp::model::{
     ClientNotification, GetExtensions, GetMeta, JsonRpcMessage, ProgressNotificationParam,
-    ProgressToken, ServerNotification,
+    ProgressToken, RequestId, ServerNotification,
 };
 use rmcp::service::{InboundStreamOrigin, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -40,7 +40,7 @@ use super::passthrough::UpstreamNotice;
 use crate::verbatim::{Verbatim, Wanted};
 
 /// A server's notification that a URL-mode elicitation finished.
-const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
+pub(crate) const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
 
 /// Where a server's request to the client goes, decided by [`InOrder`] as
 /// it reads the request (its extensions, never serialized).
@@ -103,10 +103,18 @@ impl Router {
     }
 
     /// Relays a log message (or another notification for the client,
-    /// `method`) to the client it is meant for, when the server relays
-    /// them; dropped when nothing says which client that is.
-    fn relay_notification(&self, method: &str, params: serde_json::Value) {
-        match self.links.target(None) {
+    /// `method`) to the client it is meant for: that of request `origin`,
+    /// on whose HTTP response stream it came ([`origin`](super::origin)),
+    /// else by the unassociated rule; dropped when nothing says which
+    /// client that is.
+    fn relay_notification(
+        &self,
+        method: &str,
+        params: serde_json::Value,
+        origin: Option<RequestId>,
+    ) {
+        let origin = origin.map(InboundStreamOrigin::OutboundRequest);
+        match self.links.target(origin.as_ref()) {
             Ok((link, _)) => link.notify(method, params),
             Err(why) => tracing::debug!(method, reason = %why, "not relayed to a client"),
         }
@@ -207,22 +215,26 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
         // receive future cannot skip a relay.
         let router = &self.router;
         match &mut message {
-            Some(JsonRpcMessage::Notification(n)) => match &n.notification {
-                ServerNotification::ProgressNotification(p) => router.relay_progress(&p.params),
-                #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
-                ServerNotification::LoggingMessageNotification(m) if router.relay.logging => {
-                    if let Ok(params) = serde_json::to_value(&m.params) {
-                        router.relay_notification("notifications/message", params);
+            Some(JsonRpcMessage::Notification(n)) => {
+                let origin = super::origin::take(&mut n.notification);
+                match &n.notification {
+                    ServerNotification::ProgressNotification(p) => router.relay_progress(&p.params),
+                    #[allow(deprecated)]
+                    // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+                    ServerNotification::LoggingMessageNotification(m) if router.relay.logging => {
+                        if let Ok(params) = serde_json::to_value(&m.params) {
+                            router.relay_notification("notifications/message", params, origin);
+                        }
                     }
+                    ServerNotification::CustomNotification(c)
+                        if router.relay.elicitation && c.method == ELICITATION_COMPLETE =>
+                    {
+                        let params = c.params.clone().unwrap_or_default();
+                        router.relay_notification(ELICITATION_COMPLETE, params, origin);
+                    }
+                    _ => {}
                 }
-                ServerNotification::CustomNotification(c)
-                    if router.relay.elicitation && c.method == ELICITATION_COMPLETE =>
-                {
-                    let params = c.params.clone().unwrap_or_default();
-                    router.relay_notification(ELICITATION_COMPLETE, params);
-                }
-                _ => {}
-            },
+            }
             // Which client a request is for is decided as it is read, while
             // the call it belongs to is certainly still recorded.
             Some(JsonRpcMessage::Request(r)) => {

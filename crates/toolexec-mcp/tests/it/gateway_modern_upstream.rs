@@ -504,8 +504,8 @@ async fn chatty(peer: &rmcp::Peer<RoleClient>, level: Option<rmcp::model::Loggin
 /// another); a 2026-07-28 client, over a pipe and over HTTP, at the level
 /// each of its requests names, and none when it names none. (Each client
 /// has a server of its own: the pipe's and HTTP's callers are different
-/// principals, and a server's log messages, which name no call, reach no
-/// one while calls of several principals are about.)
+/// principals, and a stdio server's log messages, which name no call,
+/// reach no one while calls of several principals are about.)
 #[tokio::test(flavor = "multi_thread")]
 #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
 async fn a_modern_upstream_logs_at_the_level_each_request_names() {

@@ -21,11 +21,13 @@ use rmcp::model::{
     CreateMessageResult, Implementation,
 };
 use rmcp::service::{InboundStreamOrigin, PeerRequestOptions, RequestContext};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use toolexec::Secret;
 use toolexec::{Catalog, Exec};
-use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth};
+use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth, NamedToken};
 use toolexec_mcp::upstream::{ClientRelay, Upstream, UpstreamConfig, UpstreamTransport};
 
 fn fixture(name: &str) -> String {
@@ -284,6 +286,90 @@ async fn upstream_requests_reach_the_calling_client() {
         shutdown.cancel();
         upstream.shutdown().await;
     }
+}
+
+/// A 2025-11-25 client of the gateway that passes on the log messages
+/// (level, text) it is sent.
+struct Listening(tokio::sync::mpsc::UnboundedSender<(String, String)>);
+
+impl ClientHandler for Listening {
+    #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let _ = self.0.send(support::log_entry(&params));
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        super::gateway_revisions::info(rmcp::model::ProtocolVersion::V_2025_11_25)
+    }
+}
+
+/// A server over streamable HTTP sends a call's log messages on the call's
+/// own response stream, which the gateway reads as naming the call: alice
+/// and bob (two principals) call `chatty` at once, and each hears its own
+/// call's messages (at its session's level, `info`) and none of the
+/// other's. (Over stdio nothing names the call, and with calls of two
+/// principals about, such messages reach no one.)
+#[tokio::test(flavor = "multi_thread")]
+async fn log_messages_over_http_reach_only_the_client_of_their_call() {
+    let test = "log_messages_over_http_reach_only_the_client_of_their_call";
+    let Some(python) = support::dep(test, "TOOLEXEC_PYTHON") else {
+        return;
+    };
+    let (config, _server) = upstream(&python, Link::Http, Duration::from_secs(20));
+    let (gateway, upstream) = publishing(config).await;
+    let tokens = ["alice", "bob"]
+        .into_iter()
+        .map(|name| NamedToken {
+            name: name.into(),
+            token: Secret::new(format!("{name}-secret")),
+        })
+        .collect();
+    let (addr, shutdown) = support::start_http(gateway, HttpAuth::Tokens(tokens)).await;
+    let mut clients = Vec::new();
+    for name in ["alice", "bob"] {
+        let (tx, logs) = tokio::sync::mpsc::unbounded_channel();
+        let http = support::rmcp_http_transport(
+            StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
+                .auth_header(format!("{name}-secret")),
+        );
+        clients.push((name, Listening(tx).serve(http).await.unwrap(), logs));
+    }
+    let chatty = |peer: rmcp::Peer<RoleClient>, tag: String| async move {
+        let args = json!({ "tag": tag }).as_object().unwrap().clone();
+        let call = CallToolRequestParams::new("asking__chatty").with_arguments(args);
+        let r = peer.call_tool(call).await.unwrap();
+        assert_eq!(r.content[0].as_text().unwrap().text, "said three things");
+    };
+    let at_once = clients
+        .iter()
+        .map(|(name, client, _)| chatty(client.peer().clone(), format!(" ({name})")));
+    futures::future::join_all(at_once).await;
+    for (name, client, logs) in &mut clients {
+        // A last call, whose messages mark that the first call's have come.
+        chatty(client.peer().clone(), format!(" ({name}, last)")).await;
+        let own = [
+            ("info", format!("chatty info ({name})")),
+            ("warning", format!("chatty warning ({name})")),
+            ("info", format!("chatty info ({name}, last)")),
+            ("warning", format!("chatty warning ({name}, last)")),
+        ];
+        let own: Vec<_> = own.iter().map(|(l, t)| (*l, t.as_str())).collect();
+        assert_eq!(
+            support::next_logs(logs, 4).await,
+            support::sorted_logs(&own),
+            "{name}"
+        );
+        assert!(logs.try_recv().is_err(), "{name} heard more");
+    }
+    for (_, client, _) in clients {
+        client.cancel().await.unwrap();
+    }
+    shutdown.cancel();
+    upstream.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
