@@ -105,15 +105,27 @@ impl Links {
         }
     }
 
-    /// Records the request `id`, sent for `client` (unless it already ended).
-    pub(crate) fn sent(&self, id: RequestId, client: &ForClient) {
+    /// Records the request `id`, sent for `client` (none: made for no
+    /// client that can be asked back; or one that already ended). An entry
+    /// already under `id` is an earlier session's (request ids start over
+    /// on a new session), so it goes, whatever is recorded: a message on
+    /// this request's stream must never reach that call's client.
+    pub(crate) fn sent(&self, id: RequestId, client: Option<&ForClient>) {
+        let mut linked = self.linked.lock();
+        if let Some(stale) = linked.remove(&id) {
+            stale.ended.cancel();
+            self.remember(stale.principal);
+        }
+        let Some(client) = client else {
+            return;
+        };
         let Some(link) = &client.caller.link else {
             return;
         };
         if client.ended.is_cancelled() {
             return;
         }
-        self.linked.lock().insert(
+        linked.insert(
             id,
             Linked {
                 link: link.clone(),
@@ -268,7 +280,7 @@ mod tests {
             ..Caller::default()
         });
         let registration = ForClient::new(caller, CancellationToken::new(), held);
-        links.sent(NumberOrString::Number(id), &registration);
+        links.sent(NumberOrString::Number(id), Some(&registration));
         registration
     }
 
@@ -340,6 +352,28 @@ mod tests {
         );
         links.ended(&id(1), held.serial);
         assert_eq!(name(links.target(None)), "Named(\"other\")");
+    }
+
+    /// A request sent under the id of a call still recorded (ids start
+    /// over on a new session) replaces it, even one made for no client:
+    /// what comes on its stream never reaches the old call's client, whose
+    /// principal stays in the unassociated rule for the window.
+    #[test]
+    fn a_reused_id_replaces_an_earlier_sessions_call() {
+        let links = Links::new(Duration::from_secs(60));
+        let old = sent(&links, 3, "old", "alice");
+        links.sent(id(3), None);
+        let origin = InboundStreamOrigin::OutboundRequest(id(3));
+        assert!(links.target(Some(&origin)).is_err());
+        assert!(old.ended.is_cancelled());
+        let _b = sent(&links, 4, "b", "bob");
+        assert!(links.target(None).is_err());
+
+        let _new = sent(&links, 3, "new", "carol");
+        assert_eq!(
+            format!("{:?}", links.target(Some(&origin)).unwrap().0.0),
+            "Named(\"new\")"
+        );
     }
 
     #[test]

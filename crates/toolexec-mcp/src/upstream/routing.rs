@@ -196,15 +196,17 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
             }
             _ => {}
         }
-        if let JsonRpcMessage::Request(r) = &item
-            && let Some(WatchProgress(ctx, caller)) = r.request.extensions().get::<WatchProgress>()
-        {
-            if let Some(token) = r.request.get_meta().get_progress_token() {
+        if let JsonRpcMessage::Request(r) = &item {
+            let watch = r.request.extensions().get::<WatchProgress>();
+            if let Some(WatchProgress(ctx, _)) = watch
+                && let Some(token) = r.request.get_meta().get_progress_token()
+            {
                 self.router.watch_progress(token, ctx.clone());
             }
-            if let Some(client) = caller {
-                self.router.links.sent(r.id.clone(), client);
-            }
+            // Every request: one made for no client still replaces an
+            // earlier session's call under its id.
+            let client = watch.and_then(|WatchProgress(_, client)| client.as_ref());
+            self.router.links.sent(r.id.clone(), client);
         }
         self.inner.send(item)
     }
