@@ -22,7 +22,7 @@ use toolexec::{Catalog, Exec, Secret};
 use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth};
 use toolexec_mcp::upstream::{Upstream, UpstreamConfig};
 
-use super::gateway_revisions::{call, first_text, info, modern_upstream, serve_duplex};
+use super::gateway_revisions::{call, first_text, modern_upstream, serve_duplex};
 
 /// A client of the gateway that answers elicitation (confirming or not, as
 /// told) and sampling (echoing the question), and declares the tasks
@@ -464,29 +464,6 @@ async fn subscriptions_to_a_modern_upstream() {
     client.cancel().await.unwrap();
 }
 
-/// A client of a revision that passes on the log messages (level, text)
-/// it is sent.
-#[derive(Clone)]
-struct Logs(
-    tokio::sync::mpsc::UnboundedSender<(String, String)>,
-    ProtocolVersion,
-);
-
-impl rmcp::ClientHandler for Logs {
-    #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
-    async fn on_logging_message(
-        &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        _: rmcp::service::NotificationContext<RoleClient>,
-    ) {
-        let _ = self.0.send(support::log_entry(&params));
-    }
-
-    fn get_info(&self) -> ClientConfig {
-        info(self.1.clone())
-    }
-}
-
 /// `chatty` called through `peer`, naming `level` in `_meta` when given.
 #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
 async fn chatty(peer: &rmcp::Peer<RoleClient>, level: Option<rmcp::model::LoggingLevel>) {
@@ -517,7 +494,7 @@ async fn a_modern_upstream_logs_at_the_level_each_request_names() {
     let (tx, mut logs) = tokio::sync::mpsc::unbounded_channel();
 
     // 2025-11-25: the session's level.
-    let client = Logs(tx.clone(), ProtocolVersion::V_2025_11_25)
+    let client = support::Logs(tx.clone(), ProtocolVersion::V_2025_11_25)
         .serve(serve_duplex(gateway.clone(), 1 << 16))
         .await
         .unwrap();
@@ -550,7 +527,7 @@ async fn a_modern_upstream_logs_at_the_level_each_request_names() {
     let lifecycle = || ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     };
-    let modern_logs = Logs(tx.clone(), ProtocolVersion::V_2026_07_28);
+    let modern_logs = support::Logs(tx.clone(), ProtocolVersion::V_2026_07_28);
     let pipe = modern_logs
         .clone()
         .serve_with_lifecycle(serve_duplex(gateway, 1 << 16), lifecycle())

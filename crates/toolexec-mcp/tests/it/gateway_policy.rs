@@ -22,8 +22,8 @@ use toolexec::policy::{Policy, PolicyConfig};
 use toolexec::quota::{CallQuota, QuotaConfig, Quotas};
 use toolexec::{Catalog, Exec, Secret};
 use toolexec_mcp::gateway::{
-    self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions, NamedToken,
-    RPC_NOT_ALLOWED, RunLimits,
+    self, CodeModeOptions, Expose, Gateway, GatewayOptions, HttpAuth, HttpOptions, RPC_NOT_ALLOWED,
+    RunLimits,
 };
 use toolexec_mcp::upstream::Upstream;
 
@@ -38,15 +38,9 @@ fn policy(v: Value) -> Policy {
 
 /// Tokens `ops` and `root`, named after their callers.
 fn tokens() -> HttpAuth {
-    HttpAuth::Tokens(
-        ["ops", "root", "c0", "c1", "c2", "c3"]
-            .into_iter()
-            .map(|name| NamedToken {
-                name: name.into(),
-                token: Secret::new(format!("{name}-secret")),
-            })
-            .collect(),
-    )
+    HttpAuth::Tokens(support::named_tokens(&[
+        "ops", "root", "c0", "c1", "c2", "c3",
+    ]))
 }
 
 async fn serve(gateway: Gateway, options: HttpOptions) -> (SocketAddr, CancellationToken) {

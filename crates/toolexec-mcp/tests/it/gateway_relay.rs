@@ -25,9 +25,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolexec::Secret;
 use toolexec::{Catalog, Exec};
-use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth, NamedToken};
+use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth};
 use toolexec_mcp::upstream::{ClientRelay, Upstream, UpstreamConfig, UpstreamTransport};
 
 fn fixture(name: &str) -> String {
@@ -288,25 +287,6 @@ async fn upstream_requests_reach_the_calling_client() {
     }
 }
 
-/// A 2025-11-25 client of the gateway that passes on the log messages
-/// (level, text) it is sent.
-struct Listening(tokio::sync::mpsc::UnboundedSender<(String, String)>);
-
-impl ClientHandler for Listening {
-    #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
-    async fn on_logging_message(
-        &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        _: rmcp::service::NotificationContext<RoleClient>,
-    ) {
-        let _ = self.0.send(support::log_entry(&params));
-    }
-
-    fn get_info(&self) -> ClientConfig {
-        super::gateway_revisions::info(rmcp::model::ProtocolVersion::V_2025_11_25)
-    }
-}
-
 /// A server over streamable HTTP sends a call's log messages on the call's
 /// own response stream, which the gateway reads as naming the call: alice
 /// and bob (two principals) call `chatty` at once, and each hears its own
@@ -321,13 +301,7 @@ async fn log_messages_over_http_reach_only_the_client_of_their_call() {
     };
     let (config, _server) = upstream(&python, Link::Http, Duration::from_secs(20));
     let (gateway, upstream) = publishing(config).await;
-    let tokens = ["alice", "bob"]
-        .into_iter()
-        .map(|name| NamedToken {
-            name: name.into(),
-            token: Secret::new(format!("{name}-secret")),
-        })
-        .collect();
+    let tokens = support::named_tokens(&["alice", "bob"]);
     let (addr, shutdown) = support::start_http(gateway, HttpAuth::Tokens(tokens)).await;
     let mut clients = Vec::new();
     for name in ["alice", "bob"] {
@@ -336,7 +310,8 @@ async fn log_messages_over_http_reach_only_the_client_of_their_call() {
             StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
                 .auth_header(format!("{name}-secret")),
         );
-        clients.push((name, Listening(tx).serve(http).await.unwrap(), logs));
+        let client = support::Logs(tx, rmcp::model::ProtocolVersion::V_2025_11_25);
+        clients.push((name, client.serve(http).await.unwrap(), logs));
     }
     let chatty = |peer: rmcp::Peer<RoleClient>, tag: String| async move {
         let args = json!({ "tag": tag }).as_object().unwrap().clone();

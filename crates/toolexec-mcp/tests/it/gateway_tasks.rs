@@ -18,8 +18,7 @@ use rmcp::service::{RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use toolexec::Secret;
-use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth, NamedToken, TaskOptions};
+use toolexec_mcp::gateway::{Expose, Gateway, GatewayOptions, HttpAuth, TaskOptions};
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
@@ -81,13 +80,7 @@ fn mcp_code(r: Result<ServerResult, ServiceError>) -> i32 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn long_calls_become_tasks_that_outlive_the_connection() {
-    let tokens = ["alice", "bob"]
-        .into_iter()
-        .map(|name| NamedToken {
-            name: name.into(),
-            token: Secret::new(format!("{name}-secret")),
-        })
-        .collect();
+    let tokens = support::named_tokens(&["alice", "bob"]);
     let gateway = Gateway::new(
         support::demo_exec(),
         GatewayOptions {

@@ -352,3 +352,42 @@ pub(crate) async fn chatty_at_each_level(
         ])
     );
 }
+
+/// A client of revision `.1` that passes on the log messages (level,
+/// text) it is sent.
+#[derive(Clone)]
+pub(crate) struct Logs(
+    pub(crate) tokio::sync::mpsc::UnboundedSender<(String, String)>,
+    pub(crate) rmcp::model::ProtocolVersion,
+);
+
+impl rmcp::ClientHandler for Logs {
+    #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, current in 2025-11-25.
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        let _ = self.0.send(log_entry(&params));
+    }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::default(),
+            rmcp::model::Implementation::new("logs-test", "1"),
+        )
+        .with_protocol_version(self.1.clone())
+    }
+}
+
+/// Named tokens (`HttpAuth::Tokens`), one for each of `names`, each
+/// `NAME-secret`.
+pub(crate) fn named_tokens(names: &[&str]) -> Vec<toolexec_mcp::gateway::NamedToken> {
+    names
+        .iter()
+        .map(|name| toolexec_mcp::gateway::NamedToken {
+            name: (*name).into(),
+            token: toolexec::Secret::new(format!("{name}-secret")),
+        })
+        .collect()
+}
